@@ -1,0 +1,83 @@
+"""The ``layerscope`` command: wiring only.
+
+Each command lives in its own module of this package and exposes ``register(app)``. Command
+modules import only typer at import time and import the library inside the command function,
+so ``layerscope --help`` stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import typer
+
+from layerscope.errors import LayerscopeError
+
+#: Command modules of this package, in help order.
+COMMAND_MODULES: tuple[str, ...] = (
+    "estimate",
+    "catalogs",
+    "simulate",
+    "capture",
+    "analyze",
+    "demo",
+)
+
+app = typer.Typer(
+    name="layerscope",
+    help="Where the time goes when a transformer LM runs, and where it would go on other hardware.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress to stderr."),
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"layerscope.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"layerscope.cli.{name}":
+                continue
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Console-script entry point: a :class:`LayerscopeError` becomes a message and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except LayerscopeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(2) from None
+        raise

@@ -1,0 +1,216 @@
+"""Operators, tensors and the operator graph.
+
+An :class:`Op` is one operator instance of one forward pass, named after the HF module that runs
+it (``layers.0.self_attn.q_proj``; ops that are not modules of their own get a suffix under their
+module, e.g. ``layers.0.self_attn.rope``). Its dependencies are not stored: they follow from
+named tensors (an op depends on the producer of each of its inputs), and :class:`OpGraph`
+derives and validates them.
+
+Bytes are split by what moves: weights, activations and KV cache, read and written. FLOPs count
+a multiply-add as 2 FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from layerscope.errors import GraphError
+from layerscope.units import DType
+
+TensorRole = Literal["weight", "activation", "kv_cache"]
+
+#: Op kinds, the ``cat`` of trace slices and the rows of the by-kind breakdown.
+OP_KINDS: tuple[str, ...] = (
+    "embedding",
+    "norm",
+    "gemm",
+    "rope",
+    "kv_write",
+    "kv_read",
+    "attention",
+    "qk_matmul",
+    "softmax_max",
+    "softmax_exp",
+    "softmax_norm",
+    "pv_matmul",
+    "residual_add",
+    "activation",
+    "router",
+    "topk",
+    "moe_experts",
+    "sampling",
+    "communication",
+)
+
+#: Matrix classes of hardware studies: M = matrix, V = vector; a = activation, w = weight,
+#: qa = query/attention operand, KVCache = cache traffic. ``Ma_Mw`` is a GEMM of activations by
+#: weights, ``Va_Mw`` a GEMV (decode), ``Ma_Ma`` activation-by-activation (prefill attention),
+#: ``Ma_Mqa``/``Va_Mqa`` attention against cached K/V, ``Elementwise`` and ``Reduction`` the rest.
+MATRIX_CLASSES: tuple[str, ...] = (
+    "Ma_Mw",
+    "Va_Mw",
+    "Ma_Ma",
+    "Ma_Mqa",
+    "Va_Mqa",
+    "KVCache",
+    "Elementwise",
+    "Reduction",
+    "Lookup",
+    "Collective",
+)
+
+
+class TensorSpec(NamedTuple):
+    """A named tensor: ``shape`` in elements, ``dtype``, and whether it is a weight, activation or cache."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    role: TensorRole = "activation"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Storage bytes, rounded up for 4-bit types."""
+        return -(-self.numel * self.dtype.bits // 8)
+
+
+class GemmShape(NamedTuple):
+    """``batch`` independent (m x k) @ (k x n) products; used by the tiling cost models."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator instance; all sizes for the whole pass (all sequences of the batch)."""
+
+    name: str
+    """Module path (+ suffix for non-module ops): ``layers.0.self_attn.q_proj``."""
+    kind: str
+    """One of :data:`OP_KINDS`."""
+    module: str
+    """The HF module that runs this op (``layers.0.self_attn``); equals ``name`` for module ops."""
+    layer: int | None
+    """Decoder layer index, or ``None`` for embedding / final norm / lm_head / sampling."""
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    flops: int
+    weight_bytes: int = 0
+    """Weight bytes read."""
+    act_read_bytes: int = 0
+    act_write_bytes: int = 0
+    kv_read_bytes: int = 0
+    kv_write_bytes: int = 0
+    matrix_class: str = "Elementwise"
+    definition: str = ""
+    """flashinfer-bench-style definition name (``gemm_n2048_k2048``)."""
+    gemm: GemmShape | None = None
+    """The matrix product this op performs, if it is one."""
+    multiplicity: int = 1
+    """How many identical instances this op stands for (1 unless a builder folds them)."""
+    attrs: tuple[tuple[str, object], ...] = ()
+    """Extra facts for traces and records (``("tokens_per_expert", 3.2)``)."""
+
+    @property
+    def read_bytes(self) -> int:
+        return self.weight_bytes + self.act_read_bytes + self.kv_read_bytes
+
+    @property
+    def write_bytes(self) -> int:
+        return self.act_write_bytes + self.kv_write_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved to or from memory."""
+        return self.flops / self.total_bytes if self.total_bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """A validated DAG of ops in program order; edges derived from named tensors."""
+
+    ops: tuple[Op, ...]
+    name: str = "graph"
+    graph_inputs: frozenset[str] = field(default_factory=frozenset)
+    """Tensor names consumed but produced by no op (token ids, the KV cache, weights)."""
+
+    def __post_init__(self) -> None:
+        producers: dict[str, int] = {}
+        for i, op in enumerate(self.ops):
+            for t in op.outputs:
+                if t.role == "weight":
+                    continue
+                if t.name in producers:
+                    raise GraphError(
+                        f"tensor {t.name!r} is produced twice: by {self.ops[producers[t.name]].name!r} and {op.name!r}"
+                    )
+                producers[t.name] = i
+        names: set[str] = set()
+        for op in self.ops:
+            if op.name in names:
+                raise GraphError(f"op name {op.name!r} appears twice")
+            names.add(op.name)
+        missing: set[str] = set()
+        for i, op in enumerate(self.ops):
+            for t in op.inputs:
+                if t.role == "weight":
+                    continue
+                src = producers.get(t.name)
+                if src is None:
+                    missing.add(t.name)
+                elif src >= i:
+                    # Program order is a topological order; a later producer means a cycle or misorder.
+                    raise GraphError(
+                        f"op {op.name!r} reads {t.name!r} before its producer {self.ops[src].name!r} runs (cycle)"
+                    )
+        object.__setattr__(self, "graph_inputs", frozenset(missing))
+        object.__setattr__(self, "_producers", producers)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    @cached_property
+    def dependencies(self) -> tuple[tuple[int, ...], ...]:
+        """For each op, the sorted indices of the ops producing its inputs."""
+        producers: dict[str, int] = self._producers  # type: ignore[attr-defined]
+        deps = []
+        for op in self.ops:
+            d = {producers[t.name] for t in op.inputs if t.role != "weight" and t.name in producers}
+            deps.append(tuple(sorted(d)))
+        return tuple(deps)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Op name to position."""
+        return {op.name: i for i, op in enumerate(self.ops)}
+
+    def column(self, attr: str, dtype: type = np.float64) -> np.ndarray:
+        """One numeric field of every op as an array (``flops``, ``weight_bytes`` …)."""
+        return np.fromiter((getattr(op, attr) for op in self.ops), dtype=dtype, count=len(self.ops))
+
+    @classmethod
+    def concat(cls, graphs: Sequence[OpGraph], name: str) -> OpGraph:
+        """Ops of several graphs in sequence (e.g. decode steps); names must already be unique."""
+        return cls(ops=tuple(op for g in graphs for op in g.ops), name=name)
