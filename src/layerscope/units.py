@@ -10,7 +10,7 @@ import enum
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -27,7 +27,7 @@ GB = 1000**3
 TB = 1000**4
 
 
-class DType(str, enum.Enum):
+class DType(enum.StrEnum):
     """Element types for weights, activations and KV cache."""
 
     FP32 = "fp32"
@@ -109,7 +109,7 @@ def parse_dtype(value: str | DType, *, field: str = "dtype") -> DType:
 
 def s_to_ns(seconds: float) -> int:
     """Seconds to integer nanoseconds, rounded to nearest."""
-    return int(round(seconds * NS_PER_S))
+    return round(seconds * NS_PER_S)
 
 
 @contextmanager
@@ -139,8 +139,6 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb",
             yield handle
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise

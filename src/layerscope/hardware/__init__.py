@@ -1,1 +1,41 @@
-"""layerscope.hardware"""
+"""layerscope.hardware: what a chip can do, as the cost models see it.
+
+:class:`HardwareSpec` (engines, peak FLOP/s per dtype, memory levels, interconnect, launch
+overhead, efficiencies, and a citation for each figure); bundled presets
+(:func:`list_presets`); loaders for YAML, JSON and spreadsheet-style CSV/XLSX
+(:func:`load_hardware`), and :func:`dump_hardware_yaml` for round trips.
+"""
+
+from layerscope.hardware.loaders import (
+    LOADERS,
+    dump_hardware_json,
+    dump_hardware_yaml,
+    load_hardware,
+    write_hardware_sheet,
+)
+from layerscope.hardware.presets import bundled_spreadsheet_example, list_presets, preset_names
+from layerscope.hardware.spec import (
+    EfficiencySpec,
+    EngineSpec,
+    HardwareSpec,
+    InterconnectSpec,
+    MemoryLevel,
+    ResolvedFlops,
+)
+
+__all__ = [
+    "LOADERS",
+    "EfficiencySpec",
+    "EngineSpec",
+    "HardwareSpec",
+    "InterconnectSpec",
+    "MemoryLevel",
+    "ResolvedFlops",
+    "bundled_spreadsheet_example",
+    "dump_hardware_json",
+    "dump_hardware_yaml",
+    "list_presets",
+    "load_hardware",
+    "preset_names",
+    "write_hardware_sheet",
+]

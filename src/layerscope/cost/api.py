@@ -1,0 +1,379 @@
+"""Timing graphs and whole workloads: ``time_graph`` and ``estimate``.
+
+``estimate`` answers the question of the ``estimate`` verb: for a model, a workload and a
+hardware spec, the time of every op, TTFT, TPOT, throughput and the memory footprint. A
+generation's decode cost is summed over every step of the growing KV cache: each op's FLOPs and
+bytes are piecewise-affine in the cached length (attention and KV traffic grow by one token per
+step; a sliding window caps them at its width), so the graph is built at the ends of the range
+and at the window's breakpoints, and every step in between is interpolated exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from layerscope.cost.features import OpFeatures, op_features
+from layerscope.cost.models import BOUND_NAMES, CostArrays, get_cost_model
+from layerscope.cost.timed import TimedGraph
+from layerscope.graph.ops import OpGraph
+from layerscope.hardware.spec import HardwareSpec
+from layerscope.model.spec import ModelSpec
+from layerscope.workload import ForwardPass, Workload
+
+AttentionView = Literal["fused", "unfused"]
+
+#: Decode steps timed per chunk when summing a generation (bounds memory: steps x ops arrays).
+_STEP_CHUNK = 256
+
+
+def time_graph(graph: OpGraph, hardware: HardwareSpec, model: str = "roofline") -> TimedGraph:
+    """Time every op of ``graph`` on ``hardware`` with the registered cost model ``model``."""
+    cost = get_cost_model(model)(op_features(graph), hardware)
+    return TimedGraph(
+        graph=graph,
+        hardware=hardware,
+        cost_model=model,
+        compute_s=cost.compute_s,
+        memory_s=cost.memory_s,
+        overhead_s=cost.overhead_s,
+        time_s=cost.time_s,
+        memory_bytes=cost.memory_bytes,
+        bound=tuple(BOUND_NAMES[b] for b in cost.bound),
+    )
+
+
+@dataclass(frozen=True)
+class OpEstimate:
+    """One op's row of an estimate (for ``generate``: summed over the phase's passes)."""
+
+    name: str
+    kind: str
+    phase: str
+    definition: str
+    matrix_class: str
+    layer: int | None
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    flops: float
+    bytes: float
+    weight_bytes: float
+    act_bytes: float
+    kv_bytes: float
+    time_s: float
+    bound: str
+
+
+@dataclass(frozen=True)
+class MemoryFootprint:
+    """Bytes resident on one device."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations
+
+    def as_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
+                "total": self.total}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The answer of ``layerscope estimate``; see docs/estimate-json.md for the JSON contract."""
+
+    model: str
+    hardware: str
+    cost_model: str
+    workload: Workload
+    scope: str
+    """``model`` or ``layer N``."""
+    ops: tuple[OpEstimate, ...]
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
+    output_tokens_per_s: float
+    memory: MemoryFootprint
+    memory_capacity_bytes: float
+    phase_times_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return self.memory.total <= self.memory_capacity_bytes
+
+    @property
+    def total_time_s(self) -> float:
+        return float(sum(op.time_s for op in self.ops))
+
+    def breakdown(self, key: Literal["kind", "matrix_class", "bound", "phase"]) -> list[dict[str, object]]:
+        """Time, FLOPs and bytes grouped by ``key``, largest time first, with its share."""
+        groups: dict[str, list[float]] = {}
+        for op in self.ops:
+            g = groups.setdefault(str(getattr(op, key)), [0.0, 0.0, 0.0, 0.0])
+            g[0] += op.time_s
+            g[1] += op.flops
+            g[2] += op.bytes
+            g[3] += 1
+        total = self.total_time_s or 1.0
+        rows = [
+            {key: k, "ops": int(v[3]), "time_s": v[0], "share": v[0] / total, "flops": v[1], "bytes": v[2]}
+            for k, v in groups.items()
+        ]
+        return sorted(rows, key=lambda r: -float(r["time_s"]))  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, object]:
+        """The stable JSON contract (docs/estimate-json.md)."""
+        total = self.total_time_s or 1.0
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "cost_model": self.cost_model,
+            "scope": self.scope,
+            "workload": self.workload.model_dump(mode="json"),
+            "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
+            "e2e_s": self.e2e_s,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "phase_times_s": self.phase_times_s,
+            "memory_bytes": self.memory.as_dict(),
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_in_memory": self.fits_in_memory,
+            "totals": {
+                "time_s": self.total_time_s,
+                "flops": float(sum(op.flops for op in self.ops)),
+                "bytes": float(sum(op.bytes for op in self.ops)),
+                "ops": len(self.ops),
+            },
+            "by_kind": self.breakdown("kind"),
+            "by_matrix_class": self.breakdown("matrix_class"),
+            "ops": [
+                {
+                    "name": op.name,
+                    "kind": op.kind,
+                    "phase": op.phase,
+                    "layer": op.layer,
+                    "definition": op.definition,
+                    "matrix_class": op.matrix_class,
+                    "inputs": [list(s) for s in op.inputs],
+                    "outputs": [list(s) for s in op.outputs],
+                    "flops": op.flops,
+                    "bytes": op.bytes,
+                    "weight_bytes": op.weight_bytes,
+                    "act_bytes": op.act_bytes,
+                    "kv_bytes": op.kv_bytes,
+                    "time_s": op.time_s,
+                    "share": op.time_s / total,
+                    "bound": op.bound,
+                }
+                for op in self.ops
+            ],
+        }
+
+
+def _build(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: AttentionView,
+           layer: int | None) -> OpGraph:
+    from layerscope.graph import build_layer_graph, build_model_graph
+
+    if layer is None:
+        return build_model_graph(spec, fwd, workload, attention=attention)
+    return build_layer_graph(spec, fwd, workload, layer=layer, attention=attention)
+
+
+def _rows(graph: OpGraph, feats: OpFeatures, cost: CostArrays, phase: str,
+          time_s: np.ndarray | None = None, work: tuple[np.ndarray, ...] | None = None) -> list[OpEstimate]:
+    times = cost.time_s if time_s is None else time_s
+    flops, wb, ab, kb = work if work is not None else (feats.flops, feats.weight_bytes, feats.act_bytes,
+                                                      feats.kv_bytes)
+    bounds = cost.bound if cost.bound.ndim == 1 else cost.bound[-1]
+    rows = []
+    for i, op in enumerate(graph.ops):
+        rows.append(OpEstimate(
+            name=op.name, kind=op.kind, phase=phase, definition=op.definition,
+            matrix_class=op.matrix_class, layer=op.layer,
+            inputs=tuple(t.shape for t in op.inputs), outputs=tuple(t.shape for t in op.outputs),
+            flops=float(flops[i]), bytes=float(wb[i] + ab[i] + kb[i]), weight_bytes=float(wb[i]),
+            act_bytes=float(ab[i]), kv_bytes=float(kb[i]), time_s=float(times[i]),
+            bound=BOUND_NAMES[int(bounds[i])],
+        ))
+    return rows
+
+
+def decode_breakpoints(spec: ModelSpec, contexts: range) -> list[int]:
+    """Cached lengths at which to build decode graphs so that interpolation is exact.
+
+    Per-op work is affine in the cached length c except where a sliding window W starts to
+    cap the attended span min(c + 1, W): at c = W - 1. Both ends of the range are included.
+    """
+    lo, hi = contexts.start, contexts.stop - 1
+    points = {lo, hi}
+    if spec.sliding_window is not None and any(spec.layer_is_sliding(i) for i in range(spec.num_layers)):
+        for c in (spec.sliding_window - 1, spec.sliding_window):
+            if lo < c < hi:
+                points.add(c)
+    return sorted(points)
+
+
+@dataclass(frozen=True)
+class DecodeSum:
+    """Per-op totals over every decode step of a generation and the per-step times."""
+
+    graph: OpGraph
+    features: OpFeatures
+    last_cost: CostArrays
+    step_times_s: np.ndarray
+    op_time_s: np.ndarray
+    op_work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec, cost_model: str,
+                     attention: AttentionView = "fused", layer: int | None = None,
+                     contexts: range | None = None) -> DecodeSum:
+    """Time every decode step of a generation exactly, vectorized over steps."""
+    ctx = contexts if contexts is not None else workload.decode_contexts()
+    points = decode_breakpoints(spec, ctx)
+    graphs = [_build(spec, workload.decode_pass(c), workload, attention, layer) for c in points]
+    names = [op.name for op in graphs[0].ops]
+    for g in graphs[1:]:
+        # Interpolation needs the same ops at every sample point.
+        assert [op.name for op in g.ops] == names, "decode graphs differ in ops across contexts"
+    feats = [op_features(g) for g in graphs]
+    xs = np.array(points, dtype=np.float64)
+    stacked = {
+        attr: np.stack([getattr(f, attr) for f in feats])  # [points, ops]
+        for attr in ("flops", "weight_bytes", "act_bytes", "kv_bytes")
+    }
+    model = get_cost_model(cost_model)
+    base = feats[-1]
+    all_ctx = np.arange(ctx.start, ctx.stop, dtype=np.float64)
+    step_times = np.empty(len(all_ctx))
+    op_time = np.zeros(len(names))
+    op_work = [np.zeros(len(names)) for _ in range(4)]
+    last_cost: CostArrays | None = None
+    for lo in range(0, len(all_ctx), _STEP_CHUNK):
+        c = all_ctx[lo:lo + _STEP_CHUNK]
+        work = [_interp(c, xs, stacked[a]) for a in ("flops", "weight_bytes", "act_bytes", "kv_bytes")]
+        cost = model(base.with_work(*work), hardware)
+        step_times[lo:lo + len(c)] = cost.time_s.sum(axis=1)
+        op_time += cost.time_s.sum(axis=0)
+        for acc, w in zip(op_work, work, strict=True):
+            acc += w.sum(axis=0)
+        last_cost = cost
+    assert last_cost is not None
+    return DecodeSum(graphs[-1], base, last_cost, step_times, op_time,
+                     (op_work[0], op_work[1], op_work[2], op_work[3]))
+
+
+def _interp(c: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Piecewise-linear interpolation of every column of ys [points, ops] at c -> [len(c), ops]."""
+    if len(xs) == 1:
+        return np.broadcast_to(ys[0], (len(c), ys.shape[1])).copy()
+    seg = np.clip(np.searchsorted(xs, c, side="right") - 1, 0, len(xs) - 2)
+    x0, x1 = xs[seg], xs[seg + 1]
+    t = ((c - x0) / (x1 - x0))[:, None]
+    return ys[seg] * (1.0 - t) + ys[seg + 1] * t
+
+
+def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGraph]) -> MemoryFootprint:
+    """Weights, KV cache and peak activations resident on one device.
+
+    * weights: every parameter at the workload's weight dtype (modules the checkpoint leaves
+      unquantized keep 16 bits), divided across ``tensor_parallel`` devices;
+    * KV cache: batch x (longest context) x per-layer values per token (2·kv_heads·head_dim, or
+      MLA's latent + RoPE key), sliding-window layers capped at the window, at the KV dtype;
+    * activations: the largest live set at any op — its inputs and outputs — plus the residual
+      stream (tokens x hidden), at the activation dtype.
+    """
+    from layerscope.model.params import weight_bytes
+
+    tp = workload.tensor_parallel
+    weights = float(weight_bytes(spec, workload.weight_dtype)) / tp
+    ctx = workload.max_context_len()
+    seqs = workload.batch_size + (1 if workload.phase == "chunked" else 0)
+    kv_values = 0
+    for layer in range(spec.num_layers):
+        span = min(ctx, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window else ctx
+        kv_values += span * spec.kv_values_per_token_per_layer()
+    kv_heads_split = 1 if spec.mla is not None else min(tp, spec.num_kv_heads)
+    kv = seqs * kv_values * workload.kv_dtype.bytes / kv_heads_split
+    peak_act = 0.0
+    for g in graphs:
+        for op in g.ops:
+            peak_act = max(peak_act, op.act_read_bytes + op.act_write_bytes)
+    tokens = max(fwd.num_tokens for fwd in workload.passes())
+    act = peak_act + tokens * spec.hidden_size * workload.act_dtype.bytes
+    return MemoryFootprint(weights=weights, kv_cache=kv, activations=act)
+
+
+def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cost_model: str = "roofline",
+             attention: AttentionView = "fused", layer: int | None = None) -> Estimate:
+    """Time every op of ``workload`` and derive TTFT, TPOT, end-to-end time and memory.
+
+    For ``prefill`` TPOT is ``None``; for ``decode`` and ``chunked`` TTFT is ``None`` and the
+    pass time is the TPOT (every decode sequence gains one token per pass); for ``generate``,
+    TTFT is the prefill time and TPOT the mean over the ``output_len - 1`` decode steps.
+    """
+    if layer is not None and not 0 <= layer < spec.num_layers:
+        from layerscope.errors import WorkloadError
+
+        raise WorkloadError(f"layer: {layer} is out of range; {spec.name} has layers 0..{spec.num_layers - 1}")
+    model_fn = get_cost_model(cost_model)
+    scope = "model" if layer is None else f"layer {layer}"
+    rows: list[OpEstimate] = []
+    graphs: list[OpGraph] = []
+    phase_times: dict[str, float] = {}
+    ttft: float | None = None
+    tpot: float | None = None
+    batch = workload.batch_size
+    if workload.phase == "generate":
+        pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
+        feats = op_features(pre)
+        cost = model_fn(feats, hardware)
+        rows += _rows(pre, feats, cost, "prefill")
+        graphs.append(pre)
+        ttft = float(cost.time_s.sum())
+        phase_times["prefill"] = ttft
+        decode_total = 0.0
+        if workload.output_len > 1:
+            ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
+            rows += _rows(ds.graph, ds.features, ds.last_cost, "decode", ds.op_time_s, ds.op_work)
+            graphs.append(ds.graph)
+            decode_total = float(ds.step_times_s.sum())
+            tpot = float(ds.step_times_s.mean())
+            phase_times["decode"] = decode_total
+        e2e = ttft + decode_total
+        tokens_per_s = batch * workload.output_len / e2e
+    else:
+        fwd = workload.passes()[0]
+        g = _build(spec, fwd, workload, attention, layer)
+        feats = op_features(g)
+        cost = model_fn(feats, hardware)
+        rows += _rows(g, feats, cost, workload.phase)
+        graphs.append(g)
+        e2e = float(cost.time_s.sum())
+        phase_times[workload.phase] = e2e
+        if workload.phase == "prefill":
+            ttft = e2e
+        else:
+            tpot = e2e
+        tokens_per_s = batch / e2e
+    return Estimate(
+        model=spec.name,
+        hardware=hardware.name,
+        cost_model=cost_model,
+        workload=workload,
+        scope=scope,
+        ops=tuple(rows),
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        output_tokens_per_s=tokens_per_s,
+        memory=memory_footprint(spec, workload, graphs),
+        memory_capacity_bytes=hardware.memory_capacity_bytes,
+        phase_times_s=phase_times,
+    )

@@ -1,0 +1,106 @@
+"""Per-op numeric features as arrays: what every cost model times.
+
+A cost model never walks ``Op`` objects in its inner loop; it receives :class:`OpFeatures`, a
+struct of arrays aligned with the graph's ops. Work features (FLOPs, bytes) may carry leading
+dimensions (e.g. ``[steps, ops]`` for every decode step of a generation), so one call times many
+variants of the same graph; static features (kind, GEMM shape, dtypes) are per op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from layerscope.graph.ops import OpGraph
+from layerscope.units import DType
+
+#: Op kinds that run on the matrix units (tensor cores / MXUs / AMX) when they carry a GEMM shape.
+#: Index order of ``OpFeatures.dtype_code``.
+DTYPE_ORDER: tuple[DType, ...] = tuple(DType)
+_DTYPE_CODE = {dt: i for i, dt in enumerate(DTYPE_ORDER)}
+
+MATRIX_KINDS = frozenset({"gemm", "attention", "qk_matmul", "pv_matmul", "moe_experts", "router"})
+
+
+@dataclass(frozen=True)
+class OpFeatures:
+    """Struct of arrays over ops; work arrays may have leading batch dimensions."""
+
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    act_bytes: np.ndarray
+    """Activation bytes read + written."""
+    kv_bytes: np.ndarray
+    """KV-cache bytes read + written."""
+    uses_matrix_units: np.ndarray
+    """bool per op: timed against matrix peak (else vector throughput)."""
+    dtype_code: np.ndarray
+    """int8 per op: index into :data:`DTYPE_ORDER` of the type the arithmetic runs in."""
+    gemm_mnkb: np.ndarray
+    """int64 [ops, 4]: m, n, k, batch of the op's matrix product (zeros when none)."""
+    operand_bytes: np.ndarray
+    """float [ops, 3]: bytes per element of A (activations), B (weights or K/V) and C (output)."""
+    kinds: tuple[str, ...]
+
+    @property
+    def compute_dtype(self) -> tuple[DType, ...]:
+        """Per op: the type the arithmetic runs in (the widest input type)."""
+        return tuple(DTYPE_ORDER[c] for c in self.dtype_code)
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+    def with_work(self, flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray,
+                  kv_bytes: np.ndarray) -> OpFeatures:
+        """The same ops with other work arrays (e.g. stacked over decode steps)."""
+        return replace(self, flops=flops, weight_bytes=weight_bytes, act_bytes=act_bytes, kv_bytes=kv_bytes)
+
+
+def _widest(dtypes: list[DType]) -> DType:
+    return max(dtypes, key=lambda d: d.bits) if dtypes else DType.BF16
+
+
+def op_features(graph: OpGraph) -> OpFeatures:
+    """Extract the arrays cost models need from ``graph`` (one pass over the ops)."""
+    n = len(graph.ops)
+    flops = np.empty(n)
+    wb = np.empty(n)
+    ab = np.empty(n)
+    kb = np.empty(n)
+    matrix = np.zeros(n, dtype=bool)
+    mnkb = np.zeros((n, 4), dtype=np.int64)
+    operand = np.zeros((n, 3))
+    dtypes: list[DType] = []
+    kinds: list[str] = []
+    for i, op in enumerate(graph.ops):
+        flops[i] = op.flops
+        wb[i] = op.weight_bytes
+        ab[i] = op.act_read_bytes + op.act_write_bytes
+        kb[i] = op.kv_read_bytes + op.kv_write_bytes
+        kinds.append(op.kind)
+        # Weight-only quantized GEMMs dequantize to the activation type before the MMA
+        # (e.g. Marlin, arXiv 2408.11743), so arithmetic runs in the widest input type.
+        in_types = [t.dtype for t in op.inputs]
+        dtypes.append(_widest(in_types))
+        if op.gemm is not None:
+            mnkb[i] = (op.gemm.m, op.gemm.n, op.gemm.k, op.gemm.batch)
+            matrix[i] = op.kind in MATRIX_KINDS
+            act_in = [t for t in op.inputs if t.role == "activation"]
+            other_in = [t for t in op.inputs if t.role != "activation"]
+            a_t = act_in[0].dtype if act_in else dtypes[-1]
+            b_t = other_in[0].dtype if other_in else (act_in[1].dtype if len(act_in) > 1 else a_t)
+            c_t = op.outputs[0].dtype if op.outputs else a_t
+            operand[i] = (a_t.bytes, b_t.bytes, c_t.bytes)
+    return OpFeatures(
+        flops=flops,
+        weight_bytes=wb,
+        act_bytes=ab,
+        kv_bytes=kb,
+        uses_matrix_units=matrix,
+        dtype_code=np.fromiter((_DTYPE_CODE[d] for d in dtypes), dtype=np.int8, count=n),
+        gemm_mnkb=mnkb,
+        operand_bytes=operand,
+        kinds=tuple(kinds),
+    )

@@ -1,0 +1,224 @@
+"""Registered duration models: ``roofline``, ``tiling`` and ``hierarchical``.
+
+Every model maps :class:`~layerscope.cost.features.OpFeatures` and a
+:class:`~layerscope.hardware.spec.HardwareSpec` to :class:`CostArrays`; arrays broadcast over any
+leading dimensions of the work features. Coefficients (peaks, efficiencies, bandwidths,
+capacities, launch overhead) come from the ``HardwareSpec``, never from literals here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from layerscope.cost.features import DTYPE_ORDER, OpFeatures
+from layerscope.errors import CostModelError
+from layerscope.hardware.spec import HardwareSpec, MemoryLevel
+
+BOUND_COMPUTE = 0
+BOUND_MEMORY = 1
+BOUND_OVERHEAD = 2
+BOUND_NAMES = ("compute", "memory", "overhead")
+
+
+@dataclass(frozen=True)
+class CostArrays:
+    """Per-op times in float seconds; ``bound`` holds BOUND_* codes."""
+
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    overhead_s: np.ndarray
+    time_s: np.ndarray
+    memory_bytes: np.ndarray
+    """Main-memory bytes the model charges to the op."""
+    bound: np.ndarray
+
+
+def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Arithmetic time on the whole chip: FLOPs / achievable FLOP/s.
+
+    Matrix ops run at ``peak(dtype) * efficiency.matmul``, the rest at
+    ``vector_flops_per_s * efficiency.vector`` (roofline, Williams et al., CACM 2009).
+    """
+    matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
+    vector_rate = hw.achievable_vector_flops_per_s()
+    rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
+    return features.flops / rate
+
+
+def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
+             memory_bytes: np.ndarray) -> CostArrays:
+    # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term).
+    busy = np.maximum(compute_s, memory_s)
+    overhead = np.full_like(busy, overhead_s)
+    time_s = busy + overhead
+    bound = np.where(compute_s >= memory_s, BOUND_COMPUTE, BOUND_MEMORY)
+    bound = np.where(overhead > busy, BOUND_OVERHEAD, bound)
+    return CostArrays(compute_s, memory_s, overhead, time_s, memory_bytes, bound.astype(np.int8))
+
+
+def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
+    """``max(FLOPs / achievable FLOP/s, bytes / achievable B/s) + launch overhead``.
+
+    Bytes are the op's compulsory traffic (every operand read once, every output written once):
+    the roofline's assumption of perfect on-chip reuse (Williams, Waterman & Patterson, CACM 2009).
+    """
+    bytes_ = features.total_bytes
+    memory_s = bytes_ / hw.achievable_bandwidth_bytes_per_s()
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiling
+
+
+TILE_MODES = ("free", "one_fixed", "two_fixed")
+
+
+def _candidates(dim: int) -> np.ndarray:
+    """Power-of-two tile sizes from 16 up to ``dim`` (and ``dim`` itself)."""
+    sizes = [16]
+    while sizes[-1] < dim:
+        sizes.append(sizes[-1] * 2)
+    sizes = [min(s, dim) for s in sizes]
+    return np.unique(np.array(sizes, dtype=np.int64))
+
+
+@lru_cache(maxsize=65536)
+def gemm_tiled_traffic_bytes(m: int, n: int, k: int, a_bytes: float, b_bytes: float, c_bytes: float,
+                             capacity_bytes: float) -> tuple[float, int, int, int]:
+    """Least off-chip traffic of one (m x k) @ (k x n) product tiled for a cache of ``capacity_bytes``.
+
+    Output-stationary tiling (Goto & van de Geijn, ACM TOMS 2008; the tile search of LLMCompass,
+    Zhang et al., ISCA 2024): a tm x tn tile of C stays on chip while tk-deep panels of A and B
+    stream through, so A is read ceil(n/tn) times, B ceil(m/tm) times and C written once:
+
+        traffic = m*k*a*ceil(n/tn) + k*n*b*ceil(m/tm) + m*n*c
+        subject to (tm*tk*a + tk*tn*b + tm*tn*c) <= capacity
+
+    Three searches, as in hardware studies: all three tile dims free; one fixed (tk = k, whole
+    reduction panels); two fixed (tk = k and tm = m: the activation block stays resident while
+    weights stream once — the decode/GEMV case — or tk = k and tn = n). Returns
+    (traffic_bytes, tm, tn, tk) of the best tiling; when nothing fits, the 16x16x16 tiling.
+    """
+    best: tuple[float, int, int, int] | None = None
+    tms, tns, tks = _candidates(m), _candidates(n), _candidates(k)
+    shapes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
+        (tms, tns, tks),  # free
+        (tms, tns, np.array([k])),  # one fixed: tk = k
+        (np.array([m]), tns, np.array([k])),  # two fixed: tm = m, tk = k
+        (tms, np.array([n]), np.array([k])),  # two fixed: tn = n, tk = k
+    ]
+    for tm_c, tn_c, tk_c in shapes:
+        tm, tn, tk = np.meshgrid(tm_c, tn_c, tk_c, indexing="ij")
+        footprint = tm * tk * a_bytes + tk * tn * b_bytes + tm * tn * c_bytes
+        ok = footprint <= capacity_bytes
+        if not ok.any():
+            continue
+        traffic = (m * k * a_bytes * np.ceil(n / tn) + k * n * b_bytes * np.ceil(m / tm)
+                   + m * n * c_bytes)
+        traffic = np.where(ok, traffic, np.inf)
+        # Ties go to the larger tile (fewer, bigger kernels' worth of work per tile).
+        idx = np.lexsort((-(tm * tn * tk).ravel(), traffic.ravel()))[0]
+        cand = (float(traffic.ravel()[idx]), int(tm.ravel()[idx]), int(tn.ravel()[idx]), int(tk.ravel()[idx]))
+        if best is None or cand[0] < best[0]:
+            best = cand
+    if best is None:
+        t = 16
+        traffic = m * k * a_bytes * math.ceil(n / t) + k * n * b_bytes * math.ceil(m / t) + m * n * c_bytes
+        best = (float(traffic), min(t, m), min(t, n), min(t, k))
+    return best
+
+
+def _shared_cache(hw: HardwareSpec) -> MemoryLevel | None:
+    """The largest on-chip level shared by all engines (L2 on GPUs, L3 on CPUs)."""
+    on_chip = [lvl for lvl in hw.memory[:-1] if not lvl.per_engine]
+    return max(on_chip, key=lambda lvl: lvl.capacity_bytes) if on_chip else None
+
+
+def _gemm_traffic(features: OpFeatures, capacity_bytes: float, per_engine: int = 1) -> np.ndarray:
+    """Tiled traffic per op for GEMM-shaped ops; NaN where the op has no GEMM shape.
+
+    With ``per_engine`` > 1 the cache is private to each of that many engines, which each tile
+    their share of the output independently (traffic summed over engines).
+    """
+    out = np.full(len(features.kinds), np.nan)
+    for i in np.flatnonzero(features.gemm_mnkb[:, 0] > 0):
+        m, n, k, batch = (int(v) for v in features.gemm_mnkb[i])
+        a, b, c = (float(v) for v in features.operand_bytes[i])
+        traffic, *_ = gemm_tiled_traffic_bytes(m, n, k, a, b, c, float(capacity_bytes))
+        out[i] = traffic * batch
+    del per_engine
+    return out
+
+
+def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
+    """Roofline whose memory term is the DRAM traffic implied by the best cache tiling.
+
+    GEMM-shaped ops (projections, experts, attention matmuls) are tiled for the chip's shared
+    on-chip cache; their traffic replaces the compulsory bytes when larger (it is never smaller:
+    the search's best case reads each operand once). Other ops stream, with no reuse to gain.
+    """
+    level = _shared_cache(hw)
+    bytes_ = features.total_bytes
+    if level is not None:
+        tiled = _gemm_traffic(features, level.capacity_bytes)
+        bytes_ = np.where(np.isnan(tiled), bytes_, np.maximum(tiled, bytes_))
+    memory_s = bytes_ / hw.achievable_bandwidth_bytes_per_s()
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_)
+
+
+def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
+    """Traffic at every memory level from tile reuse; time = the slowest level or compute.
+
+    For each adjacent pair of levels (inner, outer), GEMM-shaped ops are tiled for the inner
+    level's capacity (a per-engine level: each engine's capacity; a shared level: its total) and
+    the traffic crosses the outer level at its bandwidth; non-GEMM ops move their compulsory
+    bytes across every level. Weights shared by a batch of tokens are fetched from main memory
+    once per tile row and then hit the cache, which is what separates this from the roofline.
+    Main memory uses the achievable (efficiency-scaled) bandwidth; on-chip levels their stated one.
+    """
+    compute_s = compute_time_s(features, hw)
+    compulsory = features.total_bytes
+    level_times = []
+    main_bytes = compulsory
+    levels = hw.memory
+    for inner, outer in itertools.pairwise(levels):
+        capacity = inner.capacity_bytes
+        tiled = _gemm_traffic(features, capacity)
+        traffic = np.where(np.isnan(tiled), compulsory, np.maximum(tiled, compulsory))
+        is_main = outer is levels[-1]
+        bw = hw.achievable_bandwidth_bytes_per_s() if is_main else outer.bandwidth_bytes_per_s
+        if bw:
+            level_times.append(traffic / bw)
+        if is_main:
+            main_bytes = traffic
+    if len(levels) == 1:
+        level_times.append(compulsory / hw.achievable_bandwidth_bytes_per_s())
+    memory_s = np.max(np.stack(np.broadcast_arrays(*level_times)), axis=0)
+    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes)
+
+
+CostModelFn = Callable[[OpFeatures, HardwareSpec], CostArrays]
+
+#: Duration models by name.
+COST_MODELS: dict[str, CostModelFn] = {
+    "roofline": roofline,
+    "tiling": tiling,
+    "hierarchical": hierarchical,
+}
+
+
+def get_cost_model(name: str) -> CostModelFn:
+    """The registered model ``name``; an unknown name's error lists the known ones."""
+    try:
+        return COST_MODELS[name]
+    except KeyError:
+        raise CostModelError(
+            f"unknown cost model {name!r}; known: {', '.join(sorted(COST_MODELS))}"
+        ) from None

@@ -1,0 +1,235 @@
+"""Vectorized sweeps over a grid of configurations (models x hardware x batch x length).
+
+Building an op graph costs far more than timing it, and a sweep times the same graph structure
+at thousands of (batch, length) points. Every op's FLOPs and bytes are linear in a small basis
+of workload quantities:
+
+    phi = [1, T, S, P_full, K_full, P_slide, K_slide, X]
+
+with T tokens in the pass, S sequences, P attention (query, key) pairs and K cached tokens
+read, each for full-attention and sliding-window layers, and X the expected number of routed
+experts touched, E·(1 - (1 - k/E)^T) (uniform routing). So the graph is built at a handful of
+sample points, each op's coefficients on phi are solved by least squares (exact: the residual
+is checked), ops with identical coefficients and hardware behaviour are merged with a
+multiplicity (the layers of a model repeat), and the whole grid is timed as one matrix product
+and one vectorized roofline: no Python loop per configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from layerscope.cost.features import OpFeatures, op_features
+from layerscope.cost.models import get_cost_model
+from layerscope.errors import WorkloadError
+from layerscope.graph import build_model_graph
+from layerscope.hardware.spec import HardwareSpec
+from layerscope.model.spec import ModelSpec
+from layerscope.workload import Workload
+
+SWEEP_PHASES = ("prefill", "decode")
+_BASIS_NAMES = ("one", "tokens", "seqs", "pairs_full", "kv_full", "pairs_slide", "kv_slide", "experts")
+#: Largest relative residual of the basis fit accepted as exact (float rounding only).
+_FIT_TOLERANCE = 1e-6
+
+
+def _window_pairs(length: np.ndarray, window: float) -> np.ndarray:
+    """Causal (query, key) pairs of a length-``length`` prompt when each query sees <= window keys.
+
+    sum_{i=1..L} min(i, W) = L(L+1)/2 for L <= W, else W(W+1)/2 + (L - W)·W.
+    """
+    full = length * (length + 1) / 2
+    capped = window * (window + 1) / 2 + (length - window) * window
+    return np.where(length <= window, full, capped)
+
+
+def basis(spec: ModelSpec, phase: str, batch: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """phi for every grid point -> [points, len(_BASIS_NAMES)].
+
+    prefill: ``length`` prompt tokens per sequence, nothing cached; decode: ``length`` tokens
+    cached, one new token per sequence.
+    """
+    b = np.asarray(batch, dtype=np.float64)
+    L = np.asarray(length, dtype=np.float64)
+    window = float(spec.sliding_window) if spec.sliding_window else np.inf
+    if phase == "prefill":
+        tokens = b * L
+        pairs_full = b * L * (L + 1) / 2
+        kv_full = b * L
+        pairs_slide = b * (_window_pairs(L, window) if np.isfinite(window) else L * (L + 1) / 2)
+        kv_slide = b * np.minimum(L, window)
+    elif phase == "decode":
+        tokens = b
+        pairs_full = b * (L + 1)
+        kv_full = b * (L + 1)
+        pairs_slide = b * np.minimum(L + 1, window)
+        kv_slide = pairs_slide
+    else:
+        raise WorkloadError(f"phase: sweeps support {', '.join(SWEEP_PHASES)}, not {phase!r}")
+    if spec.moe is not None:
+        e, k = spec.moe.num_experts, spec.moe.num_experts_per_tok
+        experts = e * (1.0 - (1.0 - k / e) ** tokens)
+    else:
+        experts = np.zeros_like(tokens)
+    one = np.ones_like(tokens)
+    return np.stack([one, tokens, b, pairs_full, kv_full, pairs_slide, kv_slide, experts], axis=-1)
+
+
+@dataclass(frozen=True)
+class LinearGraphModel:
+    """An op graph's work as linear functions of phi, with identical ops merged.
+
+    ``coef`` is [4, basis, groups] for flops, weight, activation and KV bytes; ``count`` how many
+    ops of the graph each group stands for; ``static`` the per-group hardware behaviour.
+    """
+
+    spec: ModelSpec
+    phase: str
+    coef: np.ndarray
+    count: np.ndarray
+    static: OpFeatures
+    num_ops: int
+
+
+def _sample_points(spec: ModelSpec, phase: str) -> list[tuple[int, int]]:
+    window = spec.sliding_window or 0
+    lengths = [1, 2, 3, 7, 64, 300, 1000, 2500]
+    if window:
+        lengths += [max(1, window - 1), window, window + 1, 2 * window + 3]
+    batches = [1, 2, 3, 8]
+    points = sorted({(b, L) for b, L in product(batches, lengths)})
+    return points
+
+
+def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearGraphModel:
+    """Build the model's graph at sample points and fit each op's work on phi (exactly)."""
+    points = _sample_points(spec, phase)
+    feats: list[OpFeatures] = []
+    for b, L in points:
+        w = template.model_copy(update={"phase": phase, "batch_size": b, "input_len": L, "context_len": L})
+        fwd = w.prefill_pass() if phase == "prefill" else w.decode_pass(L)
+        feats.append(op_features(build_model_graph(spec, fwd, w)))
+    phi = basis(spec, phase, np.array([p[0] for p in points]), np.array([p[1] for p in points]))
+    y = np.stack([
+        np.stack([getattr(f, a) for f in feats]) for a in ("flops", "weight_bytes", "act_bytes", "kv_bytes")
+    ])  # [4, points, ops]
+    n_ops = y.shape[2]
+    flat = y.transpose(1, 0, 2).reshape(len(points), 4 * n_ops)
+    # Column scaling keeps the least-squares problem well conditioned across magnitudes.
+    scale = np.abs(phi).max(axis=0)
+    scale[scale == 0] = 1.0
+    sol, *_ = np.linalg.lstsq(phi / scale, flat, rcond=None)
+    sol = sol / scale[:, None]
+    fitted = phi @ sol
+    err = np.abs(fitted - flat) / np.maximum(np.abs(flat), 1.0)
+    if err.max() > _FIT_TOLERANCE:
+        worst = int(np.argmax(err.max(axis=0)) % n_ops)
+        raise WorkloadError(
+            f"sweep: op #{worst} of {spec.name} is not linear in the sweep basis "
+            f"({', '.join(_BASIS_NAMES)}); sweep this model point by point with estimate()"
+        )
+    coef = sol.reshape(len(phi[0]), 4, n_ops).transpose(1, 0, 2)  # [4, basis, ops]
+    static = feats[0]
+    # Merge ops whose coefficients and hardware behaviour are identical (repeated layers).
+    key_rows = np.concatenate([
+        np.round(coef.reshape(-1, n_ops).T, 6),
+        static.uses_matrix_units[:, None].astype(float),
+        static.dtype_code[:, None].astype(float),
+    ], axis=1)
+    _, first, counts = np.unique(key_rows, axis=0, return_index=True, return_counts=True)
+    # np.unique orders groups by key; keep them in program order of their first op.
+    order = np.argsort(first)
+    groups = first[order]
+    count = counts[order]
+    group_static = OpFeatures(
+        flops=static.flops[groups], weight_bytes=static.weight_bytes[groups],
+        act_bytes=static.act_bytes[groups], kv_bytes=static.kv_bytes[groups],
+        uses_matrix_units=static.uses_matrix_units[groups], dtype_code=static.dtype_code[groups],
+        gemm_mnkb=static.gemm_mnkb[groups], operand_bytes=static.operand_bytes[groups],
+        kinds=tuple(static.kinds[g] for g in groups),
+    )
+    return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
+                            static=group_static, num_ops=n_ops)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One row per configuration, as columns."""
+
+    model: np.ndarray
+    hardware: np.ndarray
+    phase: str
+    batch: np.ndarray
+    length: np.ndarray
+    time_s: np.ndarray
+    """Pass time: TTFT for prefill, TPOT for decode."""
+    tokens_per_s: np.ndarray
+    weights_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    fits_in_memory: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    def records(self) -> list[dict[str, object]]:
+        cols = ("model", "hardware", "batch", "length", "time_s", "tokens_per_s", "weights_bytes",
+                "kv_cache_bytes", "fits_in_memory")
+        arrays = [getattr(self, c) for c in cols]
+        return [dict(zip(cols, (a[i].item() for a in arrays), strict=True)) | {"phase": self.phase}
+                for i in range(len(self))]
+
+
+def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length: np.ndarray,
+              cost_model: str = "roofline") -> np.ndarray:
+    """Pass time for every (batch, length) pair, vectorized: [points]."""
+    phi = basis(lin.spec, lin.phase, batch, length)  # [P, basis]
+    work = phi @ lin.coef  # [4, P, groups]
+    cost = get_cost_model(cost_model)(lin.static.with_work(work[0], work[1], work[2], work[3]), hw)
+    return cost.time_s @ lin.count
+
+
+def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches: Sequence[int],
+          lengths: Sequence[int], phase: str = "decode", template: Workload | None = None,
+          cost_model: str = "roofline") -> SweepResult:
+    """Time every (model, hardware, batch, length) combination of the grid."""
+    if phase not in SWEEP_PHASES:
+        raise WorkloadError(f"phase: sweeps support {', '.join(SWEEP_PHASES)}, not {phase!r}")
+    if not batches or not lengths or min(batches) < 1 or min(lengths) < 1:
+        raise WorkloadError("sweep: batches and lengths must be non-empty lists of positive integers")
+    from layerscope.model.params import weight_bytes
+
+    tmpl = template or Workload()
+    b_grid, l_grid = (a.ravel() for a in np.meshgrid(np.asarray(batches), np.asarray(lengths), indexing="ij"))
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("model", "hardware", "batch", "length", "time_s",
+                                                         "weights", "kv", "cap")}
+    for spec in specs:
+        lin = fit_linear_graph(spec, phase, tmpl)
+        w_bytes = float(weight_bytes(spec, tmpl.weight_dtype))
+        ctx = l_grid + (1 if phase == "decode" else 0)
+        kv = np.zeros(len(l_grid))
+        for layer in range(spec.num_layers):
+            span = np.minimum(ctx, spec.sliding_window) if (spec.sliding_window and spec.layer_is_sliding(layer)) \
+                else ctx
+            kv += span
+        kv = kv * b_grid * spec.kv_values_per_token_per_layer() * tmpl.kv_dtype.bytes
+        for hw in hardware:
+            t = time_grid(lin, hw, b_grid, l_grid, cost_model)
+            n = len(t)
+            cols["model"].append(np.full(n, spec.name, dtype=object))
+            cols["hardware"].append(np.full(n, hw.name, dtype=object))
+            cols["batch"].append(b_grid)
+            cols["length"].append(l_grid)
+            cols["time_s"].append(t)
+            cols["weights"].append(np.full(n, w_bytes))
+            cols["kv"].append(kv)
+            cols["cap"].append(np.full(n, hw.memory_capacity_bytes))
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    return SweepResult(
+        model=cat["model"], hardware=cat["hardware"], phase=phase, batch=cat["batch"], length=cat["length"],
+        time_s=cat["time_s"], tokens_per_s=cat["batch"] / cat["time_s"], weights_bytes=cat["weights"],
+        kv_cache_bytes=cat["kv"], fits_in_memory=(cat["weights"] + cat["kv"]) <= cat["cap"],
+    )

@@ -1,0 +1,774 @@
+"""Read and write hardware specs: YAML, JSON, and spreadsheet-style CSV/XLSX.
+
+Loaders are registered by file suffix in :data:`LOADERS`; :func:`load_hardware` also takes a
+preset name. YAML/JSON hold a :class:`HardwareSpec` as nested mappings (numbers may carry units
+as strings, ``"3.35 TB/s"``, for fields whose name ends in ``_hz``, ``_bytes``, ``_bytes_per_s``,
+``_flops_per_s`` or ``_s``).
+
+Spreadsheets (CSV, XLSX) have one column per device and the row names in the first column::
+
+    Parameter,          NVL-AX,    JGS,       Source
+    Num_Cores,          32,        192,       …
+    Frequency (GHz),    2.5,       1.5,       …
+    MACs_per_cycle,     2048,      8192,      …
+    Bandwidth,          342 GB/s,  30 TB/s,   …
+    L3_cache_capacity,  36 MB,     120 MB,    …
+
+A unit may sit in the row name (``Frequency (GHz)``), in the cell (``2.5 GHz``) or in an
+optional ``Unit`` column; the cell's own unit wins. Decimal prefixes are powers of 1000
+(``MB`` = 1e6 bytes), ``KiB``/``MiB``/``GiB`` powers of 1024. An optional ``Source`` column gives
+each row's citation. The known rows are listed in :data:`SHEET_ROWS`; unknown rows are logged
+and ignored. What a sheet does not say is filled with labelled assumptions (see
+:func:`spec_from_sheet_column`), each recorded in ``HardwareSpec.sources``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import io
+import json
+import logging
+import math
+import re
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from layerscope.errors import HardwareSpecError, WorkloadError
+from layerscope.hardware.quantities import Dimension, parse_quantity
+from layerscope.hardware.spec import HardwareKind, HardwareSpec, MemoryLevel
+from layerscope.units import DType, atomic_write, parse_dtype
+
+logger = logging.getLogger(__name__)
+
+# -- spreadsheet model --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SheetRowSpec:
+    """A row a spreadsheet may have: its canonical name, dimension and accepted spellings."""
+
+    name: str
+    dimension: Dimension | None
+    """None for text rows (``Description``, ``Kind``, ``MACs_dtype``)."""
+    required: bool = False
+    aliases: tuple[str, ...] = ()
+
+
+SHEET_ROWS: tuple[SheetRowSpec, ...] = (
+    SheetRowSpec("Description", None, aliases=("name_long", "device")),
+    SheetRowSpec("Kind", None, aliases=("type", "device_kind")),
+    SheetRowSpec("Num_Cores", "count", True, ("cores", "core_count", "num_engines", "engines", "num_sms",
+                                               "sms", "num_cus", "cus")),
+    SheetRowSpec("Frequency", "hz", True, ("clock", "clock_frequency", "clock_hz", "freq", "clock_rate")),
+    SheetRowSpec("MACs_per_cycle", "count", aliases=("macs", "macs_per_cycle_per_core", "macs_per_core")),
+    SheetRowSpec("MACs_dtype", None, aliases=("mac_dtype", "macs_data_type", "dtype")),
+    SheetRowSpec("TF32_flops", "flops_per_s", aliases=("tf32_flops_per_s", "peak_flops_tf32")),
+    SheetRowSpec("Vector_flops", "flops_per_s", aliases=("vector_flops_per_s", "fp32_vector_flops",
+                                                         "simd_flops")),
+    SheetRowSpec("Bandwidth", "bytes_per_s", True, ("memory_bandwidth", "dram_bandwidth", "hbm_bandwidth",
+                                                    "mem_bandwidth", "main_memory_bandwidth")),
+    SheetRowSpec("Memory_capacity", "bytes", aliases=("memory", "dram_capacity", "hbm_capacity",
+                                                      "memory_size", "main_memory_capacity")),
+    SheetRowSpec("Memory_type", None, aliases=("main_memory", "main_memory_type")),
+    SheetRowSpec("L1_cache_capacity", "bytes", aliases=("l1_capacity", "l1", "sram_per_core",
+                                                        "local_buffer_capacity")),
+    SheetRowSpec("L2_cache_capacity", "bytes", aliases=("l2_capacity", "l2")),
+    SheetRowSpec("L3_cache_capacity", "bytes", aliases=("l3_capacity", "l3", "llc_capacity")),
+    SheetRowSpec("L2_bandwidth", "bytes_per_s", aliases=("l2_cache_bandwidth",)),
+    SheetRowSpec("L3_bandwidth", "bytes_per_s", aliases=("l3_cache_bandwidth", "llc_bandwidth")),
+    SheetRowSpec("Launch_overhead", "s", aliases=("kernel_launch_overhead", "launch_overhead_s",
+                                                  "op_overhead")),
+    SheetRowSpec("Matmul_efficiency", "fraction", aliases=("gemm_efficiency",)),
+    SheetRowSpec("Vector_efficiency", "fraction"),
+    SheetRowSpec("Memory_efficiency", "fraction", aliases=("bandwidth_efficiency",)),
+    SheetRowSpec("Interconnect", None, aliases=("interconnect_name", "link")),
+    SheetRowSpec("Interconnect_bandwidth", "bytes_per_s", aliases=("link_bandwidth",)),
+    SheetRowSpec("Interconnect_latency", "s", aliases=("link_latency",)),
+)
+"""Rows a spreadsheet may have. Also ``MACs_per_cycle_<dtype>`` (``MACs_per_cycle (fp8)``) and
+``Peak_flops_<dtype>`` for per-dtype matrix throughput."""
+
+
+def _norm(text: str) -> str:
+    """Row/preset/device key: lower case, runs of non-alphanumerics → ``_``."""
+    return re.sub(r"[^0-9a-z%]+", "_", text.strip().lower()).strip("_")
+
+
+_ROW_INDEX: dict[str, SheetRowSpec] = {
+    _norm(alias): spec for spec in SHEET_ROWS for alias in (spec.name, *spec.aliases)
+}
+_DTYPE_ROWS: dict[str, Dimension] = {"macs_per_cycle": "count", "peak_flops": "flops_per_s"}
+
+_LABEL = re.compile(r"^(.*?)\s*[(\[]\s*([^)\]]*?)\s*[)\]]\s*$")
+_UNIT_HEADERS = {"unit", "units"}
+_SOURCE_HEADERS = {"source", "sources", "reference", "references", "citation", "notes", "note"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell: its raw value and where it is, for error messages."""
+
+    value: Any
+    ref: str
+    """``sheet 'Sheet1' cell C4`` or ``line 4, column 3``."""
+
+
+@dataclass
+class SheetRow:
+    """One named row of a spreadsheet."""
+
+    label: str
+    """The row name as written (``Frequency (GHz)``)."""
+    spec: SheetRowSpec
+    dtype: DType | None
+    unit: str
+    """Unit from the row name or the unit column ('' if none)."""
+    source: str
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass
+class Sheet:
+    """A spreadsheet in the one-column-per-device layout, after header parsing."""
+
+    origin: str
+    devices: list[str]
+    rows: dict[str, SheetRow]
+    """Keyed by ``SheetRowSpec.name`` (plus ``_<dtype>`` for per-dtype rows)."""
+
+
+def _row_spec(label: str, origin: str, ref: str) -> tuple[SheetRowSpec, DType | None, str] | None:
+    """(row spec, dtype qualifier, unit in the name) for a row label, or None if unknown."""
+    match = _LABEL.match(label)
+    name, paren = (match.group(1), match.group(2)) if match else (label, "")
+    dtype: DType | None = None
+    unit = paren
+    if paren:
+        with contextlib.suppress(WorkloadError):  # "(fp8)" qualifies the dtype, "(GHz)" is a unit
+            dtype, unit = parse_dtype(paren), ""
+    key = _norm(name)
+    if key in _ROW_INDEX and dtype is None:
+        return _ROW_INDEX[key], None, unit
+    for prefix, dimension in _DTYPE_ROWS.items():
+        base = prefix if key == prefix else None
+        suffix = key[len(prefix) + 1:] if key.startswith(prefix + "_") else ""
+        if base is None and not suffix:
+            continue
+        if suffix:
+            try:
+                dtype = parse_dtype(suffix)
+            except WorkloadError:
+                known = ", ".join(d.value for d in DType)
+                raise HardwareSpecError(
+                    f"{origin}: {ref}: row {label!r} names unknown dtype {suffix!r}; known: {known}"
+                ) from None
+        if dtype is None:
+            if prefix == "macs_per_cycle":
+                return _ROW_INDEX["macs_per_cycle"], None, unit
+            continue
+        title = "MACs_per_cycle" if prefix == "macs_per_cycle" else "Peak_flops"
+        spec = SheetRowSpec(f"{title}_{dtype.value}", dimension)
+        return spec, dtype, unit
+    return None
+
+
+def sheet_from_grid(grid: Sequence[Sequence[Any]], origin: str,
+                    ref: Callable[[int, int], str]) -> Sheet:
+    """Parse a grid of cell values (row-major, 0-based ``ref(row, col)`` names a cell)."""
+    rows = [(i, list(r)) for i, r in enumerate(grid) if any(_text(v) for v in r)]
+    if not rows:
+        raise HardwareSpecError(f"{origin}: the sheet is empty")
+    header_index, header = rows[0]
+    devices: dict[int, str] = {}
+    unit_col = source_col = None
+    for col, value in enumerate(header[1:], start=1):
+        text = _text(value)
+        if not text:
+            continue
+        if text.lower() in _UNIT_HEADERS:
+            unit_col = col
+        elif text.lower() in _SOURCE_HEADERS:
+            source_col = col
+        elif any(_norm(text) == _norm(d) for d in devices.values()):
+            raise HardwareSpecError(
+                f"{origin}: {ref(header_index, col)}: device column {text!r} appears twice"
+            )
+        else:
+            devices[col] = text
+    if not devices:
+        raise HardwareSpecError(
+            f"{origin}: no device columns in the header row {[_text(v) for v in header]!r}; "
+            "expected the row names in the first column and one column per device"
+        )
+    sheet = Sheet(origin, list(devices.values()), {})
+    for index, values in rows[1:]:
+        label = _text(values[0]) if values else ""
+        if not label:
+            raise HardwareSpecError(f"{origin}: {ref(index, 0)}: a row with values has no name")
+        found = _row_spec(label, origin, ref(index, 0))
+        if found is None:
+            logger.warning("%s: %s: ignoring unknown row %r", origin, ref(index, 0), label)
+            continue
+        spec, dtype, unit = found
+        if unit_col is not None and unit_col < len(values) and _text(values[unit_col]):
+            unit = unit or _text(values[unit_col])
+        source = _text(values[source_col]) if source_col is not None and source_col < len(values) else ""
+        row = SheetRow(label, spec, dtype, unit, source)
+        for col, device in devices.items():
+            value = values[col] if col < len(values) else None
+            row.cells[device] = Cell(value, ref(index, col))
+        if spec.name in sheet.rows:
+            raise HardwareSpecError(
+                f"{origin}: {ref(index, 0)}: row {label!r} repeats row {sheet.rows[spec.name].label!r}"
+            )
+        sheet.rows[spec.name] = row
+    return sheet
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def pick_device(sheet: Sheet, device: str | None) -> str:
+    """The device column named ``device`` (case/dash-insensitive), or the only one."""
+    columns = ", ".join(repr(d) for d in sheet.devices)
+    if device is None:
+        if len(sheet.devices) == 1:
+            return sheet.devices[0]
+        raise HardwareSpecError(f"{sheet.origin}: the sheet has several devices; pick one of: {columns}")
+    for name in sheet.devices:
+        if _norm(name) == _norm(device):
+            return name
+    raise HardwareSpecError(f"{sheet.origin}: no device column {device!r}; columns: {columns}")
+
+
+class _Column:
+    """Typed access to one device column of a sheet, raising errors that name the cell."""
+
+    def __init__(self, sheet: Sheet, device: str) -> None:
+        self.sheet = sheet
+        self.device = device
+        self.sources: dict[str, str] = {}
+
+    def _where(self, row: SheetRow) -> str:
+        cell = row.cells[self.device]
+        return f"{self.sheet.origin}: {cell.ref} (row {row.label!r}, column {self.device!r})"
+
+    def has(self, name: str) -> bool:
+        row = self.sheet.rows.get(name)
+        return row is not None and bool(_text(row.cells[self.device].value))
+
+    def missing(self, name: str) -> HardwareSpecError:
+        if name in self.sheet.rows:
+            return HardwareSpecError(f"{self._where(self.sheet.rows[name])}: required value is empty")
+        return HardwareSpecError(
+            f"{self.sheet.origin}: missing required row {name!r} (device {self.device!r}); "
+            f"rows present: {', '.join(r.label for r in self.sheet.rows.values()) or 'none'}"
+        )
+
+    def number(self, name: str, field_path: str) -> float:
+        row = self.sheet.rows[name]
+        cell = row.cells[self.device]
+        dimension = row.spec.dimension
+        assert dimension is not None, name
+        try:
+            if isinstance(cell.value, str | bool):
+                value = parse_quantity(cell.value, dimension, row.unit)
+            else:
+                value = parse_quantity(float(cell.value), dimension, row.unit)
+        except (TypeError, ValueError) as exc:
+            raise HardwareSpecError(f"{self._where(row)}: {exc}") from None
+        if dimension == "fraction" and not 0 < value <= 1:
+            raise HardwareSpecError(f"{self._where(row)}: {cell.value!r} must be in (0, 1] (or 0–100 %)")
+        if dimension not in ("fraction",) and not (math.isfinite(value) and value >= 0):
+            raise HardwareSpecError(f"{self._where(row)}: {cell.value!r} must be a finite number >= 0")
+        where = f"{self.sheet.origin}: row {row.label!r}, column {self.device!r}"
+        self.sources[field_path] = row.source or where
+        return value
+
+    def text(self, name: str) -> str:
+        return _text(self.sheet.rows[name].cells[self.device].value)
+
+    def rows_by_dtype(self, prefix: str) -> list[SheetRow]:
+        return [r for r in self.sheet.rows.values() if r.dtype is not None and r.spec.name.startswith(prefix)]
+
+
+# Assumptions for figures a sheet leaves out; each one is recorded as the field's source.
+_DEFAULT_MACS_DTYPE = DType.FP16
+_VECTOR_FRACTION = 1.0 / 16.0
+_VECTOR_ASSUMPTION = (
+    "assumption: no Vector_flops row; 1/16 of the 16-bit matrix peak, the A100 ratio of FP32 "
+    "non-tensor to dense BF16 (19.5/312, hardware-specs.md S5)"
+)
+
+
+def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
+    """Build the :class:`HardwareSpec` of one device column.
+
+    Required rows: ``Num_Cores``, ``Frequency``, ``Bandwidth`` and either ``MACs_per_cycle`` or a
+    ``Peak_flops_<dtype>`` row. Assumed when absent (and said so in ``sources``): MACs are fp16
+    (``MACs_dtype``); ``Vector_flops`` = 1/16 of the 16-bit matrix peak; no launch overhead; ideal
+    efficiencies; unknown main-memory capacity (``inf``).
+    """
+    col = _Column(sheet, device)
+    for required in (r.name for r in SHEET_ROWS if r.required):
+        if not col.has(required):
+            raise col.missing(required)
+    count_f = col.number("Num_Cores", "engines.count")
+    if count_f != int(count_f) or count_f < 1:
+        row = sheet.rows["Num_Cores"]
+        raise HardwareSpecError(f"{col._where(row)}: {row.cells[device].value!r} must be a whole number >= 1")
+    count = int(count_f)
+    clock_hz = col.number("Frequency", "engines.clock_hz")
+
+    macs: dict[DType, float] = {}
+    if col.has("MACs_per_cycle"):
+        macs_dtype = _DEFAULT_MACS_DTYPE
+        if col.has("MACs_dtype"):
+            row = sheet.rows["MACs_dtype"]
+            try:
+                macs_dtype = parse_dtype(col.text("MACs_dtype"))
+            except WorkloadError as exc:
+                raise HardwareSpecError(f"{col._where(row)}: {exc}") from None
+        else:
+            col.sources["engines.macs_dtype"] = "assumption: no MACs_dtype row; MACs_per_cycle taken as fp16"
+        macs[macs_dtype] = col.number("MACs_per_cycle", f"engines.macs_per_cycle.{macs_dtype.value}")
+    for row in col.rows_by_dtype("MACs_per_cycle_"):
+        if col.has(row.spec.name):
+            assert row.dtype is not None
+            macs[row.dtype] = col.number(row.spec.name, f"engines.macs_per_cycle.{row.dtype.value}")
+    peaks: dict[DType, float] = {}
+    for row in col.rows_by_dtype("Peak_flops_"):
+        if col.has(row.spec.name):
+            assert row.dtype is not None
+            peaks[row.dtype] = col.number(row.spec.name, f"engines.peak_flops_per_s.{row.dtype.value}")
+    for dtype in macs:
+        path = f"engines.peak_flops_per_s.{dtype.value}"
+        if dtype not in peaks:
+            macs_source = col.sources[f"engines.macs_per_cycle.{dtype.value}"]
+            col.sources[path] = f"derived: Num_Cores x Frequency x 2 x MACs_per_cycle ({macs_source})"
+    if not macs and not peaks:
+        raise HardwareSpecError(
+            f"{sheet.origin}: device {device!r} needs a MACs_per_cycle or Peak_flops_<dtype> row; "
+            f"rows present: {', '.join(r.label for r in sheet.rows.values())}"
+        )
+
+    if col.has("Vector_flops"):
+        vector = col.number("Vector_flops", "engines.vector_flops_per_s")
+    else:
+        vector = _VECTOR_FRACTION * _sixteen_bit_peak(count, clock_hz, macs, peaks)
+        col.sources["engines.vector_flops_per_s"] = _VECTOR_ASSUMPTION
+        logger.info("%s: %s: %s", sheet.origin, device, _VECTOR_ASSUMPTION)
+    engines: dict[str, Any] = {"count": count, "clock_hz": clock_hz, "macs_per_cycle": macs,
+                               "peak_flops_per_s": peaks, "vector_flops_per_s": vector}
+    if col.has("TF32_flops"):
+        engines["tf32_flops_per_s"] = col.number("TF32_flops", "engines.tf32_flops_per_s")
+
+    memory: list[dict[str, Any]] = []
+    for level, capacity_row, bandwidth_row, per_engine in (
+        ("l1", "L1_cache_capacity", None, True),
+        ("l2", "L2_cache_capacity", "L2_bandwidth", False),
+        ("l3", "L3_cache_capacity", "L3_bandwidth", False),
+    ):
+        if not col.has(capacity_row):
+            continue
+        entry: dict[str, Any] = {"name": level, "per_engine": per_engine,
+                                 "capacity_bytes": col.number(capacity_row, f"memory.{level}.capacity_bytes")}
+        if bandwidth_row and col.has(bandwidth_row):
+            entry["bandwidth_bytes_per_s"] = col.number(
+                bandwidth_row, f"memory.{level}.bandwidth_bytes_per_s"
+            )
+        memory.append(entry)
+    main = _norm(col.text("Memory_type")) if col.has("Memory_type") else "dram"
+    if col.has("Memory_capacity"):
+        capacity = col.number("Memory_capacity", f"memory.{main}.capacity_bytes")
+    else:
+        capacity = math.inf
+        col.sources[f"memory.{main}.capacity_bytes"] = "not given in the sheet (Memory_capacity); unbounded"
+    memory.append({"name": main, "capacity_bytes": capacity,
+                   "bandwidth_bytes_per_s": col.number("Bandwidth", f"memory.{main}.bandwidth_bytes_per_s")})
+
+    if col.has("Launch_overhead"):
+        launch_overhead_s = col.number("Launch_overhead", "launch_overhead_s")
+    else:
+        launch_overhead_s = 0.0
+        col.sources["launch_overhead_s"] = "assumption: no Launch_overhead row; no per-op launch cost"
+
+    efficiency: dict[str, Any] = {}
+    for key, row_name in (("matmul", "Matmul_efficiency"), ("vector", "Vector_efficiency"),
+                          ("memory", "Memory_efficiency")):
+        if col.has(row_name):
+            efficiency[key] = col.number(row_name, f"efficiency.{key}")
+            efficiency[f"{key}_source"] = col.sources.pop(f"efficiency.{key}")
+
+    interconnect = None
+    if col.has("Interconnect_bandwidth"):
+        interconnect = {
+            "name": col.text("Interconnect") if col.has("Interconnect") else "interconnect",
+            "bandwidth_bytes_per_s": col.number(
+                "Interconnect_bandwidth", "interconnect.bandwidth_bytes_per_s"
+            ),
+            "latency_s": col.number("Interconnect_latency", "interconnect.latency_s")
+            if col.has("Interconnect_latency") else 0.0,
+        }
+    data = {
+        "name": device,
+        "description": (
+            col.text("Description") if col.has("Description")
+            else f"{device} (from {Path(sheet.origin).name})"
+        ),
+        "kind": _kind(col) if col.has("Kind") else "accelerator",
+        "engines": engines,
+        "memory": memory,
+        "interconnect": interconnect,
+        "launch_overhead_s": launch_overhead_s,
+        "efficiency": efficiency,
+        "sources": col.sources,
+    }
+    return HardwareSpec.from_dict(data, origin=f"{sheet.origin}, column {device!r}")
+
+
+def _kind(col: _Column) -> str:
+    kind = col.text("Kind").lower()
+    allowed = get_args(HardwareKind)
+    if kind not in allowed:
+        raise HardwareSpecError(f"{col._where(col.sheet.rows['Kind'])}: kind {kind!r} not one of {allowed}")
+    return kind
+
+
+def _sixteen_bit_peak(
+    count: int, clock_hz: float, macs: dict[DType, float], peaks: dict[DType, float]
+) -> float:
+    """The fp16/bf16 matrix peak (else the widest listed) for the vector-rate assumption."""
+    derived = {d: count * clock_hz * 2.0 * m for d, m in macs.items()}
+    merged = {**derived, **peaks}
+    for dtype in (DType.FP16, DType.BF16, DType.FP32, DType.FP8, DType.INT8, DType.FP4, DType.INT4):
+        if dtype in merged:
+            return merged[dtype]
+    raise AssertionError("caller checked that a matrix peak exists")
+
+
+# -- readers ------------------------------------------------------------------------------
+
+
+def _csv_sheet(path: Path) -> Sheet:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
+    grid = list(csv.reader(io.StringIO(text)))
+    return sheet_from_grid(grid, str(path), lambda r, c: f"line {r + 1}, column {c + 1}")
+
+
+def _xlsx_sheet(path: Path) -> Sheet:
+    import openpyxl  # deferred: openpyxl is slow to import and only spreadsheets need it
+    from openpyxl.utils import get_column_letter
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        workbook = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    except (OSError, InvalidFileException, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read as XLSX: {exc}") from None
+    try:
+        worksheet = workbook.worksheets[0]
+        title = worksheet.title
+        grid = [list(row) for row in worksheet.iter_rows(values_only=True)]
+    finally:
+        workbook.close()
+    return sheet_from_grid(
+        grid, str(path), lambda r, c: f"sheet {title!r} cell {get_column_letter(c + 1)}{r + 1}"
+    )
+
+
+_SUFFIXES = ("_hz", "_bytes", "_bytes_per_s", "_flops_per_s", "_s")
+_DIMENSION_BY_SUFFIX: dict[str, Dimension] = {
+    "_bytes_per_s": "bytes_per_s", "_flops_per_s": "flops_per_s", "_hz": "hz", "_bytes": "bytes", "_s": "s",
+}
+
+
+def _with_units(value: Any, key: str, origin: str, path: str) -> Any:
+    """Convert strings with units (``"3.35 TB/s"``) under unit-named keys to base-unit floats."""
+    if isinstance(value, dict):
+        inherit = key.endswith(_SUFFIXES)  # {bf16: "989 TFLOP/s"} under peak_flops_per_s
+        return {k: v if str(k) == "sources" else
+                _with_units(v, key if inherit else str(k), origin, f"{path}.{k}" if path else str(k))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_units(v, key, origin, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and key.endswith(_SUFFIXES):
+        dimension = next(d for s, d in _DIMENSION_BY_SUFFIX.items() if key.endswith(s))
+        try:
+            return parse_quantity(value, dimension, _bare_unit(dimension))
+        except ValueError as exc:
+            raise HardwareSpecError(f"{origin}: field {path!r}: {exc}") from None
+    return value
+
+
+def _bare_unit(dimension: Dimension) -> str:
+    """Unit of a bare number in YAML/JSON: the base unit the field name says."""
+    units = {"hz": "Hz", "bytes": "B", "bytes_per_s": "B/s", "flops_per_s": "FLOP/s", "s": "s"}
+    return units.get(dimension, "")
+
+
+def _mapping_spec(data: Any, origin: str) -> HardwareSpec:
+    if not isinstance(data, dict):
+        raise HardwareSpecError(
+            f"{origin}: expected a mapping of HardwareSpec fields, got {type(data).__name__}"
+        )
+    return HardwareSpec.from_dict(_with_units(data, "", origin, ""), origin=origin)
+
+
+def _load_yaml(path: Path, device: str | None) -> HardwareSpec:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise HardwareSpecError(f"{path}: invalid YAML: {exc}") from None
+    return _mapping_spec(data, str(path))
+
+
+def _load_json(path: Path, device: str | None) -> HardwareSpec:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise HardwareSpecError(f"{path}: invalid JSON: {exc}") from None
+    return _mapping_spec(data, str(path))
+
+
+def _load_csv(path: Path, device: str | None) -> HardwareSpec:
+    sheet = _csv_sheet(path)
+    return spec_from_sheet_column(sheet, pick_device(sheet, device))
+
+
+def _load_xlsx(path: Path, device: str | None) -> HardwareSpec:
+    sheet = _xlsx_sheet(path)
+    return spec_from_sheet_column(sheet, pick_device(sheet, device))
+
+
+Loader = Callable[[Path, str | None], HardwareSpec]
+
+LOADERS: dict[str, Loader] = {
+    ".yaml": _load_yaml,
+    ".yml": _load_yaml,
+    ".json": _load_json,
+    ".csv": _load_csv,
+    ".xlsx": _load_xlsx,
+    ".xlsm": _load_xlsx,
+}
+"""File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column."""
+
+SHEET_READERS: dict[str, Callable[[Path], Sheet]] = {
+    ".csv": _csv_sheet,
+    ".xlsx": _xlsx_sheet,
+    ".xlsm": _xlsx_sheet,
+}
+"""Spreadsheet suffix → reader, for listing the devices of a sheet."""
+
+
+def load_hardware_file(path: str | Path, device: str | None = None) -> HardwareSpec:
+    """Load a spec file by its suffix (see :data:`LOADERS`)."""
+    file = Path(path)
+    loader = LOADERS.get(file.suffix.lower())
+    if loader is None:
+        known = ", ".join(sorted(LOADERS))
+        raise HardwareSpecError(f"{file}: unknown hardware file type {file.suffix!r}; known: {known}")
+    if not file.is_file():
+        raise HardwareSpecError(f"{file}: no such file")
+    return loader(file, device)
+
+
+def sheet_devices(path: str | Path) -> list[str]:
+    """The device columns of a CSV/XLSX spreadsheet."""
+    file = Path(path)
+    reader = SHEET_READERS.get(file.suffix.lower())
+    if reader is None:
+        raise HardwareSpecError(f"{file}: not a spreadsheet; known: {', '.join(sorted(SHEET_READERS))}")
+    return reader(file).devices
+
+
+def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec:
+    """A :class:`HardwareSpec` from a preset name (``h100-sxm``, ``H100_SXM``) or a file.
+
+    A path that exists, or that ends in a known suffix, is read as a file; anything else is
+    looked up among the presets (:func:`layerscope.hardware.presets.list_presets`). ``device``
+    picks the column of a multi-device spreadsheet.
+    """
+    from layerscope.hardware.presets import find_preset, load_preset, preset_names
+
+    path = Path(source)
+    if path.suffix.lower() in LOADERS:
+        return load_hardware_file(path, device)
+    preset = find_preset(str(source))
+    if preset is not None:
+        return load_preset(preset)
+    if path.is_file():
+        return load_hardware_file(path, device)  # raises: unknown file type
+    raise HardwareSpecError(
+        f"unknown hardware {str(source)!r}: not a file and not a preset; presets: "
+        f"{', '.join(preset_names())}; files: {', '.join(sorted(LOADERS))}"
+    )
+
+
+# -- writers ------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """Model dump → YAML/JSON-safe builtins (enums to values, tuples to lists, inf kept)."""
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, DType):
+        return value.value
+    return value
+
+
+def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
+    """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``."""
+    data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
+    return data
+
+
+def dump_hardware_yaml(spec: HardwareSpec) -> str:
+    """YAML text that :func:`load_hardware` reads back into an equal spec."""
+    import yaml
+
+    return yaml.safe_dump(hardware_to_dict(spec), sort_keys=False, allow_unicode=True, width=110)
+
+
+def dump_hardware_json(spec: HardwareSpec) -> str:
+    """JSON text (``Infinity`` for an unbounded capacity) that :func:`load_hardware` reads back."""
+    return json.dumps(hardware_to_dict(spec), indent=2, ensure_ascii=False) + "\n"
+
+
+def sheet_grid(specs: Iterable[HardwareSpec]) -> list[list[Any]]:
+    """Specs as a spreadsheet grid (one column per device, base units in the row names).
+
+    Keeps the numbers the sheet format carries; memory levels become L1 (the per-engine level),
+    L2/L3 (the other caches, in order) and main memory, so level names other than ``l1``/``l2``/
+    ``l3`` and the per-figure sources are not kept.
+    """
+    specs = list(specs)
+    dtypes_macs = sorted({d for s in specs for d in s.engines.macs_per_cycle}, key=lambda d: d.value)
+    dtypes_peak = sorted({d for s in specs for d in s.engines.peak_flops_per_s}, key=lambda d: d.value)
+    rows: list[tuple[str, Callable[[HardwareSpec], Any]]] = [
+        ("Description", lambda s: s.description),
+        ("Kind", lambda s: s.kind),
+        ("Num_Cores", lambda s: s.engines.count),
+        ("Frequency (Hz)", lambda s: s.engines.clock_hz),
+    ]
+    rows += [(f"MACs_per_cycle_{d.value}", functools.partial(_macs, dtype=d)) for d in dtypes_macs]
+    rows += [(f"Peak_flops_{d.value} (FLOP/s)", functools.partial(_peak, dtype=d)) for d in dtypes_peak]
+    rows += [
+        ("TF32_flops (FLOP/s)", lambda s: s.engines.tf32_flops_per_s),
+        ("Vector_flops (FLOP/s)", lambda s: s.engines.vector_flops_per_s),
+        ("L1_cache_capacity (B)", lambda s: _cache(s, "l1", "capacity_bytes")),
+        ("L2_cache_capacity (B)", lambda s: _cache(s, "l2", "capacity_bytes")),
+        ("L2_bandwidth (B/s)", lambda s: _cache(s, "l2", "bandwidth_bytes_per_s")),
+        ("L3_cache_capacity (B)", lambda s: _cache(s, "l3", "capacity_bytes")),
+        ("L3_bandwidth (B/s)", lambda s: _cache(s, "l3", "bandwidth_bytes_per_s")),
+        ("Memory_type", lambda s: s.main_memory.name),
+        ("Memory_capacity (B)", lambda s: _finite_or_none(s.memory_capacity_bytes)),
+        ("Bandwidth (B/s)", lambda s: s.memory_bandwidth_bytes_per_s),
+        ("Launch_overhead (s)", lambda s: s.launch_overhead_s),
+        ("Matmul_efficiency", lambda s: s.efficiency.matmul),
+        ("Vector_efficiency", lambda s: s.efficiency.vector),
+        ("Memory_efficiency", lambda s: s.efficiency.memory),
+        ("Interconnect", lambda s: s.interconnect.name if s.interconnect else None),
+        ("Interconnect_bandwidth (B/s)",
+         lambda s: s.interconnect.bandwidth_bytes_per_s if s.interconnect else None),
+        ("Interconnect_latency (s)", lambda s: s.interconnect.latency_s if s.interconnect else None),
+    ]
+    grid: list[list[Any]] = [["Parameter", *(s.name for s in specs)]]
+    for label, getter in rows:
+        values = [getter(s) for s in specs]
+        if any(v is not None for v in values):
+            grid.append([label, *values])
+    return grid
+
+
+def _macs(spec: HardwareSpec, dtype: DType) -> float | None:
+    return spec.engines.macs_per_cycle.get(dtype)
+
+
+def _peak(spec: HardwareSpec, dtype: DType) -> float | None:
+    return spec.engines.peak_flops_per_s.get(dtype)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _cache(spec: HardwareSpec, row: str, field: str) -> Any:
+    """``field`` of the cache level the sheet row ``l1``/``l2``/``l3`` stands for, or None."""
+    level = _sheet_levels(spec).get(row)
+    return None if level is None else getattr(level, field)
+
+
+def _sheet_levels(spec: HardwareSpec) -> dict[str, MemoryLevel]:
+    """Cache levels → sheet rows: the first per-engine level is L1; shared levels named ``l2``/``l3``
+    keep their row and the others fill the free one of L2, L3 in order (e.g. MI300X's Infinity
+    Cache becomes L3). Levels beyond these are not representable in a sheet and are dropped."""
+    caches = spec.memory[:-1]
+    rows: dict[str, MemoryLevel] = {}
+    private = [lv for lv in caches if lv.per_engine]
+    if private:
+        rows["l1"] = private[0]
+    shared = [lv for lv in caches if not lv.per_engine]
+    for level in shared:
+        if level.name.lower() in ("l2", "l3"):
+            rows[level.name.lower()] = level
+    for level in shared:
+        if level.name.lower() not in ("l2", "l3"):
+            free = next((r for r in ("l2", "l3") if r not in rows), None)
+            if free is not None:
+                rows[free] = level
+    return rows
+
+
+def _write_csv(grid: list[list[Any]], path: Path, inputs: tuple[Path, ...]) -> None:
+    with atomic_write(path, "w", inputs=inputs) as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerows([["" if v is None else (repr(v) if isinstance(v, float) else v) for v in row]
+                          for row in grid])
+
+
+def _write_xlsx(grid: list[list[Any]], path: Path, inputs: tuple[Path, ...]) -> None:
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    worksheet = workbook.active
+    assert worksheet is not None
+    worksheet.title = "hardware"
+    for row in grid:
+        worksheet.append(row)
+    with atomic_write(path, "wb", inputs=inputs) as handle:
+        workbook.save(handle)
+
+
+SHEET_WRITERS: dict[str, Callable[[list[list[Any]], Path, tuple[Path, ...]], None]] = {
+    ".csv": _write_csv,
+    ".xlsx": _write_xlsx,
+}
+"""Spreadsheet suffix → writer of a grid."""
+
+
+def write_hardware_sheet(specs: Iterable[HardwareSpec], path: str | Path,
+                         inputs: tuple[str | Path, ...] = ()) -> None:
+    """Write ``specs`` as a one-column-per-device CSV/XLSX (atomically, never over ``inputs``)."""
+    file = Path(path)
+    writer = SHEET_WRITERS.get(file.suffix.lower())
+    if writer is None:
+        known = ", ".join(sorted(SHEET_WRITERS))
+        raise HardwareSpecError(f"{file}: cannot write {file.suffix!r}; known: {known}")
+    writer(sheet_grid(specs), file, tuple(Path(p) for p in inputs))

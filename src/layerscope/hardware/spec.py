@@ -1,0 +1,343 @@
+"""``HardwareSpec``: what a cost model needs to know about one chip.
+
+Compute engines (SMs, cores, CUs) with their clock and peak FLOP/s per dtype, the memory
+hierarchy from the engines out to main memory, the interconnect to peer chips, the fixed cost
+of launching an op, and the fraction of each peak that real kernels achieve. Every figure can
+carry its citation in :attr:`HardwareSpec.sources` (and the efficiencies in their own
+``*_source`` fields), so a reader can check each number against its datasheet.
+
+Units are in the names: ``_hz``, ``_bytes``, ``_bytes_per_s``, ``_flops_per_s``, ``_s``.
+Peaks are *dense* (datasheets print sparse figures with an asterisk; halve those).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from layerscope.errors import HardwareSpecError, WorkloadError
+from layerscope.units import DType, parse_dtype
+
+HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
+FlopsPath = Literal["matrix", "tf32", "vector"]
+
+_UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
+
+
+def _dtype_keys(value: Any, field: str) -> Any:
+    """Normalize the keys of a ``{dtype: number}`` mapping (``bfloat16`` → ``bf16``)."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[DType, Any] = {}
+    for key, item in value.items():
+        try:
+            dtype = parse_dtype(key, field=field)
+        except WorkloadError as exc:
+            raise ValueError(str(exc)) from None
+        if dtype in out:
+            raise ValueError(f"{field}: dtype {dtype.value!r} given twice (as {key!r})")
+        out[dtype] = item
+    return out
+
+
+def _positive_number(value: Any) -> float | None:
+    """``value`` as a finite float > 0, or None when it is not one (validation reports it later)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+class EngineSpec(BaseModel):
+    """The compute engines of a chip and their peak arithmetic throughput."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(gt=0)
+    """Number of identical engines: SMs (NVIDIA), CUs (AMD), cores (CPU, NPU), TensorCores (TPU)."""
+    clock_hz: float = Field(gt=0)
+    """Clock at which the peak figures hold (boost clock for GPUs)."""
+    macs_per_cycle: dict[DType, float] = Field(default_factory=dict)
+    """Dense matrix-unit multiply-accumulates per cycle of *one* engine, per dtype (optional)."""
+    peak_flops_per_s: dict[DType, float] = Field(default_factory=dict)
+    """Dense matrix-unit peak of the whole chip per dtype. Entries missing here but present in
+    ``macs_per_cycle`` are derived as ``count * clock_hz * 2 * macs``."""
+    tf32_flops_per_s: float | None = Field(default=None, gt=0)
+    """Dense TF32 tensor-core peak of the whole chip (NVIDIA/AMD); the fp32 matmul path when
+    TF32 is allowed. None where the chip has no TF32 mode."""
+    vector_flops_per_s: float = Field(gt=0)
+    """Non-tensor (CUDA core / SIMD / VPU) FP32 peak of the whole chip, FMA counted as 2 FLOPs."""
+
+    @field_validator("macs_per_cycle", "peak_flops_per_s", mode="before")
+    @classmethod
+    def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
+        return _dtype_keys(value, f"engines.{info.field_name}")
+
+    @field_validator("macs_per_cycle", "peak_flops_per_s")
+    @classmethod
+    def _positive_values(cls, value: dict[DType, float], info: Any) -> dict[DType, float]:
+        for dtype, number in value.items():
+            if not (math.isfinite(number) and number > 0):
+                raise ValueError(
+                    f"engines.{info.field_name}.{dtype.value}: must be a finite number > 0, got {number!r}"
+                )
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_peaks_from_macs(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("macs_per_cycle"):
+            return data
+        count = _positive_number(data.get("count"))
+        clock_hz = _positive_number(data.get("clock_hz"))
+        if count is None or clock_hz is None or not isinstance(data["macs_per_cycle"], dict):
+            return data  # field validation reports the bad value
+        macs = _dtype_keys(data["macs_per_cycle"], "engines.macs_per_cycle")
+        peaks = dict(_dtype_keys(data.get("peak_flops_per_s") or {}, "engines.peak_flops_per_s"))
+        for dtype, macs_per_cycle in macs.items():
+            per_cycle = _positive_number(macs_per_cycle)
+            if dtype in peaks or per_cycle is None:
+                continue
+            # Peak FLOP/s = engines * clock * 2 FLOPs per MAC * MACs per engine per cycle, the
+            # datasheet definition (e.g. A100: 108 SMs * 1.41 GHz * 2 * 1024 = 312 TFLOP/s bf16,
+            # NVIDIA A100 Tensor Core GPU Architecture whitepaper, "Peak FP16 Tensor TFLOPS").
+            peaks[dtype] = count * clock_hz * 2.0 * per_cycle
+        return {**data, "macs_per_cycle": macs, "peak_flops_per_s": peaks}
+
+
+class MemoryLevel(BaseModel):
+    """One level of the memory hierarchy (shared memory/L1, L2/L3, HBM/DRAM)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Short name used by :meth:`HardwareSpec.level` (``smem``, ``l2``, ``hbm``, ``dram``)."""
+    capacity_bytes: float = Field(gt=0)
+    """Capacity; per engine when ``per_engine``, otherwise of the whole chip. ``inf`` when not
+    published (spreadsheet accelerators without a memory-capacity row)."""
+    bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Peak bandwidth of the whole chip to this level (summed over engines for a per-engine
+    level); None when the vendor does not publish it (most caches). Required for main memory."""
+    per_engine: bool = False
+    """True for private per-engine storage (shared memory / L1 of one SM, a core's L2)."""
+
+
+class InterconnectSpec(BaseModel):
+    """The chip-to-chip link used by tensor/pipeline parallel collectives."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Link name (``nvlink4``, ``pcie5-x16``, ``ici``, ``xgmi``)."""
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    """Aggregate bandwidth of one chip *per direction* (half the 'bidirectional' datasheet figure)."""
+    latency_s: float = Field(ge=0)
+    """One-hop latency of a small message."""
+
+
+class EfficiencySpec(BaseModel):
+    """Fractions of the peaks that real kernels reach; each in (0, 1] with its citation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    matmul: float = Field(default=1.0, gt=0, le=1)
+    """Achievable fraction of the dense matrix-unit peak for GEMMs (best measured GEMM / peak)."""
+    matmul_source: str = _UNCALIBRATED
+    matmul_per_dtype: dict[DType, float] = Field(default_factory=dict)
+    """Overrides of ``matmul`` for particular dtypes (e.g. fp8 GEMMs reach less than bf16)."""
+    matmul_per_dtype_source: str = ""
+    vector: float = Field(default=1.0, gt=0, le=1)
+    """Achievable fraction of ``vector_flops_per_s`` for non-tensor arithmetic."""
+    vector_source: str = _UNCALIBRATED
+    memory: float = Field(default=1.0, gt=0, le=1)
+    """Achievable fraction of the main-memory bandwidth for streaming kernels."""
+    memory_source: str = _UNCALIBRATED
+
+    @field_validator("matmul_per_dtype", mode="before")
+    @classmethod
+    def _normalize_dtypes(cls, value: Any) -> Any:
+        return _dtype_keys(value, "efficiency.matmul_per_dtype")
+
+    @field_validator("matmul_per_dtype")
+    @classmethod
+    def _fractions(cls, value: dict[DType, float]) -> dict[DType, float]:
+        for dtype, fraction in value.items():
+            if not 0 < fraction <= 1:
+                raise ValueError(
+                    f"efficiency.matmul_per_dtype.{dtype.value}: must be in (0, 1], got {fraction!r}"
+                )
+        return value
+
+    def matmul_for(self, dtype: DType) -> float:
+        """The GEMM efficiency for ``dtype``: its override if any, else ``matmul``."""
+        return self.matmul_per_dtype.get(dtype, self.matmul)
+
+
+class ResolvedFlops(NamedTuple):
+    """Which unit of the chip runs arithmetic of a requested dtype, and how fast."""
+
+    requested: DType
+    path: FlopsPath
+    """``matrix`` (a tensor/matrix unit), ``tf32`` (fp32 on TF32 tensor cores) or ``vector``."""
+    dtype: DType | None
+    """The matrix dtype whose peak is used (None for the tf32 and vector paths)."""
+    peak_flops_per_s: float
+    efficiency: float
+    """The fraction of ``peak_flops_per_s`` that is achievable on this path."""
+
+
+# Fallback chains of peak_flops (first entry the chip has wins; then fp32 via tf32/vector):
+# - fp16 and bf16 run on the same tensor-core datapath at the same rate on every chip we
+#   model (NVIDIA/AMD datasheets print one "BF16/FP16" figure), so each stands in for the other;
+# - fp8 on a chip without fp8 units (A100, TPU v5e) is upcast and runs at the bf16/fp16 rate;
+# - int8 without int8 units likewise runs at the 16-bit rate;
+# - int4 and fp4 fall back to the next wider type the chip supports (int4 → int8 → 16-bit,
+#   fp4 → fp8 → 16-bit): weight-only kernels dequantize to the wider type before the MMA;
+# - anything that reaches fp32 uses the TF32 tensor-core rate when allowed, else the vector rate.
+_FALLBACKS: dict[DType, tuple[DType, ...]] = {
+    DType.FP32: (DType.FP32,),
+    DType.BF16: (DType.BF16, DType.FP16),
+    DType.FP16: (DType.FP16, DType.BF16),
+    DType.FP8: (DType.FP8, DType.BF16, DType.FP16),
+    DType.INT8: (DType.INT8, DType.BF16, DType.FP16),
+    DType.INT4: (DType.INT4, DType.INT8, DType.BF16, DType.FP16),
+    DType.FP4: (DType.FP4, DType.FP8, DType.BF16, DType.FP16),
+}
+
+
+class HardwareSpec(BaseModel):
+    """One chip (GPU, CPU socket, NPU, TPU chip) as the cost models see it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Preset-style name (``h100-sxm``) or the device column of a spreadsheet."""
+    description: str = ""
+    """One line for listings (``NVIDIA H100 SXM5 80GB, HBM3``)."""
+    kind: HardwareKind = "accelerator"
+    engines: EngineSpec
+    memory: tuple[MemoryLevel, ...] = Field(min_length=1)
+    """Memory levels ordered from the closest to the engines out to main memory (the last)."""
+    interconnect: InterconnectSpec | None = None
+    """Chip-to-chip link; None for a chip that is not meant to be used in groups."""
+    launch_overhead_s: float = Field(default=0.0, ge=0)
+    """Fixed host-side cost per kernel/op (launch latency), added to every op's time."""
+    efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Citation per figure, keyed by its dotted path: ``engines.peak_flops_per_s.bf16``,
+    ``memory.hbm.bandwidth_bytes_per_s``, ``launch_overhead_s`` …"""
+
+    @model_validator(mode="after")
+    def _check_memory(self) -> HardwareSpec:
+        names = [level.name for level in self.memory]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"memory: level names must be unique, repeated: {duplicates}")
+        main = self.memory[-1]
+        if main.per_engine:
+            raise ValueError(f"memory: the last level {main.name!r} is main memory and cannot be per_engine")
+        if main.bandwidth_bytes_per_s is None:
+            raise ValueError(f"memory: main memory {main.name!r} needs bandwidth_bytes_per_s")
+        return self
+
+    @classmethod
+    def from_dict(cls, data: Any, *, origin: str = "hardware spec") -> HardwareSpec:
+        """Validate ``data``; a bad value raises :class:`HardwareSpecError` naming ``origin``,
+        the field path, the value and what is allowed."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise HardwareSpecError(format_validation_error(exc, origin)) from None
+
+    # -- memory ----------------------------------------------------------------------------
+
+    @property
+    def main_memory(self) -> MemoryLevel:
+        """The last memory level (HBM, GDDR, DRAM)."""
+        return self.memory[-1]
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """Capacity of main memory."""
+        return self.main_memory.capacity_bytes
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        """Peak bandwidth of main memory (datasheet)."""
+        bandwidth = self.main_memory.bandwidth_bytes_per_s
+        assert bandwidth is not None  # enforced by _check_memory
+        return bandwidth
+
+    def level(self, name: str) -> MemoryLevel:
+        """The memory level called ``name`` (case-insensitive)."""
+        wanted = name.strip().lower()
+        for level in self.memory:
+            if level.name.lower() == wanted:
+                return level
+        known = ", ".join(level.name for level in self.memory)
+        raise HardwareSpecError(f"{self.name}: no memory level {name!r}; levels: {known}")
+
+    def achievable_bandwidth_bytes_per_s(self) -> float:
+        """Main-memory bandwidth streaming kernels reach: peak × ``efficiency.memory``."""
+        return self.memory_bandwidth_bytes_per_s * self.efficiency.memory
+
+    # -- compute ---------------------------------------------------------------------------
+
+    def resolve_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> ResolvedFlops:
+        """Which unit runs ``dtype`` arithmetic and at what peak (see ``_FALLBACKS`` for the rules).
+
+        fp16/bf16 share a rate; fp8 and int8 fall back to the 16-bit rate on chips without
+        such units; int4/fp4 fall back to the next wider supported type; fp32 uses an fp32
+        matrix peak if listed, else TF32 tensor cores (when ``allow_tf32``), else the vector units.
+        """
+        requested = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+        peaks = self.engines.peak_flops_per_s
+        for candidate in _FALLBACKS[requested]:
+            if candidate in peaks:
+                return ResolvedFlops(
+                    requested, "matrix", candidate, peaks[candidate], self.efficiency.matmul_for(candidate)
+                )
+        if DType.FP32 in peaks:
+            return ResolvedFlops(
+                requested, "matrix", DType.FP32, peaks[DType.FP32], self.efficiency.matmul_for(DType.FP32)
+            )
+        if allow_tf32 and self.engines.tf32_flops_per_s is not None:
+            return ResolvedFlops(
+                requested, "tf32", None, self.engines.tf32_flops_per_s, self.efficiency.matmul
+            )
+        return ResolvedFlops(
+            requested, "vector", None, self.engines.vector_flops_per_s, self.efficiency.vector
+        )
+
+    def peak_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
+        """Dense peak FLOP/s of matrix arithmetic in ``dtype``, after the fallback rules."""
+        return self.resolve_flops(dtype, allow_tf32=allow_tf32).peak_flops_per_s
+
+    def achievable_flops_per_s(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
+        """``peak_flops(dtype)`` × the efficiency of the unit that runs it."""
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return resolved.peak_flops_per_s * resolved.efficiency
+
+    def achievable_vector_flops_per_s(self) -> float:
+        """Non-tensor FP32 FLOP/s real kernels reach: ``vector_flops_per_s`` × ``efficiency.vector``."""
+        return self.engines.vector_flops_per_s * self.efficiency.vector
+
+    def source(self, field: str) -> str | None:
+        """The citation of ``field`` (a dotted path), or None when none is recorded."""
+        return self.sources.get(field)
+
+
+def format_validation_error(exc: ValidationError, origin: str) -> str:
+    """One message listing every bad field of ``exc`` with its value, prefixed by ``origin``."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        value = error.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{…}"
+        parts.append(f"field {loc!r}: {error['msg']} (got {shown})")
+    return f"{origin}: " + "; ".join(parts)

@@ -1,0 +1,133 @@
+"""Cost models against hand-computed cases and properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerscope.cost import COST_MODELS, get_cost_model, time_graph
+from layerscope.cost.features import op_features
+from layerscope.cost.models import gemm_tiled_traffic_bytes
+from layerscope.errors import CostModelError
+from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
+from layerscope.units import DType
+
+BF16 = DType.BF16
+
+
+def _gemm_op(m: int, n: int, k: int, dtype: DType = BF16, name: str = "q_proj") -> Op:
+    a = TensorSpec("x", (m, k), dtype)
+    w = TensorSpec(f"{name}.weight", (n, k), dtype, "weight")
+    out = TensorSpec(f"{name}:out", (m, n), dtype)
+    return Op(name=name, kind="gemm", module=name, layer=0, inputs=(a, w), outputs=(out,),
+              flops=2 * m * n * k, weight_bytes=w.nbytes, act_read_bytes=a.nbytes, act_write_bytes=out.nbytes,
+              matrix_class="Va_Mw" if m == 1 else "Ma_Mw", definition=f"gemm_n{n}_k{k}", gemm=GemmShape(m, n, k))
+
+
+def _graph(*ops: Op) -> OpGraph:
+    return OpGraph(ops=ops)
+
+
+def test_roofline_decode_q_proj_is_memory_bound_by_hand(toy_hw):
+    # Llama-3.2-1B decode q_proj: 2·2048·2048 FLOPs, 2048·2048·2 B of bf16 weights, 2·2048·2 B of act.
+    tg = time_graph(_graph(_gemm_op(1, 2048, 2048)), toy_hw, "roofline")
+    assert tg.compute_s[0] == pytest.approx(2 * 2048 * 2048 / 100e12)
+    assert tg.memory_s[0] == pytest.approx((2048 * 2048 * 2 + 2 * 2048 * 2) / 1e12)
+    assert tg.time_s[0] == pytest.approx(tg.memory_s[0])
+    assert tg.bound == ("memory",)
+
+
+def test_roofline_large_gemm_is_compute_bound_and_uses_dtype_peak(toy_hw):
+    op = _gemm_op(8192, 8192, 8192)
+    tg = time_graph(_graph(op), toy_hw)
+    assert tg.time_s[0] == pytest.approx(2 * 8192**3 / 100e12)
+    assert tg.bound == ("compute",)
+    fp8 = time_graph(_graph(_gemm_op(8192, 8192, 8192, DType.FP8)), toy_hw)
+    assert fp8.time_s[0] == pytest.approx(2 * 8192**3 / 200e12)
+
+
+def test_weight_only_quantized_gemm_computes_in_activation_type(toy_hw):
+    # W4A16: the int4 weights are dequantized; arithmetic at the bf16 rate, weight bytes at 4 bits.
+    a = TensorSpec("x", (8192, 8192), BF16)
+    w = TensorSpec("w", (8192, 8192), DType.INT4, "weight")
+    out = TensorSpec("y", (8192, 8192), BF16)
+    op = Op("p", "gemm", "p", 0, (a, w), (out,), flops=2 * 8192**3, weight_bytes=w.nbytes,
+            act_read_bytes=a.nbytes, act_write_bytes=out.nbytes, gemm=GemmShape(8192, 8192, 8192))
+    tg = time_graph(_graph(op), toy_hw)
+    assert w.nbytes == 8192 * 8192 // 2
+    assert tg.compute_s[0] == pytest.approx(2 * 8192**3 / 100e12)
+
+
+def test_vector_ops_use_vector_throughput(toy_hw):
+    x = TensorSpec("x", (4096, 2048), BF16)
+    y = TensorSpec("y", (4096, 2048), BF16)
+    op = Op("norm", "norm", "norm", 0, (x,), (y,), flops=4 * 4096 * 2048, act_read_bytes=x.nbytes,
+            act_write_bytes=y.nbytes)
+    tg = time_graph(_graph(op), toy_hw)
+    assert tg.compute_s[0] == pytest.approx(4 * 4096 * 2048 / 10e12)
+
+
+def test_launch_overhead_added_and_reported(toy_hw):
+    hw = toy_hw.model_copy(update={"launch_overhead_s": 5e-6})
+    tg = time_graph(_graph(_gemm_op(1, 64, 64)), hw)
+    assert tg.time_s[0] == pytest.approx(5e-6 + max(tg.compute_s[0], tg.memory_s[0]))
+    assert tg.bound == ("overhead",)
+
+
+def test_gemv_tiling_traffic_by_hand():
+    # m=1, n=k=4096, bf16, 64 KiB cache: the best tiling keeps a 1x1024 tile of C with tk=16, so the
+    # 8 KiB activation row is read ceil(4096/1024) = 4 times, weights once, output once.
+    traffic, tm, tn, tk = gemm_tiled_traffic_bytes(1, 4096, 4096, 2.0, 2.0, 2.0, 64 * 1024.0)
+    assert (tm, tn, tk) == (1, 1024, 16)
+    assert traffic == 4 * 4096 * 2 + 4096 * 4096 * 2 + 4096 * 2
+
+
+def test_tiling_traffic_is_compulsory_when_everything_fits():
+    traffic, *_ = gemm_tiled_traffic_bytes(1024, 1024, 1024, 2.0, 2.0, 2.0, 64 * 1024**2)
+    assert traffic == 3 * 1024 * 1024 * 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 5000), n=st.integers(16, 5000), k=st.integers(16, 5000),
+       cap_kib=st.sampled_from([16, 64, 256, 1024, 8192]))
+def test_tiling_traffic_bounds(m, n, k, cap_kib):
+    small, *_ = gemm_tiled_traffic_bytes(m, n, k, 2.0, 2.0, 2.0, cap_kib * 1024.0)
+    large, *_ = gemm_tiled_traffic_bytes(m, n, k, 2.0, 2.0, 2.0, cap_kib * 4 * 1024.0)
+    compulsory = 2.0 * (m * k + k * n + m * n)
+    assert small >= compulsory - 1e-6
+    assert large <= small + 1e-6  # more cache never costs traffic
+
+
+def test_tiling_and_hierarchical_never_faster_than_roofline(toy_hw):
+    graph = _graph(_gemm_op(4096, 8192, 8192, name="a"), _gemm_op(1, 4096, 4096, name="b"),
+                   _gemm_op(300, 14336, 4096, name="c"))
+    feats = op_features(graph)
+    base = COST_MODELS["roofline"](feats, toy_hw).time_s
+    for name in ("tiling", "hierarchical"):
+        t = COST_MODELS[name](feats, toy_hw).time_s
+        assert np.all(t >= base * (1 - 1e-12)), name
+
+
+def test_hierarchical_weights_shared_across_batch_hit_the_cache(toy_hw):
+    # A 4096-token prefill GEMM reads the weights ceil(m/tm) times from HBM, far fewer than m.
+    feats = op_features(_graph(_gemm_op(4096, 4096, 4096)))
+    cost = COST_MODELS["hierarchical"](feats, toy_hw)
+    weights = 4096 * 4096 * 2
+    assert cost.memory_bytes[0] < 4096 * weights / 16
+    assert cost.memory_bytes[0] >= 3 * weights
+
+
+def test_cost_models_broadcast_over_leading_dims(toy_hw):
+    feats = op_features(_graph(_gemm_op(1, 2048, 2048)))
+    stacked = feats.with_work(np.stack([feats.flops, 2 * feats.flops]), np.stack([feats.weight_bytes] * 2),
+                              np.stack([feats.act_bytes] * 2), np.stack([feats.kv_bytes] * 2))
+    for name, fn in COST_MODELS.items():
+        out = fn(stacked, toy_hw)
+        assert out.time_s.shape == (2, 1), name
+
+
+def test_unknown_cost_model_lists_known():
+    with pytest.raises(CostModelError, match="hierarchical, roofline, tiling"):
+        get_cost_model("magic")

@@ -1,0 +1,153 @@
+"""Bundled presets: each loads, its peaks equal the datasheet numbers, every figure is cited."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from layerscope.errors import HardwareSpecError
+from layerscope.hardware import HardwareSpec, dump_hardware_yaml, list_presets, load_hardware
+from layerscope.hardware.loaders import dump_hardware_json
+from layerscope.hardware.presets import bundled_spreadsheet_example, preset_names
+from layerscope.units import DType
+
+# Hand-copied from /work/shared/data/hardware-specs.md (dense figures; B/s; bytes).
+# name: (bf16 FLOP/s, main-memory B/s, main-memory bytes, engines, FP32 non-tensor FLOP/s)
+DATASHEET = {
+    "a100-sxm": (312e12, 2039e9, 80e9, 108, 19.5e12),
+    "a100-pcie": (312e12, 1935e9, 80e9, 108, 19.5e12),
+    "h100-sxm": (989e12, 3350e9, 80e9, 132, 67e12),
+    "h100-pcie": (756e12, 2000e9, 80e9, 114, 51e12),
+    "h200": (989e12, 4800e9, 141e9, 132, 67e12),
+    "gh200": (989e12, 4800e9, 141e9, 132, 67e12),
+    "b200": (2250e12, 7.7e12, 180e9, 148, 75e12),
+    "l40s": (362e12, 864e9, 48e9, 142, 91.6e12),
+    "rtx-4090": (165.2e12, 1008e9, 24e9, 128, 82.6e12),
+    "mi300x": (1307.4e12, 5.3e12, 192e9, 304, 163.4e12),
+    "tpu-v5e": (197e12, 819e9, 16e9, 1, None),
+    "server-cpu": (96 * 2.4e9 * 2 * 32, 460.8e9, None, 96, 96 * 2.4e9 * 2 * 16),
+    # Spreadsheet accelerators: peak = cores * clock * 2 * MACs/cycle/core.
+    "nvl-ax": (32 * 2.5e9 * 2048 * 2, 342e9, math.inf, 32, None),
+    "jgs": (192 * 1.5e9 * 8192 * 2, 30e12, math.inf, 192, None),
+}
+
+FP8 = {"h100-sxm": 1979e12, "h100-pcie": 1513e12, "h200": 1979e12, "b200": 4500e12, "l40s": 733e12,
+       "rtx-4090": 330.3e12, "mi300x": 2614.9e12}
+TF32 = {"a100-sxm": 156e12, "h100-sxm": 494.5e12, "h100-pcie": 378e12, "b200": 1125e12, "l40s": 183e12,
+        "rtx-4090": 82.6e12, "mi300x": 653.7e12}
+
+
+def test_every_preset_is_listed_with_a_one_line_description() -> None:
+    presets = list_presets()
+    assert sorted(presets) == sorted(DATASHEET)
+    assert preset_names() == sorted(DATASHEET)
+    for name, description in presets.items():
+        assert description and "\n" not in description, name
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_preset_peaks_equal_the_datasheet(name: str) -> None:
+    spec = load_hardware(name)
+    bf16, bandwidth, capacity, engines, vector = DATASHEET[name]
+    assert spec.peak_flops(DType.BF16) == pytest.approx(bf16, rel=1e-12)
+    assert spec.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth, rel=1e-12)
+    if capacity is not None:
+        assert spec.memory_capacity_bytes == pytest.approx(capacity, rel=1e-12)
+    assert spec.engines.count == engines
+    if vector is not None:
+        assert spec.engines.vector_flops_per_s == pytest.approx(vector, rel=1e-12)
+    if name in FP8:
+        assert spec.engines.peak_flops_per_s[DType.FP8] == pytest.approx(FP8[name], rel=1e-12)
+    if name in TF32:
+        assert spec.engines.tf32_flops_per_s == pytest.approx(TF32[name], rel=1e-12)
+
+
+def test_nvl_ax_and_jgs_peaks_follow_from_macs() -> None:
+    nvl = load_hardware("NVL-AX")
+    assert nvl.engines.peak_flops_per_s[DType.FP16] == pytest.approx(327.68e12, rel=1e-12)
+    assert nvl.peak_flops(DType.BF16) == pytest.approx(327.68e12, rel=1e-12)  # bf16 shares fp16
+    assert nvl.level("l3").capacity_bytes == 36e6
+    jgs = load_hardware("jgs")
+    assert jgs.peak_flops(DType.FP16) == pytest.approx(192 * 1.5e9 * 8192 * 2, rel=1e-12)
+    assert jgs.level("l3").capacity_bytes == 120e6
+    assert jgs.memory_bandwidth_bytes_per_s == 30e12
+
+
+def test_sparse_figures_are_not_used() -> None:
+    assert load_hardware("h100-sxm").peak_flops(DType.BF16) != 1979e12
+    assert load_hardware("b200").peak_flops(DType.FP4) == 9000e12
+
+
+@pytest.mark.parametrize("name, matmul, row", [
+    ("h100-sxm", 0.803, "G-15"), ("a100-sxm", 0.869, "G-14"), ("mi300x", 0.514, "G-17"),
+    ("gh200", 0.836, "G-16"),
+])
+def test_gpu_efficiencies_cite_their_calibration_rows(name: str, matmul: float, row: str) -> None:
+    spec = load_hardware(name)
+    assert spec.efficiency.matmul == matmul
+    assert row in spec.efficiency.matmul_source
+    assert spec.efficiency.memory == 0.834
+    assert "G-29" in spec.efficiency.memory_source
+
+
+def test_fp8_efficiency_overrides_cite_rows() -> None:
+    h100 = load_hardware("h100-sxm")
+    assert h100.efficiency.matmul_for(DType.FP8) == 0.709
+    assert "G-19" in h100.efficiency.matmul_per_dtype_source
+    assert load_hardware("gh200").efficiency.matmul_for(DType.FP8) == 0.776
+
+
+def test_assumed_efficiencies_say_so() -> None:
+    for name in ("h200", "b200", "l40s", "rtx-4090", "mi300x", "tpu-v5e", "server-cpu", "a100-pcie"):
+        assert "assumption" in load_hardware(name).efficiency.memory_source, name
+    assert "assumption" in load_hardware("gh200").sources["memory.hbm.bandwidth_bytes_per_s"]
+
+
+def _figure_paths(spec: HardwareSpec) -> list[str]:
+    paths = ["engines.count", "engines.clock_hz", "engines.vector_flops_per_s", "launch_overhead_s"]
+    paths += [f"engines.peak_flops_per_s.{d.value}" for d in spec.engines.peak_flops_per_s]
+    paths += [f"engines.macs_per_cycle.{d.value}" for d in spec.engines.macs_per_cycle]
+    if spec.engines.tf32_flops_per_s is not None:
+        paths.append("engines.tf32_flops_per_s")
+    for level in spec.memory:
+        paths.append(f"memory.{level.name}.capacity_bytes")
+        if level.bandwidth_bytes_per_s is not None:
+            paths.append(f"memory.{level.name}.bandwidth_bytes_per_s")
+    if spec.interconnect is not None:
+        paths += ["interconnect.bandwidth_bytes_per_s", "interconnect.latency_s"]
+    return paths
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_every_figure_has_a_source(name: str) -> None:
+    spec = load_hardware(name)
+    missing = [p for p in _figure_paths(spec) if not spec.sources.get(p)]
+    assert not missing, f"{name}: figures without a source: {missing}"
+    for field in ("matmul_source", "vector_source", "memory_source"):
+        assert getattr(spec.efficiency, field), (name, field)
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_yaml_and_json_round_trip(name: str, tmp_path) -> None:
+    spec = load_hardware(name)
+    (tmp_path / "spec.yaml").write_text(dump_hardware_yaml(spec), encoding="utf-8")
+    (tmp_path / "spec.json").write_text(dump_hardware_json(spec), encoding="utf-8")
+    assert load_hardware(tmp_path / "spec.yaml") == spec
+    assert load_hardware(tmp_path / "spec.json") == spec
+
+
+@pytest.mark.parametrize("alias", ["h100-sxm", "H100_SXM", "h100 sxm", "H100SXM"])
+def test_preset_names_are_case_and_dash_insensitive(alias: str) -> None:
+    assert load_hardware(alias).name == "h100-sxm"
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(HardwareSpecError, match=r"unknown hardware 'h900'.*h100-sxm"):
+        load_hardware("h900")
+
+
+def test_bundled_spreadsheet_is_shipped_next_to_the_presets() -> None:
+    path = bundled_spreadsheet_example()
+    assert path.name == "accelerators.csv" and path.is_file()
+    assert load_hardware(path, device="JGS") == load_hardware("jgs")

@@ -1,0 +1,59 @@
+"""The one-way layering of DESIGN.md, checked on the source: no module imports a lower layer."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
+
+#: Layers, top (imported by everyone) to bottom (imports everyone).
+LAYERS = ("errors", "units", "model", "hardware", "workload", "graph", "cost", "schedule", "trace",
+          "capture", "analysis", "cli")
+RANK = {name: i for i, name in enumerate(LAYERS)}
+# errors and units are one layer.
+RANK["units"] = RANK["errors"]
+
+
+def _layer_of(path: Path) -> str:
+    rel = path.relative_to(SRC).parts
+    return rel[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+    return out
+
+
+def test_no_back_edges():
+    violations = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "__init__.py" and path.parent == SRC:
+            continue
+        own = _layer_of(path)
+        if own not in RANK:
+            continue
+        for lineno, module in _imports(path):
+            parts = module.split(".")
+            if parts[0] != "layerscope" or len(parts) < 2 or parts[1] not in RANK:
+                continue
+            if RANK[parts[1]] > RANK[own]:
+                violations.append(f"{path.relative_to(SRC)}:{lineno} ({own}) imports {module}")
+    assert not violations, "imports against the layering:\n" + "\n".join(violations)
+
+
+@pytest.mark.parametrize("module", ["layerscope", "layerscope.cli.app", "layerscope.cost", "layerscope.model"])
+def test_importing_never_imports_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
