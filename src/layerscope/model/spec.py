@@ -52,6 +52,7 @@ class ModuleNames(BaseModel):
     pre_ffn_norm: str | None = None
     post_ffn_norm: str | None = None
     mlp: str = "mlp"
+    """``""`` when the MLP's modules hang directly off the layer (OPT ``layers.N.fc1``); use :meth:`op`."""
     gate_proj: str | None = "gate_proj"
     up_proj: str | None = "up_proj"
     gate_up_proj: str | None = None
@@ -69,6 +70,21 @@ class ModuleNames(BaseModel):
     kv_a_proj: str = "kv_a_proj_with_mqa"
     kv_a_norm: str = "kv_a_layernorm"
     kv_b_proj: str = "kv_b_proj"
+
+    def op(self, layer: int | None, *parts: str | None) -> str:
+        """Op name (root stripped) of a module: ``op(3, attn, "q_proj")`` → ``layers.3.self_attn.q_proj``.
+
+        Empty or ``None`` parts are skipped (OPT's MLP modules hang directly off the layer, so its
+        ``mlp`` is ``""``); ``layer=None`` names a module outside the decoder stack (``norm``).
+        """
+        head = [self.layers, str(layer)] if layer is not None else []
+        return ".".join(p for p in (*head, *parts) if p)
+
+    def module_path(self, op_name: str) -> str:
+        """The full ``named_modules()`` path of an op name (``lm_head`` is outside ``root``)."""
+        if op_name == self.lm_head or op_name.startswith(self.lm_head + "."):
+            return op_name
+        return self.root + op_name
 
 
 class MoESpec(BaseModel):
@@ -95,6 +111,11 @@ class MoESpec(BaseModel):
     """Experts' projections carry biases (gpt-oss)."""
     impl: str = "fused"
     """Implementation tag used in flashinfer-bench-style names (``moe_{impl}_e…``)."""
+    router_correction_bias: bool = False
+    """Per-expert score-correction bias of the router (DeepSeek-V3 ``noaux_tc``:
+    ``e_score_correction_bias``, a checkpoint weight of ``num_experts`` values per MoE layer)."""
+    dense_layers: tuple[int, ...] = ()
+    """Layers that keep a dense MLP although the pattern makes them MoE (Qwen3-MoE ``mlp_only_layers``)."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -180,6 +201,16 @@ class ModelSpec(BaseModel):
     quantized_modules_excluded: tuple[str, ...] = ()
     """Module patterns that stay unquantized (``modules_to_not_convert``)."""
     modules: ModuleNames = ModuleNames()
+    # Fields below were added with the family parsers (additive; defaults keep older callers valid).
+    base_dtype: DType = DType.BF16
+    """dtype of the weights the quantization leaves alone (HF ``torch_dtype``: embeddings, norms,
+    routers, ``lm_head``, excluded modules); equals ``weight_dtype`` when not quantized."""
+    num_position_embeddings: int = Field(default=0, ge=0)
+    """Rows of the learned position table (gpt2 ``n_positions``; OPT adds an offset of 2); 0 if none."""
+    lm_head_bias: bool = False
+    """``lm_head`` has a bias (GPT-J)."""
+    architecture: str = ""
+    """HF class the module names follow (``architectures[0]`` or the family's causal-LM class)."""
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -190,7 +221,8 @@ class ModelSpec(BaseModel):
             )
         if self.layer_attention and len(self.layer_attention) != self.num_layers:
             raise ValueError(
-                f"layer_attention has {len(self.layer_attention)} entries, expected num_layers={self.num_layers}"
+                f"layer_attention has {len(self.layer_attention)} entries, "
+                f"expected num_layers={self.num_layers}"
             )
         if "sliding" in self.layer_attention and self.sliding_window is None:
             raise ValueError("layer_attention has sliding layers but sliding_window is not set")
@@ -210,7 +242,7 @@ class ModelSpec(BaseModel):
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` (0-based) has a routed-expert MLP."""
-        if self.moe is None or layer < self.moe.first_k_dense:
+        if self.moe is None or layer < self.moe.first_k_dense or layer in self.moe.dense_layers:
             return False
         return (layer - self.moe.first_k_dense) % self.moe.layer_freq == 0
 
@@ -219,6 +251,15 @@ class ModelSpec(BaseModel):
         if not self.layer_attention:
             return self.sliding_window is not None
         return self.layer_attention[layer] == "sliding"
+
+    @property
+    def is_quantized(self) -> bool:
+        """Whether the checkpoint stores its linear weights in a narrower dtype than ``base_dtype``."""
+        return self.weight_dtype != self.base_dtype
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     def kv_values_per_token_per_layer(self) -> int:
         """Elements cached per token per layer: 2·kv_heads·head_dim, or MLA's latent + rope key."""
