@@ -36,9 +36,11 @@ def print_json(obj: Any) -> None:
 
 
 def console() -> Any:
+    """A rich console; when output is not a terminal, wide enough that tables don't wrap."""
     from rich.console import Console
 
-    return Console()
+    con = Console()
+    return con if con.is_terminal else Console(width=200)
 
 
 def fmt_si(value: float, unit: str = "") -> str:

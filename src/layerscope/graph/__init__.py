@@ -1,1 +1,26 @@
-"""layerscope.graph"""
+"""Operator graphs: ops, tensors and the builders of layer, model and multi-step graphs."""
+
+from layerscope.graph.builder import (
+    build_layer_graph,
+    build_model_graph,
+    build_steps_graph,
+    layer_signature,
+    pass_context,
+)
+from layerscope.graph.moe import expected_experts_touched
+from layerscope.graph.ops import MATRIX_CLASSES, OP_KINDS, GemmShape, Op, OpGraph, TensorSpec
+
+__all__ = [
+    "MATRIX_CLASSES",
+    "OP_KINDS",
+    "GemmShape",
+    "Op",
+    "OpGraph",
+    "TensorSpec",
+    "build_layer_graph",
+    "build_model_graph",
+    "build_steps_graph",
+    "expected_experts_touched",
+    "layer_signature",
+    "pass_context",
+]

@@ -1,0 +1,312 @@
+"""Whole-layer, whole-model and multi-step graphs.
+
+Speed: layers differ only by full/sliding attention and dense/MoE MLP, so the ops of each
+distinct layer *signature* are built once per pass and re-labelled for every layer (plain string
+concatenation and one :class:`Op` per op). Whole graphs are memoized on their (frozen, hashable)
+arguments (the 32 most recent per builder), so a repeated request returns the same immutable
+:class:`OpGraph`.
+
+Dtypes: GEMM, expert and embedding weights use ``workload.weight_dtype`` (``spec.weight_dtype``
+and ``quantized_modules_excluded`` are not consulted: the workload decides); norm weights and
+activations use ``workload.act_dtype``; the KV cache ``workload.kv_dtype``.
+
+Names: see :mod:`layerscope.graph.naming`. ``build_steps_graph`` prefixes every op and
+activation name with ``decode_step_{t}.`` (weights and ``Op.module`` keep their HF names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from operator import itemgetter
+from typing import Literal
+
+from layerscope.errors import GraphError
+from layerscope.graph._common import BuildContext, Group, elementwise_add, make_context
+from layerscope.graph.attention import AttentionView, MLAForm, build_attention
+from layerscope.graph.embedding import LogitsMode, build_embedding, build_head
+from layerscope.graph.mlp import build_dense_mlp
+from layerscope.graph.moe import build_moe
+from layerscope.graph.naming import INPUT_IDS, layer_names, layer_prefix
+from layerscope.graph.norms import norm_op
+from layerscope.graph.ops import Op, OpGraph, TensorSpec, make_op
+from layerscope.model.spec import ModelSpec
+from layerscope.units import DType
+from layerscope.workload.workload import ForwardPass, Workload
+
+_PLACEHOLDER = "\x00layer_input"
+_ATTENTION_VIEWS = ("fused", "unfused")
+_MLA_FORMS = ("absorbed", "naive")
+
+
+def _check_options(spec: ModelSpec, attention: str, mla_form: str | None, logits: str = "last") -> None:
+    if attention not in _ATTENTION_VIEWS:
+        raise GraphError(f"attention: unknown view {attention!r}; known: {', '.join(_ATTENTION_VIEWS)}")
+    if mla_form is not None and mla_form not in _MLA_FORMS:
+        raise GraphError(f"mla_form: unknown form {mla_form!r}; known: {', '.join(_MLA_FORMS)}")
+    if logits not in ("last", "all"):
+        raise GraphError(f"logits: unknown mode {logits!r}; known: last, all")
+
+
+def pass_context(spec: ModelSpec, fwd: ForwardPass, workload: Workload) -> BuildContext:
+    """The build context of one forward pass (tokens, groups, dtypes, per-device widths)."""
+    groups = tuple(Group(g.count, g.new_tokens, g.cached_tokens) for g in fwd.groups)
+    return make_context(spec, groups, workload.weight_dtype, workload.act_dtype, workload.kv_dtype,
+                        workload.tensor_parallel)
+
+
+def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
+               mla_form: MLAForm | None) -> tuple[list[Op], str]:
+    """The ops of decoder layer ``layer`` reading hidden states ``x``; returns ops and output tensor."""
+    spec = ctx.spec
+    mods = spec.modules
+    names = layer_names(mods, layer)
+    lp = names.prefix
+    hidden = spec.hidden_size
+    sliding = spec.sliding_window is not None and spec.layer_is_sliding(layer)
+    moe = spec.is_moe_layer(layer)
+    n1 = norm_op(ctx, f"{lp}{mods.input_norm}", layer, x, hidden)
+    ops = [n1]
+    attn_ops, a = build_attention(ctx, names, layer, n1.outputs[0].name, sliding=sliding, view=view,
+                                  mla_form=mla_form)
+    ops += attn_ops
+
+    def mlp(inp: str) -> str:
+        m_ops, m_out = build_moe(ctx, names, layer, inp) if moe else build_dense_mlp(ctx, names.mlp, layer, inp)
+        ops.extend(m_ops)
+        return m_out
+
+    if spec.block_layout == "parallel":
+        # GPT-J/Falcon: attention and MLP read the same normed input; one residual add of both.
+        if mods.post_attn_norm:
+            n2 = norm_op(ctx, f"{lp}{mods.post_attn_norm}", layer, x, hidden)
+            ops.append(n2)
+            m = mlp(n2.outputs[0].name)
+        else:
+            m = mlp(n1.outputs[0].name)
+        res = elementwise_add(ctx, f"{lp}residual", lp[:-1], layer, (x, a, m), hidden)
+        ops.append(res)
+        return ops, res.outputs[0].name
+    if spec.extra_norms and mods.post_attn_norm:
+        # Gemma2/3: post_attention_layernorm normalizes the attention output before the residual.
+        pa = norm_op(ctx, f"{lp}{mods.post_attn_norm}", layer, a, hidden)
+        ops.append(pa)
+        a = pa.outputs[0].name
+    r1 = elementwise_add(ctx, f"{lp}residual_attn", lp[:-1], layer, (x, a), hidden)
+    ops.append(r1)
+    pre_mlp = mods.pre_ffn_norm if spec.extra_norms else mods.post_attn_norm
+    h = r1.outputs[0].name
+    if pre_mlp:
+        n2 = norm_op(ctx, f"{lp}{pre_mlp}", layer, h, hidden)
+        ops.append(n2)
+        m = mlp(n2.outputs[0].name)
+    else:
+        m = mlp(h)
+    if spec.extra_norms and mods.post_ffn_norm:
+        pf = norm_op(ctx, f"{lp}{mods.post_ffn_norm}", layer, m, hidden)
+        ops.append(pf)
+        m = pf.outputs[0].name
+    r2 = elementwise_add(ctx, f"{lp}residual_mlp", lp[:-1], layer, (h, m), hidden)
+    ops.append(r2)
+    return ops, r2.outputs[0].name
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to re-label a template's ops for another layer / step (see :func:`_plan`).
+
+    Tensors are de-duplicated: ``act``, ``wgt`` and ``ext`` hold the distinct tensors renamed as
+    ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
+    they are (weights outside the prefix), ``inp`` the layer input's specs. Each op refers to
+    them by index into their concatenation.
+    """
+
+    act: tuple[tuple[str, tuple[int, ...], DType, str], ...]
+    wgt: tuple[tuple[str, tuple[int, ...], DType, str], ...]
+    ext: tuple[tuple[str, tuple[int, ...], DType, str], ...]
+    fixed: tuple[TensorSpec, ...]
+    inp: tuple[tuple[tuple[int, ...], DType, str], ...]
+    ops: tuple[tuple[str, str, str | None, int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]],
+                     int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]], tuple[object, ...]], ...]
+
+
+def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
+    n = len(prefix)
+    groups: tuple[dict[TensorSpec, int], ...] = ({}, {}, {}, {}, {})
+
+    def classify(t: TensorSpec) -> int:
+        if t.name == input_name:
+            return 4
+        if t.name.startswith(prefix):
+            return 1 if t.role == "weight" else 0
+        return 3 if t.role == "weight" else 2
+
+    cls: dict[TensorSpec, int] = {}
+    for op in ops:
+        for t in (*op.inputs, *op.outputs):
+            if t not in cls:
+                c = cls[t] = classify(t)
+                groups[c][t] = len(groups[c])
+    offsets = [0]
+    for g in groups[:-1]:
+        offsets.append(offsets[-1] + len(g))
+    index = {t: offsets[c] + groups[c][t] for t, c in cls.items()}
+
+    def getter(ts: tuple[TensorSpec, ...]) -> int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]]:
+        idx = [index[t] for t in ts]
+        if len(idx) == 1:
+            return idx[0]
+        if not idx:
+            return lambda _tensors: ()
+        return itemgetter(*idx)
+
+    planned = []
+    for op in ops:
+        assert op.name.startswith(prefix)
+        # None: the op runs in the decoder layer module itself (``layers.N``: residual adds).
+        mod_sfx = None if prefix and op.module == prefix[:-1] else op.module[n:]
+        assert mod_sfx is None or op.module.startswith(prefix)
+        rest = (op.flops, op.weight_bytes, op.act_read_bytes, op.act_write_bytes, op.kv_read_bytes,
+                op.kv_write_bytes, op.matrix_class, op.definition, op.gemm, op.multiplicity, op.attrs,
+                op.comm_bytes)
+        planned.append((op.name[n:], op.kind, mod_sfx, getter(op.inputs), getter(op.outputs), rest))
+    return _Plan(
+        act=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[0]),
+        wgt=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[1]),
+        ext=tuple(tuple(t) for t in groups[2]),  # type: ignore[misc]
+        fixed=tuple(groups[3]),
+        inp=tuple((t.shape, t.dtype, t.role) for t in groups[4]),
+        ops=tuple(planned),
+    )
+
+
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str) -> list[Op]:
+    """Instantiate a plan: op/activation names ``step + prefix + suffix``, weights ``prefix + suffix``."""
+    ap = step + prefix
+    new = tuple.__new__
+    ts = TensorSpec
+    tensors = [new(ts, (ap + s, sh, dt, r)) for s, sh, dt, r in plan.act]
+    tensors += [new(ts, (prefix + s, sh, dt, r)) for s, sh, dt, r in plan.wgt]
+    tensors += [new(ts, (step + s, sh, dt, r)) for s, sh, dt, r in plan.ext]
+    tensors += plan.fixed
+    tensors += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
+    layer_module = prefix[:-1]
+    mk = make_op
+    ops = []
+    for name_sfx, kind, mod_sfx, gin, gout, rest in plan.ops:
+        ops.append(mk(ap + name_sfx, kind, layer_module if mod_sfx is None else prefix + mod_sfx, layer,
+                      (tensors[gin],) if isinstance(gin, int) else gin(tensors),
+                      (tensors[gout],) if isinstance(gout, int) else gout(tensors), *rest))
+    return ops
+
+
+def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
+    """What makes layers' ops differ: (sliding-window attention, MoE MLP)."""
+    return (spec.sliding_window is not None and spec.layer_is_sliding(layer), spec.is_moe_layer(layer))
+
+
+def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, mla_form: MLAForm | None,
+               logits: LogitsMode, step: str, ids: str, head: bool = True) -> list[Op]:
+    spec = ctx.spec
+    mods = spec.modules
+    emb_ops, x = build_embedding(ctx, _PLACEHOLDER)
+    ops = _apply(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids)
+    x = step + x
+    templates: dict[tuple[bool, bool], tuple[_Plan, str]] = {}
+    for layer in layers:
+        sig = layer_signature(spec, layer)
+        entry = templates.get(sig)
+        if entry is None:
+            t_ops, t_out = _layer_ops(ctx, layer, _PLACEHOLDER, view, mla_form)
+            lp = layer_prefix(mods, layer)
+            entry = (_plan(t_ops, lp, _PLACEHOLDER), t_out[len(lp):])
+            templates[sig] = entry
+        lp = layer_prefix(mods, layer)
+        ops += _apply(entry[0], step, lp, layer, x)
+        x = step + lp + entry[1]
+    if head:
+        head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
+        ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x)
+    return ops
+
+
+def _layers(spec: ModelSpec, layers: Sequence[int] | None) -> tuple[int, ...]:
+    if layers is None:
+        return tuple(range(spec.num_layers))
+    chosen = tuple(layers)
+    for layer in chosen:
+        if not 0 <= layer < spec.num_layers:
+            raise GraphError(f"layers: layer {layer} out of range 0..{spec.num_layers - 1}")
+    return chosen
+
+
+def build_layer_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, layer: int = 0,
+                      attention: Literal["fused", "unfused"] = "fused", *,
+                      mla_form: MLAForm | None = None) -> OpGraph:
+    """The ops of one decoder layer for one forward pass; its input tensor is ``layers.N:in``.
+
+    ``attention="fused"`` gives one ``{attn}.attn`` op (KV-cache read included); ``"unfused"``
+    the ``kv_read``/``qk_matmul``/``softmax_*``/``pv_matmul`` steps. ``mla_form`` (MLA models
+    only): ``"absorbed"`` or ``"naive"``; default absorbed for decode, naive otherwise.
+    """
+    _check_options(spec, attention, mla_form)
+    _layers(spec, (layer,))
+    return _cached_layer_graph(spec, fwd, workload, layer, attention, mla_form)
+
+
+@lru_cache(maxsize=32)
+def _cached_layer_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, layer: int,
+                        attention: AttentionView, mla_form: MLAForm | None) -> OpGraph:
+    ctx = pass_context(spec, fwd, workload)
+    ops, _ = _layer_ops(ctx, layer, f"{layer_prefix(spec.modules, layer)[:-1]}:in", attention, mla_form)
+    return OpGraph(ops=tuple(ops), name=f"{spec.name}:{fwd.label}:layer{layer}")
+
+
+def build_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload,
+                      attention: Literal["fused", "unfused"] = "fused", layers: Sequence[int] | None = None,
+                      *, logits: LogitsMode = "last", mla_form: MLAForm | None = None) -> OpGraph:
+    """Embedding, the decoder layers (all, or ``layers`` in the order given), final norm, lm_head, sampling.
+
+    ``logits="last"`` (default) computes lm_head for the last token of each sequence only, as
+    serving engines do; ``"all"`` for every token, the HF ``forward`` default. The graph starts from
+    the ``input_ids`` tensor (and ``position_ids`` for learned positions).
+    """
+    _check_options(spec, attention, mla_form, logits)
+    chosen = _layers(spec, layers)
+    return _cached_model_graph(spec, fwd, workload, attention, chosen, logits, mla_form)
+
+
+@lru_cache(maxsize=32)
+def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: AttentionView,
+                        layers: tuple[int, ...], logits: LogitsMode, mla_form: MLAForm | None) -> OpGraph:
+    ctx = pass_context(spec, fwd, workload)
+    ops = _model_ops(ctx, layers, attention, mla_form, logits, "", INPUT_IDS)
+    return OpGraph(ops=tuple(ops), name=f"{spec.name}:{fwd.label}")
+
+
+def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
+                      attention: Literal["fused", "unfused"] = "fused", all_layers: bool = True, *,
+                      logits: LogitsMode = "last", mla_form: MLAForm | None = None) -> OpGraph:
+    """``steps`` consecutive decode passes with a growing KV cache, as one graph.
+
+    Step ``t`` decodes ``workload.batch_size`` sequences at cached length ``start + t``, where
+    ``start`` is ``workload.context_len`` for decode/chunked workloads and ``input_len`` for
+    prefill/generate ones. Op and activation names are prefixed ``decode_step_{t}.``; step ``t+1``'s
+    embedding reads step ``t``'s sampled tokens. ``all_layers=False`` keeps only layer 0.
+    """
+    if steps < 1:
+        raise GraphError(f"steps: must be >= 1 (got {steps})")
+    _check_options(spec, attention, mla_form, logits)
+    start = workload.context_len if workload.phase in ("decode", "chunked") else workload.input_len
+    start = max(start, 1)
+    layers = tuple(range(spec.num_layers)) if all_layers else (0,)
+    ops: list[Op] = []
+    ids = INPUT_IDS
+    for t in range(steps):
+        fwd = workload.decode_pass(start + t)
+        ctx = pass_context(spec, fwd, workload)
+        step = f"decode_step_{t}."
+        ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids)
+        ids = f"{step}sampling:out"
+    return OpGraph(ops=tuple(ops), name=f"{spec.name}:decode_steps{steps}")
