@@ -56,8 +56,8 @@ def hardware_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     from layerscope.units import DType
 
     rows = []
-    for preset in list_presets():
-        hw = load_hardware(preset.name)
+    for name in list_presets():
+        hw = load_hardware(name)
         rows.append({
             "name": hw.name,
             "description": hw.description,

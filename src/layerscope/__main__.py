@@ -1,0 +1,5 @@
+"""``python -m layerscope`` runs the CLI."""
+
+from layerscope.cli.app import main
+
+main()

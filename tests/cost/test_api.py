@@ -1,0 +1,137 @@
+"""Whole-workload estimates on real catalog configs and hardware presets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from layerscope.cost import estimate, time_graph
+from layerscope.cost.api import decode_breakpoints, sum_decode_steps
+from layerscope.cost.run import run_estimate
+from layerscope.graph import build_model_graph
+from layerscope.hardware import load_hardware
+from layerscope.model import load_model_spec
+from layerscope.workload import make_workload
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_hardware("h100-sxm")
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return load_model_spec("llama-3.1-8b")
+
+
+def _compute_share(est) -> float:
+    t = sum(op.time_s for op in est.ops)
+    return sum(op.time_s for op in est.ops if op.bound == "compute") / t
+
+
+def _achieved(est) -> float:
+    return sum(op.flops for op in est.ops) / sum(op.time_s for op in est.ops)
+
+
+def test_batch1_decode_of_dense_8b_on_h100_is_memory_bound(h100, llama8b):
+    est = estimate(llama8b, h100, make_workload(phase="decode", context_len=1024))
+    gemms = [op for op in est.ops if op.kind == "gemm"]
+    # Small projections (k/v_proj: 8 MiB, ~3 µs) fall under the 4 µs launch overhead; none is compute-bound.
+    assert all(op.bound in ("memory", "overhead") for op in gemms)
+    assert sum(op.bound == "memory" for op in gemms) > len(gemms) / 2
+    # TPOT >= the time to stream every weight once at the achievable bandwidth.
+    floor_s = est.memory.weights / h100.achievable_bandwidth_bytes_per_s()
+    assert est.tpot_s >= floor_s
+    assert est.tpot_s < 1.5 * floor_s + 2e-3
+
+
+def test_large_batch_prefill_is_compute_bound_and_chunked_sits_between(h100, llama8b):
+    pre = estimate(llama8b, h100, make_workload(phase="prefill", batch_size=8, input_len=2048))
+    dec = estimate(llama8b, h100, make_workload(phase="decode", batch_size=1, context_len=2048))
+    chunk = estimate(llama8b, h100, make_workload(phase="chunked", batch_size=16, chunk_size=256,
+                                                  context_len=2048))
+    # lm_head computes logits of the last token of each sequence only (M = 8): a GEMV, memory-bound.
+    pre_gemm = [op for op in pre.ops if op.kind == "gemm" and op.name != "lm_head"]
+    assert all(op.bound == "compute" for op in pre_gemm)
+    assert next(op for op in pre.ops if op.name == "lm_head").bound == "memory"
+    # Achieved FLOP/s orders the phases: decode (weight streaming) < chunked < prefill.
+    assert _achieved(dec) < _achieved(chunk) < _achieved(pre)
+    assert _compute_share(dec) == 0.0 and _compute_share(pre) > 0.8
+
+
+def test_attention_time_grows_with_context(h100, llama8b):
+    times = []
+    for ctx in (128, 1024, 8192, 65536):
+        est = estimate(llama8b, h100, make_workload(phase="decode", batch_size=8, context_len=ctx))
+        times.append(sum(op.time_s for op in est.ops if op.kind == "attention"))
+    assert times == sorted(times) and times[-1] > 10 * times[0]
+
+
+def test_generation_sums_every_decode_step(h100):
+    spec = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="generate", input_len=300, output_len=6)
+    est = estimate(spec, h100, w)
+    direct = [estimate(spec, h100, make_workload(phase="decode", context_len=c)).tpot_s
+              for c in w.decode_contexts()]
+    assert est.tpot_s == pytest.approx(np.mean(direct), rel=1e-9)
+    assert est.ttft_s == pytest.approx(estimate(spec, h100, make_workload(phase="prefill", input_len=300)).ttft_s)
+    assert est.e2e_s == pytest.approx(est.ttft_s + sum(direct), rel=1e-9)
+    assert est.output_tokens_per_s == pytest.approx(6 / est.e2e_s)
+
+
+def test_sliding_window_generation_is_exact_across_the_window_breakpoint(h100):
+    spec = load_model_spec("gpt-oss-20b")  # window 128 on every other layer
+    w = make_workload(phase="generate", input_len=100, output_len=60)
+    assert decode_breakpoints(spec, w.decode_contexts()) == [100, 127, 128, 158]
+    summed = sum_decode_steps(spec, w, h100, "roofline")
+    for i, ctx in enumerate(w.decode_contexts()):
+        g = build_model_graph(spec, w.decode_pass(ctx), w)
+        assert summed.step_times_s[i] == pytest.approx(time_graph(g, h100).total_s, rel=1e-9), ctx
+
+
+def test_memory_footprint_by_hand(h100):
+    # Llama-3.2-1B, bf16: 1,235,814,400 params x 2 B (tied embeddings counted once); KV cache of
+    # 4 sequences x 2049 tokens x 16 layers x (2 x 8 kv heads x 64) values x 2 B.
+    spec = load_model_spec("llama-3.2-1b")
+    est = estimate(spec, h100, make_workload(phase="decode", batch_size=4, context_len=2048))
+    assert est.memory.weights == 1_235_814_400 * 2
+    assert est.memory.kv_cache == 4 * 2049 * 16 * 2 * 8 * 64 * 2
+    assert est.fits_in_memory
+
+
+def test_model_too_big_does_not_fit():
+    est = run_estimate(model="llama-3.1-405b", hardware="h100-sxm", phase="decode")
+    assert not est.fits_in_memory
+    assert est.memory.weights > 800e9
+
+
+def test_json_contract_fields(h100):
+    est = run_estimate(model="qwen3-30b-a3b", hardware="h200", phase="generate", input_len=64, output_len=4)
+    doc = json.loads(json.dumps(est.to_json()))
+    for key in ("ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "memory_bytes", "fits_in_memory", "ops"):
+        assert key in doc
+    assert set(doc["memory_bytes"]) == {"weights", "kv_cache", "activations", "total"}
+    op = doc["ops"][0]
+    assert {"name", "kind", "definition", "matrix_class", "flops", "bytes", "time_s", "bound"} <= set(op)
+    assert any(o["kind"] == "moe_experts" and o["definition"].startswith("moe_") for o in doc["ops"])
+    assert doc["totals"]["time_s"] == pytest.approx(doc["e2e_s"])
+
+
+def test_single_layer_scope_and_out_of_range_layer(h100):
+    spec = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="decode")
+    est = estimate(spec, h100, w, layer=3)
+    assert est.scope == "layer 3" and {op.layer for op in est.ops} == {3}
+    from layerscope.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="layer"):
+        estimate(spec, h100, w, layer=16)
+
+
+@pytest.mark.parametrize("cost_model", ["roofline", "tiling", "hierarchical"])
+def test_every_cost_model_times_a_full_model(cost_model, h100):
+    est = run_estimate(model="mixtral-8x7b-v0.1", hardware="h100-sxm", phase="prefill", input_len=512,
+                       cost_model=cost_model)
+    assert est.ttft_s > 0 and all(op.time_s > 0 for op in est.ops)
