@@ -23,6 +23,7 @@ from itertools import product
 
 import numpy as np
 
+from layerscope.cost.api import estimate
 from layerscope.cost.features import OpFeatures, op_features
 from layerscope.cost.models import get_cost_model
 from layerscope.errors import WorkloadError
@@ -97,7 +98,9 @@ class LinearGraphModel:
 
 def _sample_points(spec: ModelSpec, phase: str) -> list[tuple[int, int]]:
     window = spec.sliding_window or 0
-    lengths = [1, 2, 3, 7, 64, 300, 1000, 2500]
+    # A one-token prefill is built like a decode pass (e.g. MLA's absorbed form): a different
+    # graph, so prefill fits use lengths >= 2 and sweep() times length-1 prefills point by point.
+    lengths = [2, 3, 7, 64, 300, 1000, 2500] if phase == "prefill" else [1, 2, 3, 7, 64, 300, 1000, 2500]
     if window:
         lengths += [max(1, window - 1), window, window + 1, 2 * window + 3]
     batches = [1, 2, 3, 8]
@@ -179,8 +182,14 @@ class SweepResult:
         cols = ("model", "hardware", "batch", "length", "time_s", "tokens_per_s", "weights_bytes",
                 "kv_cache_bytes", "fits_in_memory")
         arrays = [getattr(self, c) for c in cols]
-        return [dict(zip(cols, (a[i].item() for a in arrays), strict=True)) | {"phase": self.phase}
+        return [dict(zip(cols, (_py(a[i]) for a in arrays), strict=True)) | {"phase": self.phase}
                 for i in range(len(self))]
+
+
+def _py(value: object) -> object:
+    """A numpy scalar as the Python scalar (strings of object arrays are already Python)."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
 
 
 def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length: np.ndarray,
@@ -216,8 +225,12 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
                 else ctx
             kv += span
         kv = kv * b_grid * spec.kv_values_per_token_per_layer() * tmpl.kv_dtype.bytes
+        single = (l_grid == 1) if phase == "prefill" else np.zeros(len(l_grid), dtype=bool)
         for hw in hardware:
             t = time_grid(lin, hw, b_grid, l_grid, cost_model)
+            for i in np.flatnonzero(single):
+                w = tmpl.model_copy(update={"phase": "prefill", "batch_size": int(b_grid[i]), "input_len": 1})
+                t[i] = estimate(spec, hw, w, cost_model=cost_model).e2e_s
             n = len(t)
             cols["model"].append(np.full(n, spec.name, dtype=object))
             cols["hardware"].append(np.full(n, hw.name, dtype=object))

@@ -1,0 +1,122 @@
+"""Benchmark: one full-model estimate, and configurations per second over a sweep grid.
+
+    python bench/bench_estimate.py [--quick]
+
+Prints a Markdown section for bench/RESULTS.md. Timings are medians of repeated runs in this
+process (warm: imports done, first call discarded). "cold graph" times build the op graph from
+scratch each call (the builders' memo is cleared); "memoized graph" lets the builder reuse a
+graph it built for the same inputs, as a sweep or an interactive session does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from layerscope.cost import estimate
+from layerscope.cost.api import time_graph
+from layerscope.cost.sweep import fit_linear_graph, sweep, time_grid
+from layerscope.graph import build_model_graph
+from layerscope.hardware import load_hardware
+from layerscope.model import load_model_spec
+from layerscope.workload import make_workload
+
+
+def _median_s(fn, repeat: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _clear_graph_memo() -> None:
+    import layerscope.graph.builder as builder
+
+    for name in dir(builder):
+        obj = getattr(builder, name)
+        if hasattr(obj, "cache_clear"):
+            obj.cache_clear()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    repeat = 5 if args.quick else 30
+    h100 = load_hardware("h100-sxm")
+    rows = []
+    for model in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3"):
+        spec = load_model_spec(model)
+        w = make_workload(phase="decode", batch_size=1, context_len=1024)
+        fwd = w.passes()[0]
+        n_ops = len(build_model_graph(spec, fwd, w))
+
+        def cold(spec=spec, w=w, fwd=fwd):
+            _clear_graph_memo()
+            return time_graph(build_model_graph(spec, fwd, w), h100)
+
+        def memo(spec=spec, w=w):
+            return estimate(spec, h100, w)
+
+        g = build_model_graph(spec, fwd, w)
+        rows.append((model, n_ops, _median_s(cold, repeat), _median_s(memo, repeat),
+                     _median_s(lambda g=g: time_graph(g, h100), repeat)))
+
+    # Sweep: models x hardware x batch x length, decode and prefill.
+    specs = [load_model_spec(m) for m in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "mixtral-8x7b-v0.1")]
+    hws = [load_hardware(h) for h in ("a100-sxm", "h100-sxm", "h200", "b200", "mi300x", "l40s")]
+    batches = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    lengths = list(np.unique(np.geomspace(16, 32768, 100).astype(int)))
+    t0 = time.perf_counter()
+    res = sweep(specs, hws, batches, lengths, phase="decode")
+    sweep_s = time.perf_counter() - t0
+    n_cfg = len(res)
+    # Timing-only throughput: the fitted graph models reused, as a repeated sweep would.
+    lins = [fit_linear_graph(s, "decode", make_workload()) for s in specs]
+    b_grid, l_grid = (a.ravel() for a in np.meshgrid(batches, lengths, indexing="ij"))
+
+    def grid_only():
+        for lin in lins:
+            for hw in hws:
+                time_grid(lin, hw, b_grid, l_grid)
+
+    grid_s = _median_s(grid_only, max(3, repeat // 5))
+
+    now = datetime.date.today().isoformat()
+    print(f"## estimate\n\n`python bench/bench_estimate.py{' --quick' if args.quick else ''}` · "
+          f"{os.cpu_count()} cores, {cpu_model()} · Python {platform.python_version()} · {now}\n")
+    print("One full-model estimate (decode, batch 1, context 1024, H100 SXM, roofline), median of "
+          f"{repeat} warm runs:\n")
+    print("| model | ops | cold graph + timing | estimate() (memoized graph) | timing only |")
+    print("|---|---|---|---|---|")
+    for model, n_ops, c, m, t in rows:
+        print(f"| {model} | {n_ops} | {c * 1e3:.3f} ms | {m * 1e3:.3f} ms | {t * 1e6:.1f} µs |")
+    print(f"\nSweep of {len(specs)} models x {len(hws)} GPUs x {len(batches)} batches x {len(lengths)} "
+          f"lengths = {n_cfg:,} decode configurations:\n")
+    print(f"- `sweep()` end to end, including fitting each model's graph: {sweep_s:.3f} s "
+          f"= {sweep_s / n_cfg * 1e6:.2f} µs per configuration")
+    print(f"- timing the grid with fitted graphs: {grid_s:.4f} s = {grid_s / n_cfg * 1e6:.3f} µs per configuration")
+
+
+if __name__ == "__main__":
+    main()
