@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import Literal
 
 import numpy as np
@@ -22,6 +23,7 @@ from layerscope.cost.timed import TimedGraph
 from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
+from layerscope.units import DType
 from layerscope.workload import ForwardPass, Workload
 
 AttentionView = Literal["fused", "unfused"]
@@ -85,6 +87,32 @@ class MemoryFootprint:
 
 
 @dataclass(frozen=True)
+class PhaseOps:
+    """The timed ops of one phase as arrays aligned with ``graph.ops`` (rows built on demand)."""
+
+    graph: OpGraph
+    phase: str
+    time_s: np.ndarray
+    work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """FLOPs, weight, activation and KV bytes per op (summed over the phase's passes)."""
+    bound: np.ndarray
+
+    def rows(self) -> list[OpEstimate]:
+        flops, wb, ab, kb = self.work
+        out = []
+        for i, op in enumerate(self.graph.ops):
+            out.append(OpEstimate(
+                name=op.name, kind=op.kind, phase=self.phase, definition=op.definition,
+                matrix_class=op.matrix_class, layer=op.layer,
+                inputs=tuple(t.shape for t in op.inputs), outputs=tuple(t.shape for t in op.outputs),
+                flops=float(flops[i]), bytes=float(wb[i] + ab[i] + kb[i]), weight_bytes=float(wb[i]),
+                act_bytes=float(ab[i]), kv_bytes=float(kb[i]), time_s=float(self.time_s[i]),
+                bound=BOUND_NAMES[int(self.bound[i])],
+            ))
+        return out
+
+
+@dataclass(frozen=True)
 class Estimate:
     """The answer of ``layerscope estimate``; see docs/estimate-json.md for the JSON contract."""
 
@@ -94,7 +122,7 @@ class Estimate:
     workload: Workload
     scope: str
     """``model`` or ``layer N``."""
-    ops: tuple[OpEstimate, ...]
+    phases: tuple[PhaseOps, ...]
     ttft_s: float | None
     tpot_s: float | None
     e2e_s: float
@@ -103,13 +131,18 @@ class Estimate:
     memory_capacity_bytes: float
     phase_times_s: dict[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def ops(self) -> tuple[OpEstimate, ...]:
+        """One row per op and phase (for ``generate``: prefill ops, then decode ops over all steps)."""
+        return tuple(row for part in self.phases for row in part.rows())
+
     @property
     def fits_in_memory(self) -> bool:
         return self.memory.total <= self.memory_capacity_bytes
 
     @property
     def total_time_s(self) -> float:
-        return float(sum(op.time_s for op in self.ops))
+        return float(sum(part.time_s.sum() for part in self.phases))
 
     def breakdown(self, key: Literal["kind", "matrix_class", "bound", "phase"]) -> list[dict[str, object]]:
         """Time, FLOPs and bytes grouped by ``key``, largest time first, with its share."""
@@ -185,23 +218,8 @@ def _build(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: Att
     return build_layer_graph(spec, fwd, workload, layer=layer, attention=attention)
 
 
-def _rows(graph: OpGraph, feats: OpFeatures, cost: CostArrays, phase: str,
-          time_s: np.ndarray | None = None, work: tuple[np.ndarray, ...] | None = None) -> list[OpEstimate]:
-    times = cost.time_s if time_s is None else time_s
-    flops, wb, ab, kb = work if work is not None else (feats.flops, feats.weight_bytes, feats.act_bytes,
-                                                      feats.kv_bytes)
-    bounds = cost.bound if cost.bound.ndim == 1 else cost.bound[-1]
-    rows = []
-    for i, op in enumerate(graph.ops):
-        rows.append(OpEstimate(
-            name=op.name, kind=op.kind, phase=phase, definition=op.definition,
-            matrix_class=op.matrix_class, layer=op.layer,
-            inputs=tuple(t.shape for t in op.inputs), outputs=tuple(t.shape for t in op.outputs),
-            flops=float(flops[i]), bytes=float(wb[i] + ab[i] + kb[i]), weight_bytes=float(wb[i]),
-            act_bytes=float(ab[i]), kv_bytes=float(kb[i]), time_s=float(times[i]),
-            bound=BOUND_NAMES[int(bounds[i])],
-        ))
-    return rows
+def _work(f: OpFeatures) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return (f.flops, f.weight_bytes, f.act_bytes, f.kv_bytes)
 
 
 def decode_breakpoints(spec: ModelSpec, contexts: range) -> list[int]:
@@ -279,6 +297,13 @@ def _interp(c: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return ys[seg] * (1.0 - t) + ys[seg + 1] * t
 
 
+@lru_cache(maxsize=256)
+def _weight_bytes(spec: ModelSpec, dtype: DType) -> float:
+    from layerscope.model.params import weight_bytes
+
+    return float(weight_bytes(spec, dtype))
+
+
 def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGraph]) -> MemoryFootprint:
     """Weights, KV cache and peak activations resident on one device.
 
@@ -289,10 +314,8 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
     * activations: the largest live set at any op — its inputs and outputs — plus the residual
       stream (tokens x hidden), at the activation dtype.
     """
-    from layerscope.model.params import weight_bytes
-
     tp = workload.tensor_parallel
-    weights = float(weight_bytes(spec, workload.weight_dtype)) / tp
+    weights = _weight_bytes(spec, workload.weight_dtype) / tp
     ctx = workload.max_context_len()
     seqs = workload.batch_size + (1 if workload.phase == "chunked" else 0)
     kv_values = 0
@@ -301,10 +324,7 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
         kv_values += span * spec.kv_values_per_token_per_layer()
     kv_heads_split = 1 if spec.mla is not None else min(tp, spec.num_kv_heads)
     kv = seqs * kv_values * workload.kv_dtype.bytes / kv_heads_split
-    peak_act = 0.0
-    for g in graphs:
-        for op in g.ops:
-            peak_act = max(peak_act, op.act_read_bytes + op.act_write_bytes)
+    peak_act = max(float(op_features(g).act_bytes.max(initial=0.0)) for g in graphs)
     tokens = max(fwd.num_tokens for fwd in workload.passes())
     act = peak_act + tokens * spec.hidden_size * workload.act_dtype.bytes
     return MemoryFootprint(weights=weights, kv_cache=kv, activations=act)
@@ -324,7 +344,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         raise WorkloadError(f"layer: {layer} is out of range; {spec.name} has layers 0..{spec.num_layers - 1}")
     model_fn = get_cost_model(cost_model)
     scope = "model" if layer is None else f"layer {layer}"
-    rows: list[OpEstimate] = []
+    parts: list[PhaseOps] = []
     graphs: list[OpGraph] = []
     phase_times: dict[str, float] = {}
     ttft: float | None = None
@@ -334,14 +354,14 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
         cost = model_fn(feats, hardware)
-        rows += _rows(pre, feats, cost, "prefill")
+        parts.append(PhaseOps(pre, "prefill", cost.time_s, _work(feats), cost.bound))
         graphs.append(pre)
         ttft = float(cost.time_s.sum())
         phase_times["prefill"] = ttft
         decode_total = 0.0
         if workload.output_len > 1:
             ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
-            rows += _rows(ds.graph, ds.features, ds.last_cost, "decode", ds.op_time_s, ds.op_work)
+            parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_cost.bound[-1]))
             graphs.append(ds.graph)
             decode_total = float(ds.step_times_s.sum())
             tpot = float(ds.step_times_s.mean())
@@ -353,7 +373,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         g = _build(spec, fwd, workload, attention, layer)
         feats = op_features(g)
         cost = model_fn(feats, hardware)
-        rows += _rows(g, feats, cost, workload.phase)
+        parts.append(PhaseOps(g, workload.phase, cost.time_s, _work(feats), cost.bound))
         graphs.append(g)
         e2e = float(cost.time_s.sum())
         phase_times[workload.phase] = e2e
@@ -368,7 +388,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         cost_model=cost_model,
         workload=workload,
         scope=scope,
-        ops=tuple(rows),
+        phases=tuple(parts),
         ttft_s=ttft,
         tpot_s=tpot,
         e2e_s=e2e,

@@ -63,7 +63,16 @@ def _widest(dtypes: list[DType]) -> DType:
 
 
 def op_features(graph: OpGraph) -> OpFeatures:
-    """Extract the arrays cost models need from ``graph`` (one pass over the ops)."""
+    """The arrays cost models need from ``graph``; computed once per graph (graphs are immutable)."""
+    cached = graph.__dict__.get("_op_features")
+    if cached is None:
+        cached = _extract(graph)
+        # OpGraph is frozen; the features are derived data, stored beside it like a cached_property.
+        object.__setattr__(graph, "_op_features", cached)
+    return cached
+
+
+def _extract(graph: OpGraph) -> OpFeatures:
     n = len(graph.ops)
     flops = np.empty(n)
     wb = np.empty(n)
