@@ -134,6 +134,10 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb",
         except OSError:
             continue
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+    # mkstemp creates 0600 files; outputs get the permissions a plain open() would give them.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle

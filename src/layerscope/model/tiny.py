@@ -65,7 +65,8 @@ _TINY: dict[str, dict[str, Any]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0},
     },
     "deepseek_v3": {
-        **_BASE, **_MOE,
+        # No head_dim: MLA derives it from qk_rope_head_dim; an explicit one breaks transformers' RoPE.
+        **{k: v for k, v in _BASE.items() if k != "head_dim"}, **_MOE,
         "model_type": "deepseek_v3",
         "architectures": ["DeepseekV3ForCausalLM"],
         "num_key_value_heads": 4,
