@@ -1,0 +1,278 @@
+"""``capture()``: run a Hugging Face causal LM under torch.profiler with every module annotated.
+
+The output is the profiler's Kineto/Chrome JSON trace (gzipped when the path ends in ``.gz``),
+with a top-level ``"layerscope"`` object describing the capture (Perfetto and HTA ignore
+unknown top-level keys), and a :class:`CaptureResult` with a per-module summary.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from layerscope.capture.build import (
+    DEFAULT_INIT_STD,
+    build_empty,
+    capture_dtype,
+    hf_config,
+    load_pretrained,
+    materialize_random,
+    num_layers_of,
+    parameter_count,
+    prepare_config,
+    require_torch,
+    torch_dtype,
+)
+from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
+from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled
+from layerscope.capture.source import ModelSource, resolve_model
+from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
+from layerscope.errors import CaptureError, LayerscopeError, OutputError
+from layerscope.model.spec import ModelSpec
+from layerscope.units import atomic_write
+
+logger = logging.getLogger(__name__)
+
+#: Key of the capture's metadata object at the top level of the trace JSON.
+METADATA_KEY = "layerscope"
+
+CacheKind = Literal["dynamic", "static"]
+
+
+class CaptureResult(BaseModel):
+    """What a capture ran and measured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    """The model as the user named it (catalog name, HF id, path, or the module's class)."""
+    model_type: str
+    trace_path: Path
+    weights: Literal["random", "loaded"]
+    dtype: str
+    device: str
+    layers: int
+    """Decoder layers built (all of them unless ``layers=`` truncated the model)."""
+    total_layers: int
+    batch: int
+    prompt_len: int
+    decode_steps: int
+    warmup: int
+    iterations: int
+    cache: str
+    seed: int
+    param_count: int
+    estimated_memory_bytes: int
+    torch_version: str
+    transformers_version: str
+    phases: list[PhaseRecord]
+    summary: list[ModuleRecord]
+
+    def metadata(self) -> dict[str, Any]:
+        """The ``"layerscope"`` object written into the trace (everything but the records)."""
+        return self.model_dump(mode="json", exclude={"phases", "summary", "trace_path"})
+
+
+def default_out_path(model: str, layers: int) -> Path:
+    """``capture-<model>-<N>l.json.gz`` in the current directory."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).stem if model.endswith(".json") else model)
+    return Path(f"capture-{slug.strip('-') or 'model'}-{layers}l.json.gz")
+
+
+def _check_args(batch: int, prompt_len: int, decode_steps: int, warmup: int, iterations: int,
+                cache: str) -> None:
+    for field, value, low in (("batch", batch, 1), ("prompt_len", prompt_len, 1),
+                              ("decode_steps", decode_steps, 0), ("warmup", warmup, 0),
+                              ("iterations", iterations, 1)):
+        if value < low:
+            raise CaptureError(f"{field}: {value} is out of range; must be >= {low}")
+    if cache not in ("dynamic", "static"):
+        raise CaptureError(f"cache: unknown KV cache kind {cache!r}; known: dynamic, static")
+
+
+def _check_device(torch: Any, device: str) -> None:
+    if device == "cpu":
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise CaptureError(f"device: unknown device {device!r}; known: cpu, cuda")
+    if not torch.cuda.is_available():
+        raise CaptureError(
+            f"device: {device!r} was asked for but torch {torch.__version__} sees no CUDA GPU "
+            "(install a CUDA build of torch on a GPU machine, or use --device cpu)"
+        )
+
+
+def _check_positions(spec: ModelSpec | None, tokens: int) -> None:
+    """Learned position tables (gpt2, OPT) cannot index past their length; RoPE models can."""
+    if spec is None or spec.position != "learned":
+        return
+    limit = spec.max_position_embeddings
+    if tokens > limit:
+        raise CaptureError(
+            f"prompt_len + decode_steps = {tokens} exceeds the {limit} learned positions of {spec.name}; "
+            "use a shorter --prompt-len or fewer --decode-steps"
+        )
+
+
+def _model_spec(config: dict[str, Any], name: str) -> ModelSpec | None:
+    """The ``ModelSpec`` of ``config`` if layerscope.model can parse it, else ``None``."""
+    from layerscope.model import model_spec_from_dict
+
+    try:
+        return model_spec_from_dict(config, name)
+    except LayerscopeError as exc:
+        logger.info("no ModelSpec for %s (%s); module names use the default base-model prefixes", name, exc)
+        return None
+
+
+def _write_trace(raw_path: Path, out: Path, metadata: dict[str, Any], inputs: tuple[Path, ...]) -> dict[str, Any]:
+    """Add the metadata object to the exported trace and write it atomically to ``out``."""
+    try:
+        with raw_path.open("r", encoding="utf-8") as fh:
+            trace = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise CaptureError(f"the profiler wrote a trace that is not valid JSON: {exc}") from None
+    if not isinstance(trace, dict):
+        raise CaptureError(f"the profiler wrote an unexpected trace ({type(trace).__name__})")
+    trace[METADATA_KEY] = metadata
+    data = json.dumps(trace, separators=(",", ":")).encode("utf-8")
+    with atomic_write(out, "wb", inputs=inputs) as fh:
+        if out.suffix == ".gz":
+            # mtime=0: the gzip header carries no wall clock.
+            with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+                gz.write(data)
+        else:
+            fh.write(data)
+    return trace
+
+
+def capture(
+    model: str | os.PathLike[str] | Any,
+    *,
+    layers: int | None = None,
+    dtype: str = "bf16",
+    device: str = "cpu",
+    batch: int = 1,
+    prompt_len: int = 128,
+    decode_steps: int = 0,
+    warmup: int = 1,
+    iterations: int = 1,
+    cache: CacheKind | str = "dynamic",
+    random_weights: bool = False,
+    out: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+) -> CaptureResult:
+    """Capture a profiled run of ``model`` and write its annotated trace to ``out``.
+
+    ``model`` is a catalog name, a ``config.json`` path, a checkpoint directory, an HF id (found
+    in the local HF cache; nothing is downloaded) or an ``nn.Module`` (an HF causal LM, moved to
+    ``device`` and cast to ``dtype`` in place).
+    Weights are loaded when a checkpoint is available and ``random_weights`` is false; otherwise
+    the model is built with weights drawn from a generator seeded with ``seed``. ``layers=N``
+    keeps the first N decoder layers. Each recorded iteration is one ``prefill`` of
+    ``prompt_len`` random tokens and ``decode_steps`` greedy ``decode_step_K`` steps.
+
+    Raises :class:`CaptureError` (no torch, unknown model, missing checkpoint, no GPU, model too
+    big, bad argument) or :class:`ConfigError` (unreadable config).
+    """
+    _check_args(batch, prompt_len, decode_steps, warmup, iterations, cache)
+    parsed_dtype = capture_dtype(dtype)
+    torch, transformers = require_torch()
+    _check_device(torch, device)
+
+    source: ModelSource | None = None
+    spec: ModelSpec | None = None
+    if isinstance(model, torch.nn.Module):
+        if layers is not None:
+            raise CaptureError("layers: cannot truncate an already built model; pass a config or name instead")
+        hf_model = model.to(device=device, dtype=torch_dtype(parsed_dtype)).eval()
+        name = type(model).__name__
+        config_dict = hf_model.config.to_dict()
+        total_layers = built_layers = num_layers_of(config_dict)
+        weights: Literal["random", "loaded"] = "loaded"
+        param_count = parameter_count(hf_model)
+        spec = _model_spec(config_dict, name)
+        root = spec.modules.root if spec is not None else None
+        inputs: tuple[Path, ...] = ()
+    else:
+        source = resolve_model(model)
+        name = source.name
+        load = source.weights_dir is not None and not random_weights
+        total_layers = num_layers_of(prepare_config(source.config, layers=None, keep_quantization=load))
+        config_dict = prepare_config(source.config, layers=layers, keep_quantization=load)
+        built_layers = num_layers_of(config_dict)
+        spec = _model_spec(config_dict, name)
+        root = spec.modules.root if spec is not None else None
+        config = hf_config(config_dict)
+        empty = build_empty(config, parsed_dtype)
+        param_count = parameter_count(empty)
+        inputs = (source.config_path,) if source.config_path is not None else ()
+        weights = "loaded" if load else "random"
+
+    _check_positions(spec, prompt_len + decode_steps)
+    out_path = Path(out) if out is not None else default_out_path(name, built_layers)
+    if not (out_path.parent if str(out_path.parent) else Path(".")).is_dir():
+        # Fail before minutes of building and running, not at the write.
+        raise OutputError(f"output directory {str(out_path.parent)!r} does not exist")
+    estimate = estimate_memory(
+        config_dict, param_count=param_count, dtype_bytes=parsed_dtype.bytes, batch=batch,
+        prompt_len=prompt_len, decode_steps=decode_steps, spec=spec,
+    )
+    if source is not None:
+        check_memory(estimate, available_memory_bytes(device), device=device, layers=built_layers)
+        if weights == "loaded":
+            assert source.weights_dir is not None
+            del empty
+            hf_model = load_pretrained(source.weights_dir, config, parsed_dtype, device)
+        else:
+            if source.weights_dir is None and not random_weights:
+                logger.warning("%s: no weights found (config only); building it with random weights "
+                               "(seed %d)", name, seed)
+            init_std = float(config_dict.get("initializer_range", DEFAULT_INIT_STD))
+            materialize_random(empty, device=device, seed=seed, init_std=init_std)
+            hf_model = empty
+
+    plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+                   warmup=warmup, iterations=iterations, cache=str(cache), seed=seed)
+    with tempfile.TemporaryDirectory(prefix="layerscope-capture-") as tmp:
+        raw = Path(tmp) / "trace.json"
+        try:
+            annotator = run_profiled(hf_model, plan, root=root, trace_path=raw)
+        except torch.OutOfMemoryError as exc:
+            raise CaptureError(f"out of memory while running the model: {exc}; try --layers 1") from None
+        result = CaptureResult(
+            model=name,
+            model_type=str(config_dict.get("model_type", "")),
+            trace_path=out_path,
+            weights=weights,
+            dtype=parsed_dtype.value,
+            device=device,
+            layers=built_layers,
+            total_layers=total_layers,
+            batch=batch,
+            prompt_len=prompt_len,
+            decode_steps=decode_steps,
+            warmup=warmup,
+            iterations=iterations,
+            cache=str(cache),
+            seed=seed,
+            param_count=param_count,
+            estimated_memory_bytes=estimate.total_bytes,
+            torch_version=str(torch.__version__),
+            transformers_version=str(transformers.__version__),
+            phases=[],
+            summary=[],
+        )
+        trace = _write_trace(raw, out_path, result.metadata(), inputs)
+    return result.model_copy(update={
+        "phases": phase_records(trace),
+        "summary": module_records(trace, annotator.calls, annotator.names, extra=(SAMPLING,)),
+    })

@@ -1,0 +1,127 @@
+"""Run a built model under torch.profiler: warm-up iterations unrecorded, then the recorded ones,
+each a ``prefill`` and ``decode_step_K`` steps feeding back the argmax token with a KV cache."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerscope.capture.annotate import ModuleAnnotator
+
+logger = logging.getLogger(__name__)
+
+#: Annotation of the greedy token choice; the name of the graph's sampling op.
+SAMPLING = "sampling"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one capture runs; sizes in tokens."""
+
+    device: str
+    batch: int
+    prompt_len: int
+    decode_steps: int
+    warmup: int
+    iterations: int
+    cache: str
+    """``dynamic`` (DynamicCache) or ``static`` (StaticCache of prompt_len + decode_steps)."""
+    seed: int
+
+
+def _sync(torch: Any, device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _make_cache(transformers: Any, model: Any, plan: RunPlan) -> Any:
+    if plan.cache == "static":
+        return transformers.StaticCache(config=model.config, max_cache_len=plan.prompt_len + plan.decode_steps)
+    return transformers.DynamicCache(config=model.config)
+
+
+def _sample(logits: Any) -> Any:
+    """Greedy next token of each sequence, annotated ``sampling`` like the graph's sampling op."""
+    from torch.autograd.profiler import record_function
+
+    # logits: [B, S, V] -> token: [B, 1]
+    with record_function(SAMPLING):
+        return logits[:, -1, :].argmax(dim=-1, keepdim=True)
+
+
+def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, plan: RunPlan,
+                   annotator: ModuleAnnotator) -> None:
+    """One prefill and ``plan.decode_steps`` greedy decode steps; each phase's range closes
+    after a device synchronize, so its kernels land inside it."""
+    from torch.autograd.profiler import record_function
+
+    cache = _make_cache(transformers, model, plan)
+    device = plan.device
+    # input_ids: [B, S]
+    annotator.phase = "prefill"
+    with record_function("prefill"):
+        positions = torch.arange(plan.prompt_len, device=device)
+        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions)
+        token = _sample(out.logits)  # [B, 1]
+        _sync(torch, device)
+    annotator.phase = "decode"
+    for step in range(plan.decode_steps):
+        with record_function(f"decode_step_{step}"):
+            positions = torch.tensor([plan.prompt_len + step], device=device)
+            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True,
+                        cache_position=positions)
+            token = _sample(out.logits)
+            _sync(torch, device)
+
+
+def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Path) -> ModuleAnnotator:
+    """Run ``plan`` on ``model`` and write the profiler's Chrome JSON trace to ``trace_path``.
+
+    Profiler schedule: wait=0, warmup=1 when there is a warm-up iteration to spend on it (the
+    profiler's own start-up cost then stays out of the recorded steps), active=iterations.
+    Returns the annotator with the per-module call counts and shapes of the recorded steps.
+    """
+    import torch
+    import transformers
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    vocab = int(model.config.vocab_size)
+    generator = torch.Generator().manual_seed(plan.seed)
+    input_ids = torch.randint(0, vocab, (plan.batch, plan.prompt_len), generator=generator).to(plan.device)
+
+    activities = [ProfilerActivity.CPU]
+    if plan.device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    profiler_warmup = 1 if plan.warmup >= 1 else 0
+    exported: list[Path] = []
+
+    def on_trace_ready(prof: Any) -> None:
+        prof.export_chrome_trace(str(trace_path))
+        exported.append(trace_path)
+
+    with torch.inference_mode():
+        for _ in range(plan.warmup - profiler_warmup):
+            with ModuleAnnotator(model, root) as scratch:
+                _one_iteration(torch, transformers, model, input_ids, plan, scratch)
+        _sync(torch, plan.device)
+        with warnings.catch_warnings():
+            # warmup=0 is what the caller asked for (--warmup 0); torch warns about it.
+            warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+            sched = schedule(wait=0, warmup=profiler_warmup, active=plan.iterations, repeat=1)
+        with profile(activities=activities, schedule=sched, record_shapes=True,
+                     on_trace_ready=on_trace_ready) as prof:
+            for _ in range(profiler_warmup):
+                with ModuleAnnotator(model, root) as scratch:
+                    _one_iteration(torch, transformers, model, input_ids, plan, scratch)
+                prof.step()
+            with ModuleAnnotator(model, root) as annotator:
+                for _ in range(plan.iterations):
+                    _one_iteration(torch, transformers, model, input_ids, plan, annotator)
+                    prof.step()
+    if not exported:  # the schedule's last active step ends with the profiler context
+        prof.export_chrome_trace(str(trace_path))
+    logger.info("profiled %d iteration(s) after %d warm-up", plan.iterations, plan.warmup)
+    return annotator

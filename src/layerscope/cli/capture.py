@@ -1,0 +1,103 @@
+"""``layerscope capture``: run a real HF model under torch.profiler, every module annotated."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capture")(capture_cmd)
+
+
+def capture_cmd(
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Catalog name, HF id (local cache), config.json or checkpoint directory."
+    ),
+    layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
+    dtype: str = typer.Option("bf16", "--dtype", help="fp32 | bf16 | fp16"),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
+    prompt_len: int = typer.Option(128, "--prompt-len", help="Prompt tokens of the prefill."),
+    decode_steps: int = typer.Option(0, "--decode-steps", help="Greedy decode steps after the prefill."),
+    warmup: int = typer.Option(1, "--warmup", help="Unrecorded warm-up iterations."),
+    iterations: int = typer.Option(1, "--iterations", help="Recorded iterations."),
+    cache: str = typer.Option("dynamic", "--cache", help="KV cache: dynamic | static"),
+    random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random weights and prompt tokens."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Trace file (.json.gz, or .json); default capture-<model>-<N>l.json.gz."
+    ),
+    open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev."),
+    top: int = typer.Option(30, "--top", help="Modules shown in the table (slowest first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the capture result as one JSON object."),
+) -> None:
+    """Profile a Hugging Face causal LM (prefill + decode steps) and write an annotated trace."""
+    from layerscope.capture import capture
+
+    result = capture(
+        model, layers=layers, dtype=dtype, device=device, batch=batch, prompt_len=prompt_len,
+        decode_steps=decode_steps, warmup=warmup, iterations=iterations, cache=cache,
+        random_weights=random_weights, out=out, seed=seed,
+    )
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result.model_dump(mode="json"))
+    else:
+        _render(result, top)
+    if open_ui:
+        _open(result.trace_path)
+
+
+def _open(path: Path) -> None:
+    try:
+        serve = importlib.import_module("layerscope.trace.serve")
+    except ModuleNotFoundError:
+        typer.echo(f"open {path} in https://ui.perfetto.dev", err=True)
+        return
+    opener = getattr(serve, "open_in_perfetto", None) or getattr(serve, "serve", None)
+    if opener is None:
+        typer.echo(f"open {path} in https://ui.perfetto.dev", err=True)
+        return
+    opener(path)
+
+
+def _render(result: Any, top: int) -> None:
+    from rich.table import Table
+
+    from layerscope.cli.common import console, fmt_si
+
+    con = console()
+    con.print(
+        f"[bold]{result.model}[/] ({result.model_type}) · {result.layers} of {result.total_layers} layers · "
+        f"{result.weights} weights · {result.dtype} on {result.device} · batch {result.batch} · "
+        f"prompt {result.prompt_len} · {result.decode_steps} decode steps · "
+        f"{result.iterations} iteration(s) after {result.warmup} warm-up · {fmt_si(result.param_count)} params"
+    )
+    phases = Table(title="phases")
+    for col in ("phase", "calls", "total ms", "mean ms"):
+        phases.add_column(col, justify="left" if col == "phase" else "right")
+    for p in result.phases:
+        phases.add_row(p.name, str(p.calls), f"{p.total_ms:.3f}", f"{p.mean_ms:.3f}")
+    con.print(phases)
+    records = sorted(result.summary, key=lambda r: -r.total_ms)
+    shown = records[:top] if top > 0 else records
+    table = Table(title=f"modules by time ({len(shown)} of {len(records)}; parents include children)")
+    for col in ("module", "phase", "calls", "total ms", "mean ms", "device ms", "input shapes", "output shapes"):
+        table.add_column(col, justify="right" if "ms" in col or col == "calls" else "left")
+    for r in shown:
+        table.add_row(
+            r.name, r.phase, str(r.calls), f"{r.total_ms:.3f}", f"{r.mean_ms:.3f}",
+            "-" if r.device_ms is None else f"{r.device_ms:.3f}",
+            _shapes(r.input_shapes), _shapes(r.output_shapes),
+        )
+    con.print(table)
+    con.print(f"trace: {result.trace_path}")
+
+
+def _shapes(shapes: list[list[int]]) -> str:
+    return " ".join("x".join(map(str, s)) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
