@@ -25,7 +25,7 @@ pytest:
 test: install lint typecheck pytest
 
 golden:
-	$(PYTHON) -m layerscope.schedule.golden tests/data/golden
+	$(PYTHON) -m layerscope.trace.golden tests/data/golden
 
 bench:
 	$(PYTHON) bench/bench_estimate.py

@@ -1,1 +1,30 @@
-"""layerscope.schedule"""
+"""Scheduling timed op graphs on N compute engines that share memory bandwidth; engine sweeps.
+
+See :mod:`layerscope.schedule.core` for the model and its assumptions.
+"""
+
+from layerscope.schedule.core import (
+    POLICIES,
+    EngineSet,
+    Schedule,
+    ScheduleProblem,
+    get_policy,
+    schedule,
+    standalone_ns,
+    upward_rank,
+)
+from layerscope.schedule.sweep import Sweep, parse_engine_counts, sweep_engines
+
+__all__ = [
+    "POLICIES",
+    "EngineSet",
+    "Schedule",
+    "ScheduleProblem",
+    "Sweep",
+    "get_policy",
+    "parse_engine_counts",
+    "schedule",
+    "standalone_ns",
+    "sweep_engines",
+    "upward_rank",
+]

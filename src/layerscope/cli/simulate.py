@@ -1,0 +1,100 @@
+"""``layerscope simulate`` (ops on N engines → sweep table and Perfetto trace) and ``layerscope open``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_cmd)
+    app.command("open")(open_cmd)
+
+
+def simulate_cmd(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id, config.json or directory."),
+    hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Preset name or YAML/JSON/CSV/XLSX file."),
+    engines: str = typer.Option("4", "--engines", "-e", help="Engine count, range (1..8) or list (1,2,4,8)."),
+    policy: str = typer.Option("list", "--policy", help="list | in-order"),
+    phase: str = typer.Option("decode", "--phase", help="decode | prefill | chunked"),
+    batch: int | None = typer.Option(None, "--batch", "-b", help="Sequences per pass."),
+    context: int | None = typer.Option(None, "--context", help="Cached tokens per decode sequence (1024)."),
+    input_len: int | None = typer.Option(None, "--input", help="Prompt tokens (prefill)."),
+    chunk: int | None = typer.Option(None, "--chunk", help="Prompt tokens per chunked-prefill pass."),
+    all_layers: bool = typer.Option(False, "--all-layers", help="The whole model, not one layer."),
+    steps: int | None = typer.Option(None, "--steps", help="Decode steps with a growing KV cache."),
+    layer: int = typer.Option(0, "--layer", help="Decoder layer simulated alone (default 0)."),
+    attention: str = typer.Option("unfused", "--attention", help="unfused (QKᵀ, softmax, PV ops) | fused"),
+    cost: str = typer.Option("roofline", "--cost", help="Cost model: roofline | tiling | hierarchical"),
+    no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
+                                             help="Every engine sees the full memory bandwidth."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace"),
+    open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev (needs --out)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Schedule a layer / model / decode steps on N compute engines sharing memory bandwidth."""
+    from layerscope.errors import OutputError
+    from layerscope.trace.simulate import simulate
+
+    if open_ui and out is None:
+        raise OutputError("--open needs --out PATH (the trace to serve)")
+    if attention not in ("fused", "unfused"):
+        from layerscope.errors import GraphError
+
+        raise GraphError(f"--attention: {attention!r}; known: fused, unfused")
+    result = simulate(
+        model, hardware, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
+        cost_model=cost, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
+        all_layers=all_layers, steps=steps, layer=layer, attention=attention,  # type: ignore[arg-type]
+        out=out,
+    )
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result.to_dict())
+    else:
+        _render(result)
+    if open_ui and result.trace_path is not None:
+        _open(result.trace_path)
+
+
+def open_cmd(trace: Path = typer.Argument(..., help="Trace file to open in ui.perfetto.dev.")) -> None:
+    """Serve TRACE once from 127.0.0.1 and open it in ui.perfetto.dev."""
+    _open(trace)
+
+
+def _open(path: Path) -> None:
+    from layerscope.trace.serve import open_in_perfetto
+
+    def ready(url: str) -> None:
+        typer.echo(f"Serving {path} once for ui.perfetto.dev (Ctrl-C to stop):\n  {url}", err=True)
+
+    url, fetched = open_in_perfetto(path, on_ready=ready)
+    typer.echo("trace sent to the Perfetto UI" if fetched else f"not fetched; open {url}", err=True)
+
+
+def _render(result: Any) -> None:
+    from rich.table import Table
+
+    from layerscope.cli.common import console, fmt_time_s
+
+    con = console()
+    s = result.schedule
+    con.print(
+        f"[bold]{result.model}[/] on [bold]{result.hardware}[/] · {result.problem.name} · "
+        f"{result.problem.n} ops · cost {result.timed.cost_model} · policy {s.policy} · "
+        f"bandwidth {'shared' if s.share_bandwidth else 'per engine'}"
+    )
+    t = Table(title="engine sweep" if len(result.sweep.rows) > 1 else "schedule")
+    for col in ("engines", "makespan", "speedup", "engine util", "bandwidth util"):
+        t.add_column(col, justify="right")
+    for row in result.sweep.rows:
+        mark = " ◀" if row["engines"] == result.sweep.engines_used else ""
+        t.add_row(f"{row['engines']}{mark}", fmt_time_s(row["makespan_ns"] / 1e9), f"{row['speedup']:.2f}x",
+                  f"{row['engine_utilization']:.1%}", f"{row['bandwidth_utilization']:.1%}")
+    con.print(t)
+    con.print(f"engines used: {result.sweep.engines_used} (smallest count within 2% of the best makespan)")
+    if result.trace_path is not None:
+        con.print(f"trace: {result.trace_path} ({s.engines.count} engines)")

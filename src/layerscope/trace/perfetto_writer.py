@@ -1,0 +1,408 @@
+"""Native Perfetto protobuf (``.pftrace``) for a schedule, hand-encoded (no protobuf dependency).
+
+A ``Trace`` is a stream of ``TracePacket``s (field 1 of Trace, so each packet is written as
+``key(1, LEN) + length + bytes`` and the file can be streamed). Field numbers are those of
+perfetto's ``protos/perfetto/trace/trace_packet.proto``, ``track_event/track_event.proto``,
+``track_event/track_descriptor.proto``, ``track_event/debug_annotation.proto``,
+``track_event/counter_descriptor.proto`` and ``interned_data/interned_data.proto``.
+
+Layout: a process track (the chip), one thread track per engine (``engine k``, tid ``k + 1``),
+two counter tracks (memory bandwidth in use in GB/s, engines busy). Each op is a
+TYPE_SLICE_BEGIN/TYPE_SLICE_END pair on its engine's track with ``name``, an interned category
+(the op kind), debug annotations (interned names; the template args of the op plus its layer and
+dependency names; the engine is the track), ``flow_ids`` for the edges leaving it and ``terminating_flow_ids``
+for the edges entering it. Timestamps are nanoseconds. All packets are on one sequence
+(``trusted_packet_sequence_id`` 1) whose first packet clears the incremental state; interned
+strings are emitted in the packet that first uses them. Events are written in timestamp order
+(ends before begins at the same instant), so the file needs no re-sorting.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import defaultdict
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from layerscope.trace.chrome_writer import process_title
+from layerscope.trace.protobuf_wire import SMALL_VARINTS, f_bytes, f_double, f_string, f_varint, key, varint
+from layerscope.trace.writers import (
+    BANDWIDTH_COUNTER,
+    BANDWIDTH_UNIT,
+    ENGINES_COUNTER,
+    SIM_PID,
+    TID_BASE,
+    TraceMetadata,
+)
+
+if TYPE_CHECKING:
+    from layerscope.schedule.core import Schedule
+
+__all__ = ["write_perfetto_protobuf"]
+
+# Trace
+TRACE_PACKET = 1
+# TracePacket
+TP_TIMESTAMP = 8
+TP_SEQUENCE_ID = 10
+TP_TRACK_EVENT = 11
+TP_INTERNED_DATA = 12
+TP_SEQUENCE_FLAGS = 13
+TP_TRACK_DESCRIPTOR = 60
+TP_CLOCK_SNAPSHOT = 6
+TP_TIMESTAMP_CLOCK_ID = 58
+TP_DEFAULTS = 59  # TracePacketDefaults
+TPD_TIMESTAMP_CLOCK_ID = 58
+# ClockSnapshot { clocks = 1 }; Clock { clock_id = 1, timestamp = 2, is_incremental = 3 }
+CS_CLOCKS = 1
+CLK_ID, CLK_TIMESTAMP, CLK_IS_INCREMENTAL = 1, 2, 3
+BUILTIN_CLOCK_BOOTTIME = 6
+INCREMENTAL_CLOCK_ID = 64  # first sequence-scoped (user-defined) clock id
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+SEQ_NEEDS_INCREMENTAL_STATE = 2
+# TrackDescriptor
+TD_UUID, TD_NAME, TD_PROCESS, TD_THREAD, TD_PARENT_UUID, TD_COUNTER = 1, 2, 3, 4, 5, 8
+# ProcessDescriptor / ThreadDescriptor
+PD_PID, PD_PROCESS_NAME = 1, 6
+THD_PID, THD_TID, THD_THREAD_NAME = 1, 2, 5
+# CounterDescriptor
+CD_UNIT = 3
+UNIT_COUNT = 2
+# TrackEvent
+TE_CATEGORY_IIDS = 3
+TE_DEBUG_ANNOTATIONS = 4
+TE_TYPE = 9
+TE_TRACK_UUID = 11
+TE_NAME = 23
+TE_COUNTER_VALUE = 30
+TE_DOUBLE_COUNTER_VALUE = 44
+TE_FLOW_IDS = 47
+TE_TERMINATING_FLOW_IDS = 48
+TYPE_SLICE_BEGIN, TYPE_SLICE_END, TYPE_COUNTER = 1, 2, 4
+# DebugAnnotation
+DA_NAME_IID, DA_BOOL, DA_INT, DA_DOUBLE, DA_STRING, DA_ARRAY, DA_STRING_IID = 1, 2, 4, 5, 6, 12, 17
+# InternedData: EventCategory / DebugAnnotationName {iid = 1, name = 2}
+ID_EVENT_CATEGORIES = 1
+ID_DEBUG_ANNOTATION_NAMES = 3
+ID_DEBUG_ANNOTATION_STRING_VALUES = 29  # InternedString {iid = 1, str = 2}
+
+SEQUENCE_ID = 1
+PROCESS_UUID = 1
+THREAD_UUID_BASE = 100
+BANDWIDTH_UUID = 10
+ENGINES_UUID = 11
+
+_PACKET_KEY = key(TRACE_PACKET, 2)
+_SEQ = f_varint(TP_SEQUENCE_ID, SEQUENCE_ID)
+_NEEDS = f_varint(TP_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE)
+_TS_KEY = key(TP_TIMESTAMP, 0)
+_TE_KEY = key(TP_TRACK_EVENT, 2)
+_FLOW_KEY = key(TE_FLOW_IDS, 1)
+_TFLOW_KEY = key(TE_TERMINATING_FLOW_IDS, 1)
+_STRING_FIELD = key(2, 2)
+
+
+def _packet(body: bytes) -> bytes:
+    return _PACKET_KEY + varint(len(body)) + body
+
+
+class _Interner:
+    """Assigns iids (from 1) to strings of one interned-data table; collects the new ones."""
+
+    def __init__(self, field: int, first: int = 1) -> None:
+        self.field = field
+        self.first = first
+        self.ids: dict[str, int] = {}
+        self.pending: list[bytes] = []
+
+    def iid(self, s: str) -> int:
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.ids) + self.first
+            self.pending.append(f_bytes(self.field, f_varint(1, i) + f_string(2, s)))
+        return i
+
+    def take(self) -> bytes:
+        out = b"".join(self.pending)
+        self.pending.clear()
+        return out
+
+
+def _annotation(name_iid: int, value: Any, strings: _Interner) -> bytes:
+    if isinstance(value, bool):
+        body = f_varint(DA_BOOL, int(value))
+    elif isinstance(value, (int, np.integer)):
+        body = f_varint(DA_INT, int(value))
+    elif isinstance(value, (float, np.floating)):
+        v = float(value)
+        body = f_double(DA_DOUBLE, v) if math.isfinite(v) else f_string(DA_STRING, str(v))
+    else:
+        body = f_varint(DA_STRING_IID, strings.iid(str(value)))
+    return f_bytes(TE_DEBUG_ANNOTATIONS, f_varint(DA_NAME_IID, name_iid) + body)
+
+
+def encode_varints(values: np.ndarray) -> tuple[bytes, list[int]]:
+    """Varints of many non-negative integers at once: the concatenation and the offsets."""
+    v = np.asarray(values, dtype=np.uint64)
+    n = len(v)
+    nb = np.ones(n, dtype=np.int64)
+    for k in range(1, 10):
+        nb += (v >> np.uint64(7 * k)) != 0
+    arr = np.empty((n, 10), dtype=np.uint8)
+    for k in range(10):
+        group = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        arr[:, k] = group | np.where(k < nb - 1, 0x80, 0).astype(np.uint8)
+    mask = np.arange(10)[None, :] < nb[:, None]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nb, out=offsets[1:])
+    return arr[mask].tobytes(), offsets.tolist()
+
+
+class _VarintTable:
+    """``table[x]`` is ``varint(x)``: a list lookup below 2**14, computed above."""
+
+    __slots__ = ()
+
+    def __getitem__(self, x: int) -> bytes:
+        return SMALL_VARINTS[x] if x < 65536 else varint(x)
+
+
+def _array_elements(iids: np.ndarray) -> tuple[bytes, list[int]]:
+    """``DebugAnnotation{string_value_iid}`` as array_values elements (field 12), one per iid,
+    concatenated; returns the blob and the offsets of each element."""
+    blob, off = encode_varints(iids)
+    n = len(iids)
+    lens = np.diff(np.asarray(off, dtype=np.int64))
+    # element = key(12, LEN) len key(17, VARINT) varint(iid); key(17, 0) is 2 bytes: 0x88 0x01.
+    width = 4 + 10
+    arr = np.zeros((n, width), dtype=np.uint8)
+    arr[:, 0] = (DA_ARRAY << 3) | 2
+    arr[:, 1] = 2 + lens
+    arr[:, 2] = 0x88
+    arr[:, 3] = 0x01
+    raw = np.frombuffer(blob, dtype=np.uint8)
+    starts = np.asarray(off[:-1], dtype=np.int64)
+    for j in range(10):
+        sel = lens > j
+        arr[sel, 4 + j] = raw[starts[sel] + j]
+    total = 4 + lens
+    mask = np.arange(width)[None, :] < total[:, None]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(total, out=offsets[1:])
+    return arr[mask].tobytes(), offsets.tolist()
+
+
+def _fixed64_records(field_key: bytes, ids: np.ndarray) -> bytes:
+    """``key + fixed64`` for each id, concatenated (each record ``len(field_key) + 8`` bytes)."""
+    rec = np.zeros(len(ids), dtype=[("k", f"V{len(field_key)}"), ("v", "<u8")])
+    rec["k"] = np.frombuffer(field_key, dtype=f"V{len(field_key)}")[0]
+    rec["v"] = ids
+    return rec.tobytes()
+
+
+def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[bytes]) -> None:
+    """Stream the trace to a binary handle."""
+    buf: list[bytes] = []
+    write = out.write
+
+    # Descriptors, on the packet that clears the sequence's incremental state.
+    descs = [
+        f_varint(TD_UUID, PROCESS_UUID)
+        + f_bytes(TD_PROCESS, f_varint(PD_PID, SIM_PID) + f_string(PD_PROCESS_NAME, process_title(schedule, meta)))
+    ]
+    for k, ename in enumerate(schedule.engines.names):
+        descs.append(
+            f_varint(TD_UUID, THREAD_UUID_BASE + k) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
+            + f_bytes(TD_THREAD, f_varint(THD_PID, SIM_PID) + f_varint(THD_TID, k + TID_BASE)
+                      + f_string(THD_THREAD_NAME, ename))
+        )
+    descs.append(f_varint(TD_UUID, BANDWIDTH_UUID) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
+                 + f_string(TD_NAME, f"{BANDWIDTH_COUNTER} {BANDWIDTH_UNIT}") + f_bytes(TD_COUNTER, b""))
+    descs.append(f_varint(TD_UUID, ENGINES_UUID) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
+                 + f_string(TD_NAME, ENGINES_COUNTER) + f_bytes(TD_COUNTER, f_varint(CD_UNIT, UNIT_COUNT)))
+    # The first packet clears the incremental state and defines the sequence's incremental clock
+    # (its timestamps are deltas from the previous packet's; clock 64 at 0 is BOOTTIME at 0).
+    clocks = (f_bytes(CS_CLOCKS, f_varint(CLK_ID, INCREMENTAL_CLOCK_ID) + f_varint(CLK_TIMESTAMP, 0)
+                      + f_varint(CLK_IS_INCREMENTAL, 1))
+              + f_bytes(CS_CLOCKS, f_varint(CLK_ID, BUILTIN_CLOCK_BOOTTIME) + f_varint(CLK_TIMESTAMP, 0)))
+    buf.append(_packet(f_varint(TP_TIMESTAMP, 0) + f_varint(TP_TIMESTAMP_CLOCK_ID, BUILTIN_CLOCK_BOOTTIME)
+                       + _SEQ + f_varint(TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
+                       + f_bytes(TP_CLOCK_SNAPSHOT, clocks)
+                       + f_bytes(TP_DEFAULTS, f_varint(TPD_TIMESTAMP_CLOCK_ID, INCREMENTAL_CLOCK_ID))))
+    for d in descs:
+        buf.append(_packet(_TS_KEY + varint(0) + _SEQ + _NEEDS + f_bytes(TP_TRACK_DESCRIPTOR, d)))
+
+    cats = _Interner(ID_EVENT_CATEGORIES)
+    anames = _Interner(ID_DEBUG_ANNOTATION_NAMES)
+    iid_layer, iid_deps = anames.iid("layer"), anames.iid("dependencies")
+    # String values: ids 1..K are the names of ops that are someone's dependency (interned at
+    # that op's begin); other strings (template args) follow from K + 1.
+    n = schedule.problem.n
+    n_deps_of = np.bincount(schedule.problem.indices, minlength=n) if n else np.zeros(0, np.int64)
+    has_out = n_deps_of > 0
+    svals = _Interner(ID_DEBUG_ANNOTATION_STRING_VALUES, first=int(has_out.sum()) + 1)
+    # Template annotations, encoded once each (their strings interned on first use).
+    tmpl_bytes: list[bytes | None] = [None] * len(meta.templates)
+
+    def template_bytes(t: int) -> bytes:
+        b = tmpl_bytes[t]
+        if b is None:
+            items = meta.templates[t]
+            b = tmpl_bytes[t] = f_varint(TE_CATEGORY_IIDS, cats.iid(str(items["kind"]))) + b"".join(
+                _annotation(anames.iid(k), v, svals) for k, v in items.items() if k != "kind")
+        return b
+
+    track_field = [f_varint(TE_TRACK_UUID, THREAD_UUID_BASE + k) for k in range(schedule.engines.count)]
+    end_tail = [_TE_KEY + varint(len(ev)) + ev
+                for ev in (f_varint(TE_TYPE, TYPE_SLICE_END) + tf for tf in track_field)]
+    begin_type = f_varint(TE_TYPE, TYPE_SLICE_BEGIN)
+    layer_ann: dict[int, bytes] = defaultdict(bytes)
+    if meta.layer is not None:
+        for v in np.unique(meta.layer).tolist():
+            if v >= 0:
+                layer_ann[v] = _annotation(iid_layer, v, svals)
+
+    p = schedule.problem
+    n = p.n
+    names = meta.names
+    template = meta.template.tolist()
+    layer = meta.layer.tolist() if meta.layer is not None else None
+    engine = schedule.engine.tolist()
+    indptr = p.indptr.tolist()
+    p.indices.tolist()
+    # Flow ids: edge k of the dependency CSR has id k + 1. Out-edges grouped by producer.
+    out_order = np.argsort(p.indices, kind="stable")
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    if len(p.indices):
+        np.cumsum(np.bincount(p.indices, minlength=n), out=out_ptr[1:])
+    rec = len(_FLOW_KEY) + 8
+    out_blob = _fixed64_records(_FLOW_KEY, out_order + 1)
+    in_blob = _fixed64_records(_TFLOW_KEY, np.arange(1, len(p.indices) + 1))
+    out_ptr_l = (out_ptr * rec).tolist()
+    in_ptr_l = (p.indptr * (len(_TFLOW_KEY) + 8)).tolist()
+    # Ops that are someone's dependency get a string-value iid: their name, interned at their begin.
+    str_iid = np.zeros(n, dtype=np.int64)
+    str_iid[has_out] = np.arange(1, int(has_out.sum()) + 1)
+    str_iid_l = str_iid.tolist()
+    si_blob, si_off = encode_varints(str_iid)
+    # Dependency array elements: DebugAnnotation{string_value_iid}, one per edge.
+    elem_blob, elem_off = _array_elements(str_iid[p.indices])
+    deps_key = f_varint(DA_NAME_IID, iid_deps)
+
+    order, ts_all, is_end = _event_order(schedule)
+    c_ts, c_ev = _counter_events(schedule)
+    # One stream in time order: counter values first at an instant, then slice ends/begins.
+    n_ev, n_c = len(order), len(c_ts)
+    ts_m = np.concatenate([np.asarray(c_ts, dtype=np.int64), np.asarray(ts_all, dtype=np.int64)])
+    grp = np.concatenate([np.zeros(n_c, np.int8), np.ones(n_ev, np.int8)])
+    seqno = np.concatenate([np.arange(n_c), np.arange(n_ev)])
+    merged = np.lexsort((seqno, grp, ts_m))
+    # Timestamps on the incremental clock: deltas from the previous packet (descriptors are at 0).
+    ts_sorted = ts_m[merged]
+    delta = np.diff(ts_sorted, prepend=0)
+    d_blob, d_off = encode_varints(delta)
+    merged_l = merged.tolist()
+    str_field = _STRING_FIELD
+    packet_key = _PACKET_KEY
+    head = _TS_KEY
+    seq_needs = _SEQ + _NEEDS
+    seq = _SEQ
+    te_key = _TE_KEY
+    name_key = key(TE_NAME, 2)
+    id_svals = key(ID_DEBUG_ANNOTATION_STRING_VALUES, 2)
+    interned_key = key(TP_INTERNED_DATA, 2)
+    da_key = key(TE_DEBUG_ANNOTATIONS, 2)
+    iid_key = key(1, 0)
+    # Lengths of names, annotation arrays and packets: a list lookup when they surely stay below
+    # 2**16 (names < 8 KiB, < 1000 edges per op, template annotations < 16 KiB), else computed.
+    tmpl_done = [template_bytes(t) for t in range(len(meta.templates))]
+    degree = np.diff(p.indptr) + np.diff(out_ptr) if n else np.zeros(1, np.int64)
+    fast = (max((len(x) for x in names), default=0) < 2048 and int(degree.max(initial=0)) < 1000
+            and max((len(b) for b in tmpl_bytes if b is not None), default=0) < 16384)
+    V: Any = SMALL_VARINTS if fast else _VarintTable()
+    _v = V.__getitem__
+
+    # Every category, annotation name and template string is known now: it rides on the first begin.
+    first_interned = cats.take() + anames.take() + svals.take()
+    for m, code in enumerate(merged_l):
+        vts = d_blob[d_off[m] : d_off[m + 1]]
+        if code < n_c:
+            ev = c_ev[code]
+            body = head + vts + seq + te_key + V[len(ev)] + ev
+            buf.append(packet_key + V[len(body)] + body)
+            continue
+        k = code - n_c
+        i = order[k]
+        if is_end[k]:
+            body = head + vts + seq + end_tail[engine[i]]
+            buf.append(packet_key + V[len(body)] + body)
+            continue
+        tb = tmpl_done[template[i]]
+        nm = names[i].encode()
+        a, b = indptr[i], indptr[i + 1]
+        if b > a:
+            arr = deps_key + elem_blob[elem_off[a] : elem_off[b]]
+            deps = da_key + V[len(arr)] + arr
+        else:
+            deps = b""
+        ev = b"".join((
+            begin_type, track_field[engine[i]], name_key, V[len(nm)], nm, tb,
+            layer_ann[layer[i]] if layer is not None else b"",
+            deps,
+            out_blob[out_ptr_l[i] : out_ptr_l[i + 1]], in_blob[in_ptr_l[i] : in_ptr_l[i + 1]],
+        ))
+        interned = b""
+        if str_iid_l[i]:
+            entry = b"".join((iid_key, si_blob[si_off[i] : si_off[i + 1]], str_field, V[len(nm)], nm))
+            interned = id_svals + V[len(entry)] + entry
+        if first_interned:
+            interned = first_interned + interned
+            first_interned = b""
+        if interned:
+            # Interned data can be long (all template strings ride on the first begin).
+            body = b"".join((head, vts, seq_needs, interned_key, varint(len(interned)), interned,
+                             te_key, _v(len(ev)), ev))
+            buf.append(packet_key + varint(len(body)) + body)
+        else:
+            body = b"".join((head, vts, seq_needs, te_key, _v(len(ev)), ev))
+            buf.append(packet_key + _v(len(body)) + body)
+        if len(buf) >= 50_000:
+            write(b"".join(buf))
+            buf.clear()
+    write(b"".join(buf))
+
+
+def _event_order(schedule: Schedule) -> tuple[list[int], list[int], list[bool]]:
+    """Begin/end events sorted by time; at one instant ends of non-empty slices come first,
+    then in op order each begin followed by its end if the slice is empty."""
+    n = len(schedule.start_ns)
+    start, end = schedule.start_ns, schedule.end_ns
+    ops = np.arange(n, dtype=np.int64)
+    ts = np.concatenate([start, end])
+    zero = end == start
+    rank = np.concatenate([np.ones(n, np.int8), np.where(zero, 1, 0).astype(np.int8)])
+    sub = np.concatenate([2 * ops, 2 * ops + 1])
+    order = np.lexsort((sub, rank, ts))
+    op = np.concatenate([ops, ops])[order]
+    return op.tolist(), ts[order].tolist(), (order >= n).tolist()
+
+
+def _counter_events(schedule: Schedule) -> tuple[list[int], list[bytes]]:
+    """Time and encoded TrackEvent of every counter value, in time order (bandwidth first)."""
+    busy_t, busy_v = schedule.engines_busy()
+    bw_t = schedule.bandwidth_time_ns
+    ts = np.concatenate([bw_t, busy_t]).astype(np.int64)
+    track = np.concatenate([np.zeros(len(bw_t), np.int8), np.ones(len(busy_t), np.int8)])
+    order = np.lexsort((track, ts))
+    bw_head = (f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, BANDWIDTH_UUID)
+               + key(TE_DOUBLE_COUNTER_VALUE, 1))
+    busy_head = f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, ENGINES_UUID) + key(TE_COUNTER_VALUE, 0)
+    gbps = (schedule.bandwidth_bytes_per_s / 1e9).tolist()
+    busy = busy_v.tolist()
+    nbw = len(bw_t)
+    pack = struct.Struct("<d").pack
+    evs = [bw_head + pack(gbps[j]) if j < nbw else busy_head + varint(int(busy[j - nbw]))
+           for j in order.tolist()]
+    return ts[order].tolist(), evs

@@ -1,0 +1,146 @@
+"""``simulate``: model + hardware + workload → timed graph → schedules (one or a sweep) → trace.
+
+The one library call behind ``layerscope simulate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from layerscope.errors import ScheduleError
+from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy
+from layerscope.schedule.sweep import Sweep, parse_engine_counts, sweep_engines
+
+if TYPE_CHECKING:
+    from layerscope.cost.timed import TimedGraph
+    from layerscope.hardware import HardwareSpec
+    from layerscope.model import ModelSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SimulationResult", "build_graph", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What ``simulate`` computed. ``schedule`` is the one written to the trace: the only one, or
+    for a sweep the schedule at ``sweep.engines_used``."""
+
+    model: str
+    hardware: str
+    timed: TimedGraph
+    problem: ScheduleProblem
+    sweep: Sweep
+    schedule: Schedule
+    trace_path: Path | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "graph": self.problem.name,
+            "ops": self.problem.n,
+            "dependencies": self.problem.num_edges,
+            "cost_model": self.timed.cost_model,
+            "policy": self.schedule.policy,
+            "share_bandwidth": self.schedule.share_bandwidth,
+            "bandwidth_bytes_per_s": self.problem.bandwidth_bytes_per_s,
+            "sum_of_op_times_ns": round(float(self.timed.time_s.sum()) * 1e9),
+            "sweep": self.sweep.records(),
+            "engines_used": self.sweep.engines_used,
+            "schedule": self.schedule.summary(),
+            "trace": str(self.trace_path) if self.trace_path else None,
+        }
+
+
+def build_graph(
+    spec: ModelSpec,
+    *,
+    phase: str = "decode",
+    batch: int | None = None,
+    context: int | None = None,
+    input_len: int | None = None,
+    chunk: int | None = None,
+    all_layers: bool = False,
+    steps: int | None = None,
+    layer: int = 0,
+    attention: Literal["fused", "unfused"] = "unfused",
+) -> Any:
+    """The op graph of one layer (default), the whole model (``all_layers``), or ``steps`` decode
+    steps with a growing KV cache."""
+    from layerscope.graph import build_layer_graph, build_model_graph, build_steps_graph
+    from layerscope.workload import make_workload
+
+    fields: dict[str, object] = {"phase": phase}
+    for name, value in (("batch_size", batch), ("context_len", context), ("input_len", input_len),
+                        ("chunk_size", chunk)):
+        if value is not None:
+            fields[name] = value
+    workload = make_workload(**fields)
+    if steps is not None:
+        if steps < 1:
+            raise ScheduleError(f"steps: {steps} must be >= 1")
+        return build_steps_graph(spec, workload, steps, attention, all_layers=all_layers)
+    fwd = workload.passes()[0]
+    if all_layers:
+        return build_model_graph(spec, fwd, workload, attention)
+    return build_layer_graph(spec, fwd, workload, layer, attention)
+
+
+def simulate(
+    model: str | os.PathLike[str] | ModelSpec,
+    hardware: str | os.PathLike[str] | HardwareSpec,
+    *,
+    engines: int | str | Sequence[int] = 4,
+    policy: str = "list",
+    share_bandwidth: bool = True,
+    cost_model: str = "roofline",
+    phase: str = "decode",
+    batch: int | None = None,
+    context: int | None = None,
+    input_len: int | None = None,
+    chunk: int | None = None,
+    all_layers: bool = False,
+    steps: int | None = None,
+    layer: int = 0,
+    attention: Literal["fused", "unfused"] = "unfused",
+    out: str | os.PathLike[str] | None = None,
+) -> SimulationResult:
+    """Build the graph, time it, schedule it on each engine count, and write the trace to ``out``."""
+    from layerscope.cost import time_graph
+    from layerscope.hardware import HardwareSpec, load_hardware
+    from layerscope.model import ModelSpec, load_model_spec
+
+    get_policy(policy)
+    counts = parse_engine_counts(engines)
+    inputs: list[str | os.PathLike[str]] = []
+    if isinstance(model, ModelSpec):
+        spec = model
+    else:
+        spec = load_model_spec(os.fspath(model))
+        inputs.append(model)
+    if isinstance(hardware, HardwareSpec):
+        hw = hardware
+    else:
+        hw = load_hardware(os.fspath(hardware))
+        inputs.append(hardware)
+    graph = build_graph(spec, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
+                        all_layers=all_layers, steps=steps, layer=layer, attention=attention)
+    timed = time_graph(graph, hw, cost_model)
+    problem = ScheduleProblem.from_timed(timed)
+    log.info("scheduling %d ops on %s engines (%s)", problem.n, list(counts), policy)
+    sweep = sweep_engines(problem, counts, policy, share_bandwidth)
+    chosen = sweep.schedules[counts.index(sweep.engines_used)]
+    path = None
+    if out is not None:
+        from layerscope.trace.writers import TraceMetadata, write_schedule_trace
+
+        meta = TraceMetadata.from_timed(timed, process_name=f"{graph.name} on {hw.name}")
+        path = write_schedule_trace(chosen, meta, out,
+                                    inputs=tuple(p for p in inputs if Path(p).exists()))
+    return SimulationResult(spec.name, hw.name, timed, problem, sweep, chosen, path)

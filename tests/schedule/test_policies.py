@@ -1,0 +1,211 @@
+"""The scheduler: hand-computed cases and properties over random DAGs (layerscope/schedule/core.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from layerscope.errors import ScheduleError
+from layerscope.schedule import POLICIES, EngineSet, ScheduleProblem, schedule, standalone_ns, upward_rank
+
+from .conftest import BANDWIDTH, critical_path_ns, problems
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _diamond() -> ScheduleProblem:
+    # 0 -> {1, 2} -> 3; 1 and 2 each move 1000 B (1000 ns alone at 1 B/ns).
+    return ScheduleProblem.from_dependencies(
+        [[], [0], [0], [1, 2]], [1e-6, 0.0, 0.0, 1e-6], [0, 1000, 1000, 0], [0, 0, 0, 0], BANDWIDTH)
+
+
+class TestHandComputed:
+    def test_one_engine_runs_ops_back_to_back(self) -> None:
+        s = schedule(_diamond(), 1)
+        assert s.start_ns.tolist() == [0, 1000, 2000, 3000]
+        assert s.end_ns.tolist() == [1000, 2000, 3000, 4000]
+        assert s.makespan_ns == 4000
+        assert s.engine_busy_ns.tolist() == [4000]
+
+    def test_two_engines_split_compute_but_share_bandwidth(self) -> None:
+        # Compute takes 2x on half the chip (2000 ns); the two memory ops run together at half
+        # the bandwidth each: 2000 ns, not 1000.
+        s = schedule(_diamond(), 2)
+        assert s.start_ns.tolist() == [0, 2000, 2000, 4000]
+        assert s.end_ns.tolist() == [2000, 4000, 4000, 6000]
+        assert sorted(s.engine[[1, 2]].tolist()) == [0, 1]
+
+    def test_unshared_bandwidth_lets_memory_ops_overlap(self) -> None:
+        s = schedule(_diamond(), 2, share_bandwidth=False)
+        assert s.end_ns.tolist() == [2000, 3000, 3000, 5000]
+
+    def test_water_filling_gives_small_demands_their_rate(self) -> None:
+        # op 0: 4000 ns of compute on half the chip, 1000 B -> demand 0.25 B/ns; op 1: 2000 B of
+        # pure traffic -> demand 1 B/ns. Max-min fair: op 0 keeps 0.25, op 1 gets 0.75 -> 2667 ns.
+        p = ScheduleProblem.from_dependencies([[], []], [2e-6, 0.0], [1000, 2000], [0, 0], BANDWIDTH)
+        s = schedule(p, 2)
+        assert s.end_ns.tolist() == [4000, 2667]
+        assert s.bandwidth_time_ns.tolist() == [0, 2667, 4000]
+        assert s.bandwidth_bytes_per_s.tolist() == pytest.approx([1e9, 0.25e9, 0.0])
+
+    def test_memory_bound_ops_gain_nothing_from_engines(self) -> None:
+        p = ScheduleProblem.from_dependencies([[]] * 8, [0.0] * 8, [1000] * 8, [0] * 8, BANDWIDTH)
+        for n in (1, 2, 4, 8):
+            assert schedule(p, n).makespan_ns == 8000
+        assert schedule(p, 8, share_bandwidth=False).makespan_ns == 1000
+
+    def test_overhead_uses_no_bandwidth(self) -> None:
+        # Two ops of 500 ns launch + 1000 B: the launches overlap, the traffic is shared.
+        p = ScheduleProblem.from_dependencies([[], []], [0, 0], [1000, 1000], [5e-7, 5e-7], BANDWIDTH)
+        s = schedule(p, 2)
+        assert s.end_ns.tolist() == [2500, 2500]
+
+    def test_in_order_reserves_the_earliest_free_engine(self) -> None:
+        # 0 (long) -> 2; 1 independent. In-order puts 2 on engine 0's successor slot after 0.
+        p = ScheduleProblem.from_dependencies([[], [], [0]], [4e-6, 1e-6, 1e-6], [0, 0, 0], [0, 0, 0], BANDWIDTH)
+        s = schedule(p, 2, "in-order")
+        assert s.engine.tolist() == [0, 1, 1]
+        assert s.start_ns.tolist() == [0, 0, 8000]
+
+    def test_list_prefers_the_critical_path(self) -> None:
+        # One engine: 1 (short, leaf) and 2 (head of a long chain) are ready together; list runs 2 first.
+        p = ScheduleProblem.from_dependencies(
+            [[], [0], [0], [2], [3]], [1e-6] * 5, [0] * 5, [0] * 5, BANDWIDTH)
+        s = schedule(p, 2, "list")
+        assert s.start_ns[2] <= s.start_ns[1]
+        rank = upward_rank(p, standalone_ns(p, 1))
+        assert rank.tolist() == pytest.approx([4000, 1000, 3000, 2000, 1000])
+
+    def test_heterogeneous_engines(self) -> None:
+        # Engine 1 owns 3/4 of the compute: the single op goes there and takes 1000/0.75 ns.
+        p = ScheduleProblem.from_dependencies([[]], [1e-6], [0], [0], BANDWIDTH)
+        s = schedule(p, EngineSet((0.25, 0.75)))
+        assert s.engine.tolist() == [1]
+        assert s.end_ns.tolist() == [1333]
+
+    def test_empty_problem(self) -> None:
+        p = ScheduleProblem.from_dependencies([], [], [], [], BANDWIDTH)
+        assert schedule(p, 3).makespan_ns == 0
+
+
+class TestErrors:
+    def test_unknown_policy_lists_known(self) -> None:
+        with pytest.raises(ScheduleError, match="known: in-order, list"):
+            schedule(_diamond(), 2, "fifo")
+
+    @pytest.mark.parametrize("engines", [0, -1, True, 2.5])
+    def test_bad_engine_count(self, engines: object) -> None:
+        with pytest.raises(ScheduleError, match="engines"):
+            schedule(_diamond(), engines)  # type: ignore[arg-type]
+
+    def test_forward_dependency_is_rejected(self) -> None:
+        with pytest.raises(ScheduleError, match="earlier ops"):
+            ScheduleProblem.from_dependencies([[1], []], [0, 0], [0, 0], [0, 0], BANDWIDTH)
+
+    def test_negative_time_is_rejected(self) -> None:
+        with pytest.raises(ScheduleError, match="compute_s"):
+            ScheduleProblem.from_dependencies([[]], [-1.0], [0], [0], BANDWIDTH)
+
+    def test_bad_bandwidth(self) -> None:
+        with pytest.raises(ScheduleError, match="bandwidth"):
+            ScheduleProblem.from_dependencies([[]], [0], [0], [0], 0.0)
+
+    def test_bad_engine_fraction(self) -> None:
+        with pytest.raises(ScheduleError, match="engine 1"):
+            EngineSet((0.5, 0.0))
+
+
+def _check_valid(p: ScheduleProblem, s) -> None:  # type: ignore[no-untyped-def]
+    for i in range(p.n):
+        for j in p.dependencies(i):
+            assert s.start_ns[i] >= s.end_ns[j], f"op {i} starts before its dependency {j} ends"
+    for e in range(s.engines.count):
+        on = np.flatnonzero(s.engine == e)
+        order = on[np.lexsort((s.end_ns[on], s.start_ns[on]))]
+        assert np.all(s.start_ns[order][1:] >= s.end_ns[order][:-1]), f"ops overlap on engine {e}"
+    assert np.all(s.end_ns >= s.start_ns)
+    assert int(s.engine_busy_ns.sum()) == int((s.end_ns - s.start_ns).sum())
+
+
+class TestProperties:
+    @SETTINGS
+    @given(problems(), st.integers(1, 6), st.sampled_from(sorted(POLICIES)), st.booleans())
+    def test_dependencies_and_engines_are_respected(self, p: ScheduleProblem, n: int, policy: str,
+                                                    shared: bool) -> None:
+        _check_valid(p, schedule(p, n, policy, shared))
+
+    @SETTINGS
+    @given(problems(), st.sampled_from(sorted(POLICIES)), st.booleans())
+    def test_one_engine_is_the_sum_of_durations(self, p: ScheduleProblem, policy: str, shared: bool) -> None:
+        # With one engine no two ops overlap, so sharing changes nothing.
+        s = schedule(p, 1, policy, shared)
+        assert abs(s.makespan_ns - standalone_ns(p, 1).sum()) <= p.n
+
+    @SETTINGS
+    @given(problems(), st.sampled_from(sorted(POLICIES)))
+    def test_unbounded_engines_give_the_critical_path(self, p: ScheduleProblem, policy: str) -> None:
+        s = schedule(p, p.n, policy, share_bandwidth=False)
+        assert abs(s.makespan_ns - critical_path_ns(p, standalone_ns(p, p.n))) <= p.n
+
+    @SETTINGS
+    @given(problems(), st.integers(1, 6), st.sampled_from(sorted(POLICIES)))
+    def test_shared_bandwidth_bounds_the_makespan(self, p: ScheduleProblem, n: int, policy: str) -> None:
+        s = schedule(p, n, policy)
+        assert s.makespan_ns >= p.total_memory_bytes / BANDWIDTH * 1e9 - p.n
+        assert s.bandwidth_bytes_per_s.max() <= BANDWIDTH * (1 + 1e-9)
+        # Sharing only ever slows an op down.
+        assert np.all(s.end_ns - s.start_ns >= standalone_ns(p, n) - 1)
+
+    @SETTINGS
+    @given(problems(zero_overhead=True), st.integers(2, 6))
+    def test_list_within_grahams_bound_of_in_order(self, p: ScheduleProblem, n: int) -> None:
+        # `list` is a greedy list schedule, so (Graham 1969) it is within (2 - 1/m) of the optimum,
+        # which in-order cannot beat. "Never worse" is not a theorem for greedy list scheduling
+        # in general (Graham's anomalies), only for the cases below.
+        lst = schedule(p, n, "list", share_bandwidth=False).makespan_ns
+        ino = schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
+        assert lst <= (2 - 1 / n) * ino + p.n
+
+    @SETTINGS
+    @given(st.integers(1, 30), st.integers(1, 5), st.data())
+    def test_list_never_worse_than_in_order_on_unit_in_forests(self, size: int, n: int, data) -> None:  # type: ignore[no-untyped-def]
+        # Unit-time in-forests (each op feeds at most one consumer): highest-level-first is
+        # optimal (Hu 1961) and `list` with upward rank is exactly HLF here.
+        parent = [data.draw(st.one_of(st.none(), st.integers(i + 1, size - 1))) if i < size - 1 else None
+                  for i in range(size)]
+        deps: list[list[int]] = [[] for _ in range(size)]
+        for i, par in enumerate(parent):
+            if par is not None:
+                deps[par].append(i)
+        p = ScheduleProblem.from_dependencies(deps, [1e-6] * size, [0] * size, [0] * size, BANDWIDTH)
+        lst = schedule(p, n, "list", share_bandwidth=False).makespan_ns
+        ino = schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
+        assert lst <= ino
+
+    @SETTINGS
+    @given(problems(), st.integers(1, 6), st.sampled_from(sorted(POLICIES)), st.booleans())
+    def test_deterministic(self, p: ScheduleProblem, n: int, policy: str, shared: bool) -> None:
+        a, b = schedule(p, n, policy, shared), schedule(p, n, policy, shared)
+        for field in ("engine", "start_ns", "end_ns", "bandwidth_time_ns", "bandwidth_bytes_per_s"):
+            assert np.array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_from_timed_matches_the_roofline_sum() -> None:
+    from layerscope.cost import time_graph
+    from layerscope.graph import build_layer_graph
+    from layerscope.hardware import load_hardware
+    from layerscope.model import model_spec_from_dict, tiny_config
+    from layerscope.workload import make_workload
+
+    spec = model_spec_from_dict(tiny_config("llama"), "tiny-llama")
+    w = make_workload(phase="decode", context_len=128)
+    tg = time_graph(build_layer_graph(spec, w.passes()[0], w, 0, "unfused"), load_hardware("h100-sxm"))
+    p = ScheduleProblem.from_timed(tg)
+    assert p.n == len(tg.graph.ops)
+    assert p.num_edges == sum(len(d) for d in tg.graph.dependencies)
+    hw_bw = tg.hardware.achievable_bandwidth_bytes_per_s()
+    assert p.bandwidth_bytes_per_s == pytest.approx(hw_bw, rel=1e-9)
+    s = schedule(p, 1, share_bandwidth=False)
+    assert abs(s.makespan_ns - tg.time_s.sum() * 1e9) <= p.n

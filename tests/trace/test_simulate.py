@@ -1,0 +1,107 @@
+"""``simulate`` end to end and the ``layerscope simulate`` / ``layerscope open`` commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerscope.cli.app import app
+from layerscope.errors import LayerscopeError, ScheduleError
+from layerscope.model import model_spec_from_dict, tiny_config
+from layerscope.trace.simulate import simulate
+
+
+@pytest.fixture(scope="module")
+def tiny():  # type: ignore[no-untyped-def]
+    return model_spec_from_dict(tiny_config("llama"), "tiny-llama")
+
+
+def test_layer_decode_unfused_by_default(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = simulate(tiny, "h100-sxm", engines="1..4", out=tmp_path / "t.json")
+    kinds = [op.kind for op in r.timed.graph.ops]
+    # The classic layer study: unfused attention with a 3-stage softmax, one layer, decode.
+    for k in ("norm", "gemm", "rope", "kv_write", "qk_matmul", "softmax_max", "softmax_exp", "softmax_norm",
+              "pv_matmul", "residual_add", "activation"):
+        assert k in kinds
+    assert {op.layer for op in r.timed.graph.ops} == {0}
+    assert [row["engines"] for row in r.sweep.rows] == [1, 2, 3, 4]
+    assert r.schedule.engines.count == r.sweep.engines_used
+    assert r.sweep.rows[0]["makespan_ns"] == pytest.approx(r.timed.time_s.sum() * 1e9, abs=len(kinds))
+    d = r.to_dict()
+    assert d["engines_used"] == r.sweep.engines_used and d["trace"] == str(tmp_path / "t.json")
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in ev) == len(kinds)
+
+
+@pytest.mark.parametrize(("kw", "layers", "min_ops"), [
+    ({"all_layers": True}, {0, 1, None}, 30),
+    ({"steps": 3}, {0, None}, 3 * 15),  # layer 0 plus embedding, lm_head, sampling per step
+    ({"steps": 2, "all_layers": True}, {0, 1, None}, 60),
+    ({"phase": "prefill", "input_len": 32}, {0}, 15),
+    ({"phase": "chunked", "chunk": 16, "context": 32}, {0}, 15),
+])
+def test_scopes(tiny, kw, layers, min_ops) -> None:  # type: ignore[no-untyped-def]
+    r = simulate(tiny, "h100-sxm", engines=2, **kw)
+    assert {op.layer for op in r.timed.graph.ops} == layers
+    assert r.problem.n >= min_ops
+
+
+def test_shared_bandwidth_never_beats_bytes_over_bandwidth(tiny) -> None:  # type: ignore[no-untyped-def]
+    r = simulate(tiny, "h100-sxm", engines="1..8", steps=4, all_layers=True, attention="fused")
+    floor_ns = r.problem.total_memory_bytes / r.problem.bandwidth_bytes_per_s * 1e9
+    assert all(row["makespan_ns"] >= floor_ns - r.problem.n for row in r.sweep.rows)
+
+
+def test_errors_are_layerscope_errors(tiny) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ScheduleError, match="unknown policy"):
+        simulate(tiny, "h100-sxm", policy="nope")
+    with pytest.raises(ScheduleError, match="engines"):
+        simulate(tiny, "h100-sxm", engines="0")
+    with pytest.raises(LayerscopeError):
+        simulate(tiny, "no-such-chip")
+
+
+def test_cli_table_json_and_trace(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(tiny_config("llama")))
+    out = tmp_path / "trace.pftrace"
+    res = CliRunner().invoke(app, ["simulate", "--model", str(cfg), "--hardware", "h100-sxm", "--engines", "1..3",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "engine sweep" in res.output and "engines used:" in res.output and out.exists()
+    res = CliRunner().invoke(app, ["simulate", "--model", str(cfg), "--engines", "1,2", "--policy", "in-order",
+                                   "--no-shared-bandwidth", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["policy"] == "in-order" and d["share_bandwidth"] is False
+    assert [r["engines"] for r in d["sweep"]] == [1, 2]
+
+
+def test_cli_refuses_to_overwrite_the_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(tiny_config("llama")))
+    res = CliRunner().invoke(app, ["simulate", "--model", str(cfg), "--out", str(cfg)])
+    assert isinstance(res.exception, LayerscopeError)
+    assert json.loads(cfg.read_text()) == tiny_config("llama")
+
+
+def test_cli_open_serves_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import urllib.request
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents":[]}')
+
+    def browser(url: str) -> bool:
+        target = url.split("url=", 1)[1]
+        threading.Thread(target=lambda: urllib.request.urlopen(target, timeout=5).read(), daemon=True).start()
+        return True
+
+    monkeypatch.setattr("webbrowser.open", browser)
+    res = CliRunner().invoke(app, ["open", str(trace)])
+    assert res.exit_code == 0, res.output
+    assert "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:" in res.output
+    assert "trace sent" in res.output
