@@ -27,6 +27,9 @@ def simulate_cmd(
     steps: int | None = typer.Option(None, "--steps", help="Decode steps with a growing KV cache."),
     layer: int = typer.Option(0, "--layer", help="Decoder layer simulated alone (default 0)."),
     attention: str = typer.Option("unfused", "--attention", help="unfused (QKᵀ, softmax, PV ops) | fused"),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype"),
+    act_dtype: str = typer.Option("bf16", "--act-dtype"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype"),
     cost: str = typer.Option("roofline", "--cost", help="Cost model: roofline | tiling | hierarchical"),
     no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
                                              help="Every engine sees the full memory bandwidth."),
@@ -48,7 +51,7 @@ def simulate_cmd(
         model, hardware, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
         cost_model=cost, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
         all_layers=all_layers, steps=steps, layer=layer, attention=attention,  # type: ignore[arg-type]
-        out=out,
+        weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, out=out,
     )
     if as_json:
         from layerscope.cli.common import print_json

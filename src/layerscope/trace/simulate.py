@@ -70,13 +70,17 @@ def build_graph(
     steps: int | None = None,
     layer: int = 0,
     attention: Literal["fused", "unfused"] = "unfused",
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
 ) -> Any:
     """The op graph of one layer (default), the whole model (``all_layers``), or ``steps`` decode
     steps with a growing KV cache."""
     from layerscope.graph import build_layer_graph, build_model_graph, build_steps_graph
     from layerscope.workload import make_workload
 
-    fields: dict[str, object] = {"phase": phase}
+    fields: dict[str, object] = {"phase": phase, "weight_dtype": weight_dtype, "act_dtype": act_dtype,
+                                 "kv_dtype": kv_dtype}
     for name, value in (("batch_size", batch), ("context_len", context), ("input_len", input_len),
                         ("chunk_size", chunk)):
         if value is not None:
@@ -109,6 +113,9 @@ def simulate(
     steps: int | None = None,
     layer: int = 0,
     attention: Literal["fused", "unfused"] = "unfused",
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
     out: str | os.PathLike[str] | None = None,
 ) -> SimulationResult:
     """Build the graph, time it, schedule it on each engine count, and write the trace to ``out``."""
@@ -130,7 +137,8 @@ def simulate(
         hw = load_hardware(os.fspath(hardware))
         inputs.append(hardware)
     graph = build_graph(spec, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
-                        all_layers=all_layers, steps=steps, layer=layer, attention=attention)
+                        all_layers=all_layers, steps=steps, layer=layer, attention=attention,
+                        weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
     timed = time_graph(graph, hw, cost_model)
     problem = ScheduleProblem.from_timed(timed)
     log.info("scheduling %d ops on %s engines (%s)", problem.n, list(counts), policy)

@@ -1,0 +1,114 @@
+"""The main job on the bundled default: one decoder layer estimated, simulated, captured, compared.
+
+``run_demo`` takes Llama-3.2-1B's layer 0 (a real config, random weights, no downloads) and:
+
+1. measures this machine through torch (GEMM rate, memory bandwidth, per-op overhead) into a
+   ``HardwareSpec`` written as YAML, so the model times ops on the hardware they really run on;
+2. estimates the layer's prefill op by op on that spec;
+3. simulates it on 1 engine (ops in sequence, as eager PyTorch runs them) and on N engines
+   (how the ops would overlap), writing both Perfetto traces;
+4. captures the same layer and prompt with torch.profiler, every module annotated;
+5. joins the captured trace with the 1-engine simulated trace op by op (predicted vs measured).
+
+Without torch, steps 1 and 4–5 are skipped and the ``server-cpu`` preset is used instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerscope.analysis.compare import SimRealComparison, compare_sim_real
+from layerscope.cost import Estimate, estimate
+from layerscope.errors import OutputError
+from layerscope.hardware import HardwareSpec, load_hardware
+from layerscope.hardware.loaders import dump_hardware_yaml
+from layerscope.model import load_model_spec
+from layerscope.trace.simulate import SimulationResult, simulate
+from layerscope.units import atomic_write
+from layerscope.workload import make_workload
+
+log = logging.getLogger(__name__)
+
+DEMO_MODEL = "llama-3.2-1b"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    out_dir: Path
+    hardware: HardwareSpec
+    hardware_path: Path | None
+    estimate: Estimate
+    simulated_1: SimulationResult
+    simulated_n: SimulationResult
+    capture: Any | None
+    comparison: SimRealComparison | None
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "hardware": self.hardware.name,
+            "hardware_spec": str(self.hardware_path) if self.hardware_path else None,
+            "estimate": {"scope": self.estimate.scope, "ttft_s": self.estimate.ttft_s,
+                         "ops": len(self.estimate.ops), "by_kind": self.estimate.breakdown("kind")},
+            "simulated_1_engine": self.simulated_1.to_dict(),
+            "simulated_n_engines": self.simulated_n.to_dict(),
+            "captured": self.capture.model_dump(mode="json", exclude={"summary"}) if self.capture else None,
+            "comparison": None if self.comparison is None else {
+                **self.comparison.summary(), "ops": self.comparison.ops.to_pylist()},
+            "notes": list(self.notes),
+        }
+
+
+def _torch_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+
+
+def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_MODEL, prompt_len: int = 256,
+             engines: int = 4, iterations: int = 3, hardware: str | None = None) -> DemoResult:
+    """Run the main job; traces and the measured hardware spec go to ``out_dir`` (created)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {str(out)!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    spec = load_model_spec(model)
+    have_torch = _torch_available()
+    hw_path: Path | None = None
+    if hardware is not None:
+        hw = load_hardware(hardware)
+    elif have_torch:
+        from layerscope.capture.machine import measure_machine
+
+        hw = measure_machine("cpu")
+        hw_path = out / "this-machine.yaml"
+        with atomic_write(hw_path, "w") as fh:
+            fh.write(dump_hardware_yaml(hw))
+    else:
+        hw = load_hardware("server-cpu")
+        notes.append("torch is not installed: no measurement or capture; timed on the server-cpu preset")
+    # CPU eager PyTorch computes in fp32 well; bf16 GEMMs on CPUs without bf16 units are emulated.
+    dtype = "fp32"
+    workload = make_workload(phase="prefill", input_len=prompt_len, weight_dtype=dtype, act_dtype=dtype,
+                             kv_dtype=dtype)
+    est = estimate(spec, hw, workload, layer=0, attention="fused")
+    common: dict[str, Any] = {"phase": "prefill", "input_len": prompt_len, "layer": 0, "attention": "fused",
+                              "weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
+    sim1 = simulate(spec, hw, engines=1, out=out / "simulated-1engine.json.gz", **common)
+    simn = simulate(spec, hw, engines=engines, out=out / f"simulated-{engines}engines.json.gz", **common)
+    cap = None
+    comparison = None
+    if have_torch:
+        from layerscope.capture import capture
+
+        real_path = out / "captured.json.gz"
+        cap = capture(model, layers=1, dtype=dtype, device="cpu", prompt_len=prompt_len, decode_steps=0,
+                      warmup=2, iterations=iterations, out=real_path)
+        comparison = compare_sim_real(out / "simulated-1engine.json.gz", real_path)
+    return DemoResult(out, hw, hw_path, est, sim1, simn, cap, comparison, tuple(notes))

@@ -1,0 +1,238 @@
+"""DuckDB over trace tables, named and shaped like Perfetto trace_processor's.
+
+    with TraceDB("trace.json.gz") as db:
+        top = db.query("SELECT name, COUNT(*) AS launches, SUM(dur)/1e6 AS total_ms "
+                       "FROM slices GROUP BY name ORDER BY total_ms DESC LIMIT 50")
+
+Tables and views (``ts``/``dur`` in ns): ``slice`` (and its aliases ``slices``; ``cat`` and
+``slice_id`` alias ``category`` and ``id``), ``track``, ``thread_track``, ``process_track``,
+``counter_track``, ``thread``, ``process``, ``counter``, ``flow``, ``args``. ``args`` is a view
+that expands each arg set's JSON on demand (``flat_key``/``key`` are ``args.<path>`` for JSON
+args and ``debug.<name>`` for protobuf debug annotations, as in trace_processor).
+
+Cache: the first load of a file writes its tables as Parquet under ``$LAYERSCOPE_CACHE_DIR`` (or
+``~/.cache/layerscope/traces``) in a directory named by the SHA-256 of the file's bytes (read as a
+stream) and :data:`CACHE_VERSION`; it is written to a temporary directory and renamed into place,
+so a crashed writer never leaves a half cache. Later loads of the same bytes read the Parquet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from layerscope.errors import AnalysisError, TraceError
+from layerscope.trace.tables import SCHEMAS, TraceTables
+
+log = logging.getLogger(__name__)
+
+#: Bump when the table layout changes so old caches are ignored.
+CACHE_VERSION = 1
+
+_VIEWS = """
+CREATE VIEW slice AS SELECT id, ts, dur, track_id, category, name, depth, parent_id, arg_set_id,
+    thread_ts, thread_dur, category AS cat, id AS slice_id FROM __slice;
+CREATE VIEW slices AS SELECT * FROM slice;
+CREATE VIEW thread AS SELECT utid, utid AS id, tid, name, upid, NULL::BIGINT AS start_ts,
+    NULL::BIGINT AS end_ts, (tid = (SELECT pid FROM __process p WHERE p.upid = t.upid)) AS is_main_thread,
+    sort_index FROM __thread t;
+CREATE VIEW process AS SELECT upid, upid AS id, pid, name, NULL::BIGINT AS start_ts,
+    NULL::BIGINT AS end_ts, NULL::BIGINT AS parent_upid, NULL::BIGINT AS uid, NULL::VARCHAR AS cmdline,
+    NULL::BIGINT AS arg_set_id, labels, sort_index FROM __process;
+CREATE VIEW track AS SELECT id, name, type, parent_id, type AS classification, utid, upid, unit
+    FROM __track;
+CREATE VIEW thread_track AS SELECT id, name, type, parent_id, utid FROM __track WHERE type = 'thread';
+CREATE VIEW process_track AS SELECT id, name, type, parent_id, upid FROM __track
+    WHERE type IN ('process', 'async');
+CREATE VIEW counter_track AS SELECT id, name, type, parent_id, unit, NULL::VARCHAR AS description,
+    upid FROM __track WHERE type = 'counter';
+CREATE VIEW process_counter_track AS SELECT * FROM counter_track WHERE upid IS NOT NULL;
+CREATE VIEW counter AS SELECT id, ts, track_id, value, arg_set_id FROM __counter;
+CREATE VIEW flow AS SELECT id, slice_out, slice_in, trace_id, arg_set_id FROM __flow;
+CREATE VIEW args AS
+SELECT a.arg_set_id,
+    regexp_replace(replace(substr(t.fullkey, 3), '"', ''), '\\[[0-9]+\\]', '', 'g') AS flat_key,
+    replace(substr(t.fullkey, 3), '"', '') AS key,
+    CASE WHEN t.type IN ('BIGINT', 'UBIGINT') THEN TRY_CAST(t.atom AS BIGINT)
+         WHEN t.type = 'BOOLEAN' THEN CAST(t.atom = 'true' AS BIGINT) END AS int_value,
+    CASE WHEN t.type = 'VARCHAR' THEN json_extract_string(t.value, '$') END AS string_value,
+    CASE WHEN t.type = 'DOUBLE' THEN TRY_CAST(t.atom AS DOUBLE) END AS real_value,
+    CASE t.type WHEN 'BIGINT' THEN 'int' WHEN 'UBIGINT' THEN 'int' WHEN 'DOUBLE' THEN 'real'
+         WHEN 'VARCHAR' THEN 'string' WHEN 'BOOLEAN' THEN 'bool' ELSE 'null' END AS value_type,
+    CASE WHEN t.type = 'VARCHAR' THEN json_extract_string(t.value, '$')
+         ELSE CAST(t.atom AS VARCHAR) END AS display_value
+FROM __arg_sets a, json_tree(a.json) t
+WHERE t.type NOT IN ('OBJECT', 'ARRAY');
+"""
+
+
+def cache_dir() -> Path:
+    """Where trace caches live: ``$LAYERSCOPE_CACHE_DIR`` or ``~/.cache/layerscope/traces``."""
+    env = os.environ.get("LAYERSCOPE_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "layerscope" / "traces"
+
+
+def content_key(path: Path) -> str:
+    """SHA-256 of the file's bytes (streamed), with the cache layout version."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 22):
+                digest.update(block)
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {str(path)!r}: {exc.strerror}") from None
+    return f"{digest.hexdigest()}-v{CACHE_VERSION}"
+
+
+def _write_cache(tables: TraceTables, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for name, table in tables.tables().items():
+            pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+        meta = {"metadata": tables.metadata, "warnings": tables.warnings}
+        (tmp / "meta.json").write_text(json.dumps(meta, default=str))
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # another process cached the same trace first; theirs is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_cache(target: Path) -> tuple[dict[str, Any], list[str]] | None:
+    meta_path = target / "meta.json"
+    if not meta_path.is_file() or not all((target / f"{n}.parquet").is_file() for n in SCHEMAS):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return dict(meta.get("metadata", {})), list(meta.get("warnings", []))
+
+
+def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True) -> TraceTables:
+    """Read a trace (any registered format), through the Parquet cache when allowed."""
+    from layerscope.trace.readers import read_trace
+
+    source = Path(path)
+    if not source.is_file():
+        raise TraceError(f"trace {str(source)!r} does not exist or is not a file")
+    if not use_cache:
+        return read_trace(source)
+    target = cache_dir() / content_key(source)
+    cached = _read_cache(target)
+    if cached is not None:
+        metadata, warnings = cached
+        tables = {name: pq.read_table(target / f"{name}.parquet") for name in SCHEMAS}
+        return TraceTables.from_tables(tables, metadata, warnings)
+    tables_read = read_trace(source)
+    try:
+        _write_cache(tables_read, target)
+    except OSError as exc:
+        log.warning("could not write the trace cache %s: %s", target, exc)
+    return tables_read
+
+
+def _integral_decimals_to_int(table: pa.Table) -> pa.Table:
+    """DuckDB's SUM of BIGINT is HUGEINT (a decimal here); trace_processor gives an integer."""
+    for i, column_field in enumerate(table.schema):
+        if pa.types.is_decimal(column_field.type) and column_field.type.scale == 0:
+            try:
+                table = table.set_column(i, column_field.name, table.column(i).cast(pa.int64()))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+    return table
+
+
+class TraceDB:
+    """A trace loaded into an in-process DuckDB, queryable with trace_processor's SQL.
+
+    ``source`` is a trace path (Chrome/Kineto JSON, Perfetto protobuf) or :class:`TraceTables`.
+    ``use_cache=False`` skips the Parquet cache. Close it (or use ``with``) to free memory.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | TraceTables, *, use_cache: bool = True) -> None:
+        if isinstance(source, TraceTables):
+            self.tables = source
+        else:
+            self.tables = load_tables(source, use_cache=use_cache)
+        self.metadata: dict[str, Any] = self.tables.metadata
+        self.warnings: list[str] = self.tables.warnings
+        self._con = duckdb.connect()
+        try:
+            # SQLite (trace_processor) sorts NULLs first ascending and last descending
+            self._con.execute("SET default_null_order = 'nulls_first_on_asc_last_on_desc'")
+            for name, table in self.tables.tables().items():
+                self._con.register(f"__arrow_{name}", table)
+                self._con.execute(f"CREATE TABLE __{name} AS SELECT * FROM __arrow_{name}")
+                self._con.unregister(f"__arrow_{name}")
+            self._con.execute(_VIEWS)
+        except duckdb.Error as exc:
+            self._con.close()
+            raise AnalysisError(f"cannot load the trace tables into DuckDB: {exc}") from None
+
+    def query(self, sql: str) -> pa.Table:
+        """Run ``sql`` and return the result as a :class:`pyarrow.Table`."""
+        try:
+            result = self._con.sql(sql)
+        except duckdb.Error as exc:
+            raise AnalysisError(f"query failed: {exc}") from None
+        if result is None:
+            return pa.table({})
+        try:
+            table = result.to_arrow_table()
+        except duckdb.Error as exc:
+            raise AnalysisError(f"query failed: {exc}") from None
+        return _integral_decimals_to_int(table)
+
+    def records(self, sql: str) -> list[dict[str, Any]]:
+        """Run ``sql`` and return the rows as dicts."""
+        return self.query(sql).to_pylist()
+
+    def scalar(self, sql: str) -> Any:
+        """Run ``sql`` and return the first column of the first row (``None`` if no rows)."""
+        table = self.query(sql)
+        return table.column(0)[0].as_py() if table.num_rows and table.num_columns else None
+
+    def df(self, sql: str) -> Any:
+        """Run ``sql`` and return a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            raise AnalysisError("TraceDB.df needs pandas; use TraceDB.query for a pyarrow Table") from None
+        return self.query(sql).to_pandas()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The underlying DuckDB connection (for advanced use)."""
+        return self._con
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> TraceDB:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def run_query(path: str | os.PathLike[str], sql: str, *, use_cache: bool = True) -> pa.Table:
+    """Load the trace at ``path`` and run one SQL query on it."""
+    with TraceDB(path, use_cache=use_cache) as db:
+        return db.query(sql)

@@ -1,0 +1,70 @@
+"""``layerscope demo``: the main job on the bundled default (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)
+
+
+def demo_cmd(
+    out: Path = typer.Option(Path("out/demo"), "--out", "-o", help="Directory for the traces and the measured spec."),
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id or config.json."),
+    prompt_len: int = typer.Option(256, "--prompt-len", help="Prefill tokens."),
+    engines: int = typer.Option(4, "--engines", "-e", help="Engines of the overlap simulation."),
+    iterations: int = typer.Option(3, "--iterations", help="Recorded capture iterations."),
+    hardware: str | None = typer.Option(None, "--hardware", "-H",
+                                        help="Time on this spec instead of measuring this machine."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Estimate, simulate on N engines, capture on this machine and compare one decoder layer."""
+    from layerscope.analysis.demo import run_demo
+
+    result = run_demo(out, model=model, prompt_len=prompt_len, engines=engines, iterations=iterations,
+                      hardware=hardware)
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result.to_dict())
+        return
+    _render(result)
+
+
+def _render(r: Any) -> None:
+    from rich.table import Table
+
+    from layerscope.cli.common import console, fmt_time_s
+
+    con = console()
+    hw = r.hardware
+    con.print(f"[bold]1. hardware[/]: {hw.name}" + (f" → {r.hardware_path}" if r.hardware_path else ""))
+    con.print(f"[bold]2. estimate[/] {r.estimate.model} {r.estimate.scope}, prefill "
+              f"{r.estimate.workload.input_len} tokens: {fmt_time_s(r.estimate.ttft_s)} over {len(r.estimate.ops)} ops")
+    n1, nn = r.simulated_1, r.simulated_n
+    con.print(f"[bold]3. simulate[/]: 1 engine {fmt_time_s(n1.schedule.makespan_ns / 1e9)} → {n1.trace_path}; "
+              f"{nn.sweep.rows[-1]['engines']} engines {fmt_time_s(nn.schedule.makespan_ns / 1e9)} → {nn.trace_path}")
+    if r.capture is not None:
+        con.print(f"[bold]4. capture[/]: {r.capture.trace_path} ({r.capture.weights} weights, "
+                  f"{r.capture.layers} layer, {r.capture.iterations} iterations)")
+    if r.comparison is not None:
+        c = r.comparison
+        t = Table(title="5. predicted (1 engine) vs measured, per op")
+        for col in ("op", "predicted", "measured", "error"):
+            t.add_column(col, justify="left" if col == "op" else "right")
+        for row in sorted(c.ops.to_pylist(), key=lambda x: -x["measured_us"]):
+            err = row["error"]
+            t.add_row(row["op"], fmt_time_s(row["predicted_us"] / 1e6), fmt_time_s(row["measured_us"] / 1e6),
+                      "-" if err is None or err != err else f"{err:+.0%}")
+        con.print(t)
+        med = "-" if c.median_abs_error is None else f"{c.median_abs_error:.0%}"
+        p90 = "-" if c.p90_abs_error is None else f"{c.p90_abs_error:.0%}"
+        con.print(f"median |error| {med}, p90 {p90}; ops only simulated: {len(c.only_sim)}, only measured: "
+                  f"{len(c.only_real)}")
+    for note in r.notes:
+        con.print(f"[yellow]note[/]: {note}")
+    con.print("Open a trace: layerscope open " + str(r.simulated_n.trace_path))

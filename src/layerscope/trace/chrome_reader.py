@@ -1,0 +1,871 @@
+"""Read Chrome Trace Event JSON (and Kineto's flavour of it) into :class:`TraceTables`.
+
+How (and why this way):
+
+1. The file is decompressed as a stream (gzip or plain) and only the bytes of the
+   ``traceEvents`` array are copied to a temporary file; the top-level fields before and after
+   the array (``deviceProperties``, ``baseTimeNanoseconds`` …) become ``metadata``. Python never
+   holds the decoded JSON tree, so memory is bounded by the columnar result.
+2. DuckDB's JSON reader (C++, parallel) parses the array into typed columns: every event field
+   as text, ``args`` as JSON. This is ~10× faster than ``orjson`` plus a Python loop.
+3. Columns are turned into trace_processor's tables with DuckDB SQL and numpy: ``ts``/``dur``
+   µs (with sub-µs fractions) → int64 ns through DECIMAL (no float rounding), threads and
+   processes from pid/tid (numbers or strings), ``M`` metadata, B/E matched per thread stack,
+   depth/parent by vectorized interval nesting per track, flows bound to slices.
+
+When the events carry fractional µs timestamps (modern Kineto), ``"ts"`` numbers are quoted in
+the copy so DuckDB keeps their digits (its JSON numbers are doubles: 0.25 µs resolution at 1.7e15
+µs); trace_processor reads them through doubles, so on such traces its ``ts`` differ by up to
+~250 ns from ours and it drops a few more slices as overlapping.
+
+A file that ends inside the array (truncated gzip, JSON cut mid-event) keeps its complete
+events and adds a warning; input that is not a trace raises :class:`TraceError`. Events with a
+missing/garbled ``ts`` or a negative ``dur`` are skipped and counted in ``warnings``.
+
+Semantics follow Perfetto's JSON importer: ``displayTimeUnit`` is ignored (it only affects
+display); instants have ``dur = 0``; a ``B`` without ``E`` gets ``dur = -1``; counter tracks are
+named ``"<name> <series>"`` per process; each process gets a main thread (``tid = pid``); a
+string pid/tid gets a synthetic number and becomes the process/thread name; ``upid 0`` and
+``utid 0`` are placeholder rows, as in trace_processor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import duckdb
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from layerscope.errors import TraceError
+from layerscope.trace.tables import SCHEMAS, TraceTables
+
+log = logging.getLogger(__name__)
+
+
+def _inflate_module() -> ModuleType:
+    """python-isal's zlib when installed (2–3× faster inflate), else the standard library's."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib
+    return isal_zlib
+
+_CHUNK_BYTES = 1 << 22
+_TAIL_BYTES = 1 << 23
+_HEADER_LIMIT_BYTES = 1 << 28
+_WS = b" \t\r\n"
+_EVENTS_KEY = b'"traceEvents"'
+_EVENT_END = re.compile(rb"\}[ \t\r\n]*,")
+_LEADING = re.compile(rb"[ \t\r\n\xef\xbb\xbf]*")
+_MAX_RECOVERY_TRIES = 8
+#: DuckDB's memory limit while ingesting (it spills to the temporary directory beyond it).
+_MEMORY_LIMIT = os.environ.get("LAYERSCOPE_INGEST_MEMORY", "512MB")
+#: Use a database file instead of memory (slower; for machines with very little memory).
+_FILE_DB = os.environ.get("LAYERSCOPE_INGEST_FILE_DB", "0") == "1"
+_FRACTIONAL_TS = re.compile(rb'"ts":[ \t\r\n]*-?[0-9]+\.[0-9]')
+_TS_NUMBER = re.compile(rb'"ts":([ \t\r\n]*)(-?[0-9][0-9.eE+-]*)')
+
+#: Event fields read; all as text (so a wrong type never aborts the parse), ``args`` as JSON.
+_FIELDS = ("ph", "ts", "dur", "name", "cat", "pid", "tid", "id", "bp", "s", "tts", "tdur")
+_COLUMNS = "{" + ", ".join(f"{f}: 'VARCHAR'" for f in (*_FIELDS, "args")) + "}"
+
+
+# --------------------------------------------------------------------------- byte streaming
+
+
+def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
+    """Yield decompressed chunks; a truncated or corrupt gzip stream ends with a warning."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed in finally; generator
+    except OSError as exc:
+        raise TraceError(f"cannot open trace {str(path)!r}: {exc.strerror}") from None
+    try:
+        magic = handle.read(2)
+        handle.seek(0)
+        if magic != b"\x1f\x8b":
+            while chunk := handle.read(_CHUNK_BYTES):
+                yield chunk
+            return
+        inflate = _inflate_module()
+        inflater = inflate.decompressobj(31)
+        while True:
+            data = handle.read(_CHUNK_BYTES)
+            if not data:
+                if not inflater.eof:
+                    warnings.append("gzip stream is truncated (no end marker); read what was there")
+                break
+            try:
+                out = inflater.decompress(data)
+            except (zlib.error, inflate.error) as exc:
+                warnings.append(f"gzip stream is corrupt ({exc}); read what came before")
+                return
+            if out:
+                yield out
+            while inflater.eof and inflater.unused_data:
+                # a concatenated (multi-member) gzip file: start a new member
+                rest = inflater.unused_data
+                inflater = inflate.decompressobj(31)
+                try:
+                    out = inflater.decompress(rest)
+                except (zlib.error, inflate.error):
+                    return
+                if out:
+                    yield out
+        tail = inflater.flush()
+        if tail:
+            yield tail
+    finally:
+        handle.close()
+
+
+def _loads_object(text: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _last_non_ws(data: bytes, end: int) -> bytes:
+    i = end - 1
+    while i >= 0 and data[i] in _WS:
+        i -= 1
+    return data[i:i + 1] if i >= 0 else b""
+
+
+def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, Any]] | None:
+    """Position of the ``]`` closing the events array in ``tail`` and the fields after it.
+
+    Candidates are ``]`` after which the rest of the document parses; trailing fields may hold
+    arrays too (Kineto's ``"INFO": [...]``), so the leftmost candidate wins, preferring one that
+    follows an object (``}``) or opens an empty array.
+    """
+    pos = len(tail)
+    found: list[tuple[int, dict[str, Any]]] = []
+    for _ in range(256):
+        pos = tail.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        if _last_non_ws(tail, pos) in (b",", b":", b"{", b""):
+            continue
+        rest = tail[pos + 1:].strip(_WS)
+        if top_level_array:
+            if rest in (b"", b"}"):
+                found.append((pos, {}))
+        elif rest == b"}":
+            found.append((pos, {}))
+        elif rest.startswith(b","):
+            after = _loads_object(b"{" + rest[1:])
+            if after is not None:
+                found.append((pos, after))
+    if not found:
+        return None
+    objects = [f for f in found if _last_non_ws(tail, f[0]) in (b"}", b"[")]
+    return min(objects or found, key=lambda f: f[0])
+
+
+def _extract_events(path: Path, out_path: Path, warnings: list[str]) -> tuple[dict[str, Any], list[int]]:
+    """Copy the events array of ``path`` to ``out_path`` as ``[ … ]``.
+
+    Returns the top-level metadata and, when the array was cut short, file offsets of earlier
+    event ends to retry from (empty when the array is complete).
+    """
+    chunks = _stream(path, warnings)
+    buf = b""
+    start = -1
+    top_level_array = False
+    header = b""
+    for chunk in chunks:
+        buf += chunk
+        lead = _LEADING.match(buf).end()  # type: ignore[union-attr]
+        first = buf[lead:lead + 1]
+        if first == b"[":
+            start, top_level_array = lead + 1, True
+            break
+        if first == b"{":
+            key = buf.find(_EVENTS_KEY)
+            if key >= 0:
+                rest = buf[key + len(_EVENTS_KEY):]
+                stripped = rest.lstrip(_WS)
+                if stripped[:1] == b":":
+                    value = stripped[1:].lstrip(_WS)
+                    if value[:1] == b"[":
+                        start = len(buf) - len(value) + 1
+                        header = buf[lead:key]
+                        break
+                    if value:
+                        raise TraceError(f"{str(path)!r}: 'traceEvents' is not an array")
+                elif stripped:
+                    raise TraceError(f"{str(path)!r}: malformed JSON after 'traceEvents'")
+        elif first:
+            raise TraceError(f"{str(path)!r} is not a JSON trace (starts with {buf[lead:lead + 16]!r}); "
+                             "expected a Chrome/Kineto JSON object or array")
+        if len(buf) > _HEADER_LIMIT_BYTES:
+            raise TraceError(f"{str(path)!r}: no 'traceEvents' array in the first "
+                             f"{_HEADER_LIMIT_BYTES >> 20} MiB")
+    if start < 0:
+        if not buf.strip(_WS):
+            raise TraceError(f"{str(path)!r} is empty")
+        raise TraceError(f"{str(path)!r} is not a Chrome/Kineto trace: no 'traceEvents' array")
+
+    metadata: dict[str, Any] = {}
+    if header:
+        parsed = _loads_object(header.rstrip(_WS).rstrip(b",") + b"}")
+        if parsed is not None:
+            metadata.update(parsed)
+    written = 0
+    pieces: list[bytes] = []
+    kept = 0
+    with open(out_path, "wb") as out:
+        out.write(b"[")
+        written = 1
+        first_body = buf[start:]
+        del buf
+        pieces_in: Iterator[bytes] = _chain(first_body, chunks)
+        if _FRACTIONAL_TS.search(first_body[:1 << 20]):
+            # DuckDB reads JSON numbers as doubles: a µs timestamp near 1.7e15 keeps only
+            # 0.25 µs. Quoting "ts" values keeps their digits exact through DECIMAL.
+            pieces_in = _quote_ts(pieces_in)
+        for piece in pieces_in:
+            out.write(piece)
+            written += len(piece)
+            pieces.append(piece)
+            kept += len(piece)
+            while len(pieces) > 1 and kept - len(pieces[0]) >= _TAIL_BYTES:
+                kept -= len(pieces.pop(0))
+        tail = b"".join(pieces)
+        del pieces
+        tail_offset = written - len(tail)
+        found = _find_array_end(tail, top_level_array)
+        if found is not None:
+            pos, after = found
+            metadata.update(after)
+            out.truncate(tail_offset + pos + 1)
+            return metadata, []
+        candidates = [tail_offset + m.start() for m in _EVENT_END.finditer(tail)]
+        candidates = candidates[::-1][:_MAX_RECOVERY_TRIES]
+        warnings.append("trace ends inside the traceEvents array (truncated or cut mid-event); "
+                        "kept the complete events before the cut")
+        if not candidates:
+            out.truncate(1)
+            out.seek(1)
+            out.write(b"]")
+            return metadata, []
+        _cut(out, candidates[0])
+        return metadata, candidates
+
+
+def _quote_ts(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Turn ``"ts": 123.456`` into ``"ts": "123.456"``, chunk by chunk (cut after a comma)."""
+    carry = b""
+    for piece in pieces:
+        data = carry + piece
+        cut = data.rfind(b",") + 1
+        carry = data[cut:]
+        if cut:
+            yield _TS_NUMBER.sub(rb'"ts":\1"\2"', data[:cut])
+    if carry:
+        yield _TS_NUMBER.sub(rb'"ts":\1"\2"', carry)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _cut(out: Any, offset: int) -> None:
+    """Truncate the events file just after the ``}`` at ``offset`` and close the array."""
+    out.truncate(offset + 1)
+    out.seek(offset + 1)
+    out.write(b"]")
+    out.flush()
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+# µs text → ns: integers directly (the common, fast case), else exactly through DECIMAL, else
+# through DOUBLE (exponent notation)
+_TIME_NS = ("CASE WHEN strpos({c}, '.') = 0 AND strpos({c}, 'e') = 0 AND strpos({c}, 'E') = 0 "
+            "THEN TRY_CAST({c} AS BIGINT) * 1000 "
+            "ELSE TRY_CAST(ROUND(COALESCE(TRY_CAST({c} AS DECIMAL(38,6)), "
+            "TRY_CAST(TRY_CAST({c} AS DOUBLE) AS DECIMAL(38,6))) * 1000) AS BIGINT) END")
+
+
+def _read_json(con: duckdb.DuckDBPyConnection, path: Path, fmt: str) -> None:
+    """Parse the events file into table ``ev``: typed times in ns, text fields, args as text."""
+    con.execute(f"""
+        CREATE OR REPLACE TABLE ev AS SELECT
+            row_number() OVER () - 1 AS seq, ph,
+            {_TIME_NS.format(c='ts')} AS ts,
+            {_TIME_NS.format(c='dur')} AS dur,
+            {_TIME_NS.format(c='tts')} AS tts,
+            {_TIME_NS.format(c='tdur')} AS tdur,
+            name, cat, COALESCE(pid, '0') AS pid, COALESCE(tid, '0') AS tid, id, bp, s,
+            CASE WHEN args IN ('{{}}', 'null') OR args NOT LIKE '{{%' THEN NULL
+                 ELSE '{{"args":' || args || '}}' END AS args
+        FROM read_json(?, format='{fmt}', columns={_COLUMNS}, maximum_object_size=16777216)""",
+        [str(path)])
+
+
+def _tolerant_rewrite(events_path: Path, out_path: Path, warnings: list[str]) -> None:
+    """Slow path for arrays DuckDB rejects (non-object items): orjson, then NDJSON."""
+    try:
+        events = orjson.loads(events_path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"malformed JSON in traceEvents: {exc}") from None
+    if not isinstance(events, list):
+        raise TraceError("traceEvents is not an array")
+    skipped = 0
+    with open(out_path, "wb") as out:
+        for event in events:
+            if not isinstance(event, dict):
+                skipped += 1
+                continue
+            row: dict[str, Any] = {}
+            for key in _FIELDS:
+                value = event.get(key)
+                if value is None:
+                    continue
+                row[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
+            args = event.get("args")
+            if isinstance(args, dict):
+                row["args"] = args
+            out.write(orjson.dumps(row))
+            out.write(b"\n")
+    if skipped:
+        warnings.append(f"skipped {skipped} traceEvents items that are not JSON objects")
+
+
+def _load_raw(con: duckdb.DuckDBPyConnection, events_path: Path, candidates: list[int],
+              warnings: list[str]) -> None:
+    tries = list(candidates[1:])
+    while True:
+        try:
+            _read_json(con, events_path, "array")
+            return
+        except duckdb.Error as exc:
+            if tries:
+                with open(events_path, "r+b") as out:
+                    _cut(out, tries.pop(0))
+                continue
+            log.info("DuckDB rejected the events array (%s); using the tolerant path", exc)
+            break
+    ndjson = events_path.with_suffix(".ndjson")
+    _tolerant_rewrite(events_path, ndjson, warnings)
+    try:
+        _read_json(con, ndjson, "newline_delimited")
+    except duckdb.Error as exc:
+        raise TraceError(f"cannot parse traceEvents: {exc}") from None
+
+
+# --------------------------------------------------------------------------- processes and threads
+
+
+def _as_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+        return int(value) if np.isfinite(value) and abs(value) < 2**62 else None
+
+
+def _meta_value(args: str | None, key: str) -> Any:
+    parsed = _loads_object(args.encode()) if args else None
+    inner = parsed.get("args") if parsed is not None else None
+    return inner.get(key) if isinstance(inner, dict) else None
+
+
+class _Ids:
+    """Processes and threads in order of first appearance, with Perfetto's placeholders."""
+
+    def __init__(self, numeric: set[int]) -> None:
+        self.procs: dict[str, int] = {}
+        self.threads: dict[tuple[str, str], int] = {}
+        self.proc_rows: list[dict[str, Any]] = [{"upid": 0, "pid": 0, "name": None,
+                                                  "sort_index": None, "labels": None}]
+        self.thread_rows: list[dict[str, Any]] = [{"utid": 0, "tid": 0, "name": None, "upid": 0,
+                                                    "sort_index": None}]
+        self._next_synthetic = max(numeric, default=0) + 1
+        self._synthetic: dict[str, int] = {}
+        self._by_number: dict[tuple[int, int], int] = {}
+
+    def _number(self, text: str) -> tuple[int, bool]:
+        value = _as_int(text)
+        if value is not None:
+            return value, False
+        if text not in self._synthetic:
+            self._synthetic[text] = self._next_synthetic
+            self._next_synthetic += 1
+        return self._synthetic[text], True
+
+    def process(self, pid: str) -> int:
+        if pid in self.procs:
+            return self.procs[pid]
+        number, synthetic = self._number(pid)
+        upid = len(self.proc_rows)
+        self.procs[pid] = upid
+        self.proc_rows.append({"upid": upid, "pid": number, "name": pid if synthetic else None,
+                               "sort_index": None, "labels": None})
+        self.thread(pid, str(number) if synthetic else pid, main=True)
+        return upid
+
+    def thread(self, pid: str, tid: str, main: bool = False) -> int:
+        key = (pid, tid)
+        if key in self.threads:
+            return self.threads[key]
+        upid = self.process(pid) if not main else self.procs[pid]
+        if key in self.threads:
+            return self.threads[key]
+        number, synthetic = self._number(tid)
+        if number < 0:
+            # trace_processor reads tids as unsigned; a negative one lands on the main thread
+            number, synthetic = int(self.proc_rows[upid]["pid"]), False
+        by_number = self._by_number.get((upid, number))
+        if by_number is not None:
+            self.threads[key] = by_number
+            return by_number
+        utid = len(self.thread_rows)
+        self.threads[key] = utid
+        self._by_number[(upid, number)] = utid
+        self.thread_rows.append({"utid": utid, "tid": number, "name": tid if synthetic else None,
+                                 "upid": upid, "sort_index": None})
+        return utid
+
+
+def _processes_and_threads(con: duckdb.DuckDBPyConnection) -> _Ids:
+    pairs = con.execute("""
+        SELECT pid, tid, ph = 'M' AS is_meta, MIN(seq) AS first FROM ev
+        GROUP BY pid, tid, is_meta ORDER BY first""").fetchall()
+    numeric = {v for pid, tid, _, _ in pairs for v in (_as_int(pid), _as_int(tid)) if v is not None}
+    ids = _Ids(numeric)
+    for pid, tid, is_meta, _ in pairs:
+        if is_meta:
+            ids.process(pid)
+        else:
+            ids.thread(pid, tid)
+    for pid, tid, name, args in con.execute(
+            "SELECT pid, tid, name, args FROM ev WHERE ph = 'M' ORDER BY seq").fetchall():
+        proc = ids.proc_rows[ids.process(pid)]
+        if name == "process_name":
+            proc["name"] = _str_or_none(_meta_value(args, "name"))
+        elif name == "process_labels":
+            proc["labels"] = _str_or_none(_meta_value(args, "labels"))
+        elif name == "process_sort_index":
+            proc["sort_index"] = _int_or_none(_meta_value(args, "sort_index"))
+        elif name in ("thread_name", "thread_sort_index"):
+            thread = ids.thread_rows[ids.thread(pid, tid)]
+            if name == "thread_name":
+                thread["name"] = _str_or_none(_meta_value(args, "name"))
+            else:
+                thread["sort_index"] = _int_or_none(_meta_value(args, "sort_index"))
+    return ids
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# --------------------------------------------------------------------------- slices
+
+
+def nest(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent index of each slice, nesting by time within each track.
+
+    Inputs are parallel arrays in any order; ``dur < 0`` (never ended) extends to infinity.
+    A slice's depth is the number of earlier-starting slices of its track not ended before its
+    start (ties: longer first), and its parent the last of those one level up. Returns
+    ``(depth, parent)`` with ``parent = -1`` for roots; indices refer to the input order.
+    """
+    n = len(ts)
+    depth = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return depth, parent
+    dur_eff = np.where(dur < 0, np.iinfo(np.int64).max // 4, dur)
+    order = np.lexsort((np.arange(n), -dur_eff, ts, track))
+    t_sorted = track[order]
+    ts_s = ts[order]
+    end_s = ts_s + dur_eff[order]
+    bounds = np.flatnonzero(np.diff(t_sorted)) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [n]))
+    depth_s = np.empty(n, dtype=np.int64)
+    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+        # trace_processor's rule: a slice is closed for a later start at ts when it ended before
+        # ts, or ended exactly at ts and is not zero-length (a zero-length slice encloses the
+        # slices starting at its own ts). Every closed slice precedes this one in the order.
+        seg_ts = ts_s[a:b]
+        seg_end = end_s[a:b]
+        nonzero_end = np.sort(seg_end[seg_end > seg_ts])
+        ended = (np.searchsorted(np.sort(seg_end), seg_ts, side="left")
+                 + np.searchsorted(nonzero_end, seg_ts, side="right")
+                 - np.searchsorted(nonzero_end, seg_ts, side="left"))
+        depth_s[a:b] = np.arange(b - a) - ended
+    parent_s = np.full(n, -1, dtype=np.int64)
+    positions = np.arange(n)
+    for level in range(1, int(depth_s.max()) + 1):
+        here = positions[depth_s == level]
+        above = positions[depth_s == level - 1]
+        if len(here) == 0 or len(above) == 0:
+            continue
+        k = np.searchsorted(above, here) - 1
+        ok = k >= 0
+        cand = above[np.maximum(k, 0)]
+        ok &= t_sorted[cand] == t_sorted[here]
+        parent_s[here[ok]] = cand[ok]
+    depth[order] = depth_s
+    parent[order] = np.where(parent_s >= 0, order[np.maximum(parent_s, 0)], -1)
+    return depth, parent
+
+
+def _nest_dropping_overlaps(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                            warnings: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nest slices (given in id order); drop those that end after their parent, as Perfetto does.
+
+    Returns the positions kept and, for them, depth and parent (a position among the kept).
+    """
+    keep = np.arange(len(ts))
+    dropped = 0
+    while True:
+        t, s, d = track[keep], ts[keep], dur[keep]
+        depth, parent = nest(t, s, d)
+        p = np.maximum(parent, 0)
+        parent_end = s[p] + d[p]
+        # only judge slices whose computed parent really is open at their start: the others'
+        # nesting is an artefact of an earlier bad slice and is redone on the next pass
+        parent_open = (parent_end > s) | ((parent_end == s) & (d[p] == 0))
+        bad = (parent >= 0) & (d >= 0) & (d[p] >= 0) & parent_open & (s + d > parent_end)
+        if not bad.any():
+            break
+        dropped += int(bad.sum())
+        keep = keep[~bad]
+    if dropped:
+        warnings.append(f"dropped {dropped} slices that end after the slice enclosing their start "
+                        "(improper nesting; trace_processor drops them too)")
+    return keep, depth, parent
+
+
+def _python_slices(con: duckdb.DuckDBPyConnection, ids: _Ids, thread_track: dict[int, int],
+                   tracks: list[dict[str, Any]], warnings: list[str]) -> pa.Table:
+    """B/E pairs, process/global instants and async b/e/n: rare in Kineto, so plain Python."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("seq", "ts", "dur", "track_id", "cat", "name",
+                                                  "args", "tts", "tdur")}
+
+    def add(seq: int, ts: int, dur: int, track_id: int, cat: Any, name: Any, args: Any,
+            tts: Any = None, tdur: Any = None) -> None:
+        for key, value in zip(rows, (seq, ts, dur, track_id, cat, name, args, tts, tdur), strict=True):
+            rows[key].append(value)
+
+    def track_for(key: tuple[Any, ...], **row: Any) -> int:
+        for track in tracks:
+            if track.get("_key") == key:
+                return int(track["id"])
+        track_id = len(tracks)
+        tracks.append({"id": track_id, "_key": key, "utid": None, "upid": None, "parent_id": None,
+                       "unit": None, **row})
+        return track_id
+
+    stacks: dict[int, list[tuple[Any, ...]]] = {}
+    unmatched_end = 0
+    for seq, ph, ts, name, cat, pid, tid, args, tts in con.execute("""
+            SELECT seq, ph, ts, name, cat, pid, tid, args, tts FROM ev
+            WHERE ph IN ('B', 'E') AND ts IS NOT NULL ORDER BY ts, seq""").fetchall():
+        utid = ids.thread(pid, tid)
+        track_id = thread_track[utid]
+        stack = stacks.setdefault(track_id, [])
+        if ph == "B":
+            stack.append((seq, ts, name, cat, args, tts))
+        elif stack:
+            b_seq, b_ts, b_name, b_cat, b_args, b_tts = stack.pop()
+            add(b_seq, b_ts, ts - b_ts, track_id, b_cat, b_name, b_args, b_tts)
+        else:
+            unmatched_end += 1
+    for track_id, stack in stacks.items():
+        for b_seq, b_ts, b_name, b_cat, b_args, b_tts in stack:
+            add(b_seq, b_ts, -1, track_id, b_cat, b_name, b_args, b_tts)
+    if unmatched_end:
+        warnings.append(f"skipped {unmatched_end} 'E' events with no open 'B' on their thread")
+
+    for seq, ts, name, cat, pid, scope, args in con.execute("""
+            SELECT seq, ts, name, cat, pid, s, args FROM ev
+            WHERE ph IN ('i', 'I', 'R') AND s IN ('g', 'p') AND ts IS NOT NULL""").fetchall():
+        if scope == "g":
+            track_id = track_for(("global",), name=None, type="global")
+        else:
+            upid = ids.process(pid)
+            track_id = track_for(("process", upid), name=None, type="process", upid=upid)
+        add(seq, ts, 0, track_id, cat, name, args)
+
+    async_stacks: dict[int, list[tuple[Any, ...]]] = {}
+    for seq, ph, ts, name, cat, pid, ident, args in con.execute("""
+            SELECT seq, ph, ts, name, cat, pid, id, args FROM ev
+            WHERE ph IN ('b', 'e', 'n') AND ts IS NOT NULL ORDER BY ts, seq""").fetchall():
+        upid = ids.process(pid)
+        track_id = track_for(("async", upid, cat, ident), name=name, type="async", upid=upid)
+        stack = async_stacks.setdefault(track_id, [])
+        if ph == "b":
+            stack.append((seq, ts, name, cat, args))
+        elif ph == "n":
+            add(seq, ts, 0, track_id, cat, name, args)
+        elif stack:
+            b_seq, b_ts, b_name, b_cat, b_args = stack.pop()
+            add(b_seq, b_ts, ts - b_ts, track_id, b_cat, b_name, b_args)
+    for track_id, stack in async_stacks.items():
+        for b_seq, b_ts, b_name, b_cat, b_args in stack:
+            add(b_seq, b_ts, -1, track_id, b_cat, b_name, b_args)
+
+    types = {"seq": pa.int64(), "ts": pa.int64(), "dur": pa.int64(), "track_id": pa.int64(),
+             "cat": pa.string(), "name": pa.string(), "args": pa.string(), "tts": pa.int64(),
+             "tdur": pa.int64()}
+    return pa.table({k: pa.array(v, type=types[k]) for k, v in rows.items()})
+
+
+# --------------------------------------------------------------------------- flows and counters
+
+
+def _bind_flows(con: duckdb.DuckDBPyConnection, sl_track: np.ndarray, sl_ts: np.ndarray, sl_dur: np.ndarray,
+                sl_parent: np.ndarray) -> pa.Table:
+    """Flow v1 events (s/t/f) → (slice_out, slice_in) pairs, bound as Perfetto binds them.
+
+    ``s``/``t`` and ``f`` with ``bp: "e"`` bind to the deepest slice enclosing ``ts`` on their
+    thread; ``f`` without it binds to the next slice starting at or after ``ts``. Events of one
+    flow share (cat, name, id).
+    """
+    fl = con.sql("""
+        SELECT ph = 'f' AS fin, ph = 's' AS start, (ph <> 'f' OR bp = 'e') AS enclosing, ts,
+               COALESCE(m.track_id, -1) AS track,
+               dense_rank() OVER (ORDER BY cat, name, id) AS key
+        FROM ev LEFT JOIN tmap m USING (pid, tid)
+        WHERE ph IN ('s', 't', 'f') AND ts IS NOT NULL AND id IS NOT NULL
+        ORDER BY key, ts, seq""").to_arrow_table()
+    if fl.num_rows == 0 or len(sl_ts) == 0:
+        return SCHEMAS["flow"].empty_table()
+    n = fl.num_rows
+    fin = fl.column("fin").to_numpy(zero_copy_only=False)
+    start = fl.column("start").to_numpy(zero_copy_only=False)
+    enclosing = fl.column("enclosing").fill_null(False).to_numpy(zero_copy_only=False)
+    ts = fl.column("ts").to_numpy()
+    track = fl.column("track").to_numpy()
+    key = fl.column("key").to_numpy().astype(np.int64)
+    order = np.lexsort((sl_ts, sl_track))
+    o_track = sl_track[order]
+    o_ts = sl_ts[order]
+    bound = np.full(n, -1, dtype=np.int64)
+    sl_end = np.where(sl_dur < 0, np.iinfo(np.int64).max // 4, sl_ts + sl_dur)
+    for t in np.unique(track[track >= 0]).tolist():
+        a = int(np.searchsorted(o_track, t, side="left"))
+        b = int(np.searchsorted(o_track, t, side="right"))
+        if a == b:
+            continue
+        sel = np.flatnonzero(track == t)
+        seg_ts = o_ts[a:b]
+        enc = sel[enclosing[sel]]
+        if len(enc):
+            k = np.searchsorted(seg_ts, ts[enc], side="right") - 1
+            cand = np.where(k >= 0, order[a + np.maximum(k, 0)], -1)
+            for _ in range(64):
+                open_ = cand >= 0
+                stale = open_ & (sl_end[np.maximum(cand, 0)] < ts[enc])
+                if not stale.any():
+                    break
+                cand = np.where(stale, sl_parent[np.maximum(cand, 0)], cand)
+            bound[enc] = cand
+        nxt = sel[~enclosing[sel]]
+        if len(nxt):
+            k = np.searchsorted(seg_ts, ts[nxt], side="left")
+            bound[nxt] = np.where(k < b - a, order[a + np.minimum(k, b - a - 1)], -1)
+    # trace_processor keeps the source of a flow after an 'f': every later 't'/'f' of the
+    # same id links from the last 's'/'t' (Kineto reuses correlation ids this way)
+    sources = np.flatnonzero(~fin)
+    k = np.searchsorted(sources, np.arange(n), side="left") - 1
+    src = np.where(k >= 0, sources[np.maximum(k, 0)], -1)
+    ok = (~start) & (src >= 0)
+    ok &= key[np.maximum(src, 0)] == key
+    ok &= (bound[np.maximum(src, 0)] >= 0) & (bound >= 0)
+    out = bound[np.maximum(src, 0)][ok]
+    inn = bound[ok]
+    m = len(out)
+    return pa.table({"id": np.arange(m, dtype=np.int64), "slice_out": out, "slice_in": inn,
+                     "trace_id": key[ok], "arg_set_id": pa.nulls(m, pa.int64())})
+
+
+def _counters(con: duckdb.DuckDBPyConnection, ids: _Ids,
+              tracks: list[dict[str, Any]], warnings: list[str]) -> pa.Table:
+    keys: dict[tuple[int, str], int] = {}
+    ts_out: list[int] = []
+    track_out: list[int] = []
+    values: list[float] = []
+    bad = 0
+    for ts, name, pid, ident, args in con.execute("""
+            SELECT ts, name, pid, id, args FROM ev WHERE ph = 'C' AND ts IS NOT NULL
+            ORDER BY ts, seq""").fetchall():
+        wrapped = _loads_object(args.encode()) if args else None
+        parsed = wrapped.get("args") if wrapped else None
+        if not isinstance(parsed, dict) or not parsed:
+            bad += 1
+            continue
+        prefix = (name or "") + (f" id: {ident}" if ident is not None else "")
+        upid = ids.process(pid)
+        for series, value in parsed.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                bad += 1
+                continue
+            track_name = f"{prefix} {series}"
+            track_key = (upid, track_name)
+            if track_key not in keys:
+                keys[track_key] = len(tracks)
+                tracks.append({"id": len(tracks), "name": track_name, "type": "counter", "utid": None,
+                               "upid": upid, "parent_id": None, "unit": None})
+            ts_out.append(ts)
+            track_out.append(keys[track_key])
+            values.append(float(value))
+    if bad:
+        warnings.append(f"skipped {bad} counter values that are not numbers")
+    return pa.table({"id": np.arange(len(ts_out), dtype=np.int64),
+                     "ts": pa.array(ts_out, pa.int64()), "track_id": pa.array(track_out, pa.int64()),
+                     "value": pa.array(values, pa.float64()),
+                     "arg_set_id": pa.nulls(len(ts_out), pa.int64())})
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def read_chrome_json(path: str | os.PathLike[str]) -> TraceTables:
+    """Read a Chrome Trace Event / Kineto JSON file (``.json`` or ``.json.gz``)."""
+    source = Path(path)
+    warnings: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="layerscope-") as tmp:
+        events_path = Path(tmp) / "events.json"
+        metadata, candidates = _extract_events(source, events_path, warnings)
+        # a memory limit: DuckDB spills the raw events to the temporary directory beyond it,
+        # so peak memory follows the result tables, not the JSON text
+        con = duckdb.connect(str(Path(tmp) / "ingest.duckdb") if _FILE_DB else ":memory:")
+        try:
+            con.execute(f"SET temp_directory = '{tmp}'")
+            con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
+            _load_raw(con, events_path, candidates, warnings)
+            events_path.unlink()
+            tables = _build(con, warnings)
+        except duckdb.Error as exc:
+            raise TraceError(f"{str(source)!r}: cannot read events: {exc}") from None
+        finally:
+            con.close()
+    metadata.update({"source": str(source), "format": "chrome_json"})
+    for message in warnings:
+        # dropping improperly nested slices is routine (trace_processor does it silently)
+        level = logging.INFO if message.startswith("dropped") else logging.WARNING
+        log.log(level, "%s: %s", source, message)
+    return TraceTables.from_tables(tables, metadata, warnings)
+
+
+def _build(con: duckdb.DuckDBPyConnection, warnings: list[str]) -> dict[str, pa.Table]:
+    bad_ts, neg_dur, bad_dur = con.execute("""
+        SELECT count(*) FILTER (WHERE ts IS NULL AND ph IS DISTINCT FROM 'M'),
+               count(*) FILTER (WHERE ph = 'X' AND dur < 0),
+               count(*) FILTER (WHERE ph = 'X' AND dur IS NULL AND ts IS NOT NULL)
+        FROM ev""").fetchone() or (0, 0, 0)
+    if bad_ts:
+        warnings.append(f"skipped {bad_ts} events with a missing or non-numeric 'ts'")
+    if neg_dur:
+        warnings.append(f"skipped {neg_dur} 'X' events with a negative 'dur'")
+    if bad_dur:
+        warnings.append(f"skipped {bad_dur} 'X' events with a missing or non-numeric 'dur'")
+
+    ids = _processes_and_threads(con)
+    slice_utids = [ids.thread(pid, tid) for pid, tid in con.execute("""
+        SELECT DISTINCT pid, tid FROM ev WHERE ts IS NOT NULL AND (ph IN ('X', 'B', 'E')
+            OR (ph IN ('i', 'I', 'R') AND (s IS NULL OR s NOT IN ('g', 'p'))))""").fetchall()]
+    tracks: list[dict[str, Any]] = []
+    thread_track: dict[int, int] = {}
+    for utid in sorted(set(slice_utids)):
+        thread_track[utid] = len(tracks)
+        tracks.append({"id": len(tracks), "name": None, "type": "thread", "utid": utid,
+                       "upid": ids.thread_rows[utid]["upid"], "parent_id": None, "unit": None})
+    tmap = pa.table({
+        "pid": [k[0] for k in ids.threads], "tid": [k[1] for k in ids.threads],
+        "track_id": pa.array([thread_track.get(u, -1) for u in ids.threads.values()], pa.int64()),
+    })
+    con.register("tmap", tmap)
+    extra = _python_slices(con, ids, thread_track, tracks, warnings)
+    con.register("extra", extra)
+    # Slices stay in DuckDB (compressed, spillable); numpy orders and nests the narrow columns,
+    # then each wide column is fetched once and reordered (names as dictionaries).
+    con.execute("""
+        CREATE TABLE sl AS
+            SELECT e.seq, e.ts, e.dur, m.track_id, e.cat, e.name, e.args, e.tts, e.tdur
+            FROM ev e JOIN tmap m USING (pid, tid)
+            WHERE e.ph = 'X' AND e.ts IS NOT NULL AND e.dur >= 0
+            UNION ALL
+            SELECT e.seq, e.ts, 0, m.track_id, e.cat, e.name, e.args, e.tts, NULL
+            FROM ev e JOIN tmap m USING (pid, tid)
+            WHERE e.ph IN ('i', 'I', 'R') AND e.ts IS NOT NULL AND (e.s IS NULL OR e.s NOT IN ('g', 'p'))
+            UNION ALL SELECT seq, ts, dur, track_id, cat, name, args, tts, tdur FROM extra""")
+    con.unregister("extra")
+    narrow = con.sql("SELECT rowid AS pos, seq, ts, dur, track_id, tts, tdur FROM sl ORDER BY rowid"
+                     ).to_arrow_table()
+    seq = narrow.column("seq").to_numpy()
+    ts_all = narrow.column("ts").to_numpy()
+    dur_all = narrow.column("dur").to_numpy()
+    track_all = narrow.column("track_id").to_numpy()
+    # ids in trace_processor's order: by ts, longer first, then file order
+    order = np.lexsort((seq, -np.where(dur_all < 0, np.iinfo(np.int64).max, dur_all), ts_all))
+    keep, depth, parent = _nest_dropping_overlaps(track_all[order], ts_all[order], dur_all[order], warnings)
+    rows = order[keep]
+    n = len(rows)
+    rank = np.full(len(seq), -1, dtype=np.int64)
+    rank[rows] = np.arange(n)
+    take = pa.array(rows)
+    track_arr, ts_arr, dur_arr = track_all[rows], ts_all[rows], dur_all[rows]
+
+    def wide(column: str) -> pa.ChunkedArray:
+        values = con.sql(f"SELECT {column} FROM sl ORDER BY rowid").to_arrow_table().column(0)
+        return pc.dictionary_encode(values).take(take)
+
+    args = con.sql("SELECT rowid AS pos, args FROM sl WHERE args IS NOT NULL ORDER BY rowid").to_arrow_table()
+    arg_ids = rank[args.column("pos").to_numpy()]
+    has_args = np.zeros(n, dtype=bool)
+    has_args[arg_ids[arg_ids >= 0]] = True
+    ids_arr = np.arange(n, dtype=np.int64)
+    slice_table = pa.table({
+        "id": ids_arr, "ts": ts_arr, "dur": dur_arr, "track_id": track_arr,
+        "category": wide("cat"), "name": wide("name"), "depth": depth,
+        "parent_id": pa.array(parent, mask=parent < 0),
+        "arg_set_id": pa.array(ids_arr, mask=~has_args),
+        "thread_ts": narrow.column("tts").take(take), "thread_dur": narrow.column("tdur").take(take),
+    })
+    arg_sets = pa.table({"arg_set_id": arg_ids, "json": args.column("args")})
+    if (arg_ids < 0).any():
+        arg_sets = arg_sets.filter(pa.array(arg_ids >= 0))
+    del narrow, args
+    flow = _bind_flows(con, track_arr, ts_arr, dur_arr, parent)
+    counter = _counters(con, ids, tracks, warnings)
+    track_table = pa.Table.from_pylist([{k: v for k, v in t.items() if not k.startswith("_")}
+                                        for t in tracks], schema=SCHEMAS["track"])
+    return {
+        "process": pa.Table.from_pylist(ids.proc_rows, schema=SCHEMAS["process"]),
+        "thread": pa.Table.from_pylist(ids.thread_rows, schema=SCHEMAS["thread"]),
+        "track": track_table, "slice": slice_table, "counter": counter, "flow": flow,
+        "arg_sets": arg_sets,
+    }

@@ -1,0 +1,73 @@
+"""Comparison (layerscope/analysis/compare.py): control vs test traces, simulated vs measured.
+
+Kernel counts and times of both runs are trace_processor's (perfetto-oracle, 2026-11-21:
+``SELECT COUNT(*), SUM(dur) FROM slice WHERE category = 'kernel'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from layerscope.analysis.compare import compare_sim_real, compare_traces
+from layerscope.analysis.engine import TraceDB
+from layerscope.errors import AnalysisError
+
+from .conftest import annotated_events, write_trace
+
+
+def test_control_vs_test(control_db: TraceDB, test_db: TraceDB) -> None:
+    c = compare_traces(control_db, test_db)
+    summary = {r["metric"]: r for r in c.summary.to_pylist()}
+    assert (summary["kernel_count"]["a"], summary["kernel_count"]["b"]) == (8568, 9852)
+    assert summary["kernel_time_ms"]["a"] == pytest.approx(446.813)
+    assert summary["kernel_time_ms"]["b"] == pytest.approx(800.376)
+    assert summary["kernel_time_ms"]["delta"] == pytest.approx(800.376 - 446.813)
+    by_name = {r["name"]: r for r in c.by_name.to_pylist()}
+    nccl = by_name["ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)"]
+    # oracle: control 42 / 130.655 ms, test 43 / 159.259 ms
+    assert (nccl["count_a"], nccl["count_b"]) == (42, 43)
+    assert nccl["total_ms_delta"] == pytest.approx(159.259 - 130.655)
+    assert c.only_in_a.num_rows > 0 and c.only_in_b.num_rows > 0
+    assert set(c.only_in_a.column("name").to_pylist()).isdisjoint(c.only_in_b.column("name").to_pylist())
+    cats = {r["category"]: r for r in c.by_category.to_pylist()}
+    assert sum(r["count_a"] for r in cats.values()) == 8568
+    assert sum(r["count_b"] for r in cats.values()) == 9852
+    assert c.by_name.column("total_ms_delta").to_pylist()[0] == max(r["total_ms_delta"] for r in by_name.values())
+
+
+def _sim_events(scale: float) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    t = 0.0
+    for layer in range(2):
+        for module, dur in (("self_attn.q_proj", 10.0), ("self_attn.attn", 30.0), ("mlp.up_proj", 20.0)):
+            events.append({"ph": "X", "cat": "gemm", "name": f"layers.{layer}.{module}", "pid": 1, "tid": 1,
+                           "ts": t, "dur": dur * scale})
+            t += dur * scale
+    events.append({"ph": "X", "cat": "gemm", "name": "lm_head", "pid": 1, "tid": 1, "ts": t, "dur": 5})
+    return events
+
+
+def test_sim_vs_real(tmp_path: Path) -> None:
+    sim = write_trace(tmp_path / "sim.json", _sim_events(1.25))
+    real = write_trace(tmp_path / "real.json", annotated_events())
+    result = compare_sim_real(sim, real, use_cache=False)
+    assert result.iterations == 2  # two ProfilerStep# annotations
+    ops = {r["op"]: r for r in result.ops.to_pylist()}
+    assert ops["layers.0.self_attn.attn"]["measured_us"] == pytest.approx(30.0)  # 60 µs over 2 steps
+    assert ops["layers.0.self_attn.attn"]["predicted_us"] == pytest.approx(37.5)
+    assert ops["layers.1.mlp.up_proj"]["error"] == pytest.approx(0.25)
+    assert result.median_abs_error == pytest.approx(0.25)
+    assert result.p90_abs_error == pytest.approx(0.25)
+    assert result.only_sim == ["lm_head"]
+    assert result.only_real == ["layers.0", "layers.1"]
+    assert result.summary()["ops_joined"] == 6
+    assert compare_sim_real(sim, real, iterations=1, use_cache=False).ops.to_pylist()[0]["error"] == pytest.approx(
+        -0.375)
+
+
+def test_sim_vs_real_bad_iterations(tmp_path: Path) -> None:
+    sim = write_trace(tmp_path / "sim.json", _sim_events(1.0))
+    with pytest.raises(AnalysisError, match="iterations"):
+        compare_sim_real(sim, sim, iterations=0, use_cache=False)
