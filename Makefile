@@ -20,7 +20,7 @@ typecheck:
 	$(PYTHON) -m mypy
 
 pytest:
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -p no:cacheprovider
 
 test: install lint typecheck pytest
 

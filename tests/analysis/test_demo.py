@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from layerscope.analysis.demo import run_demo  # noqa: E402
+from layerscope.analysis.demo import run_demo
 
 
 def test_demo_estimates_simulates_captures_and_compares(tmp_path):
