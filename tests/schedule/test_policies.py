@@ -159,11 +159,18 @@ class TestProperties:
         assert np.all(s.end_ns - s.start_ns >= standalone_ns(p, n) - 1)
 
     @SETTINGS
+    @given(problems(), st.integers(1, 6), st.booleans())
+    def test_list_never_worse_than_in_order(self, p: ScheduleProblem, n: int, shared: bool) -> None:
+        lst = schedule(p, n, "list", share_bandwidth=shared)
+        ino = schedule(p, n, "in-order", share_bandwidth=shared)
+        assert lst.makespan_ns <= ino.makespan_ns
+        assert lst.policy == "list"
+
+    @SETTINGS
     @given(problems(zero_overhead=True), st.integers(2, 6))
     def test_list_within_grahams_bound_of_in_order(self, p: ScheduleProblem, n: int) -> None:
         # `list` is a greedy list schedule, so (Graham 1969) it is within (2 - 1/m) of the optimum,
-        # which in-order cannot beat. "Never worse" is not a theorem for greedy list scheduling
-        # in general (Graham's anomalies), only for the cases below.
+        # which in-order cannot beat.
         lst = schedule(p, n, "list", share_bandwidth=False).makespan_ns
         ino = schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
         assert lst <= (2 - 1 / n) * ino + p.n
