@@ -14,10 +14,10 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import time
 
 import numpy as np
+from _util import clear_graph_memo, cpu_model, median_s
 
 from layerscope.cost import estimate
 from layerscope.cost.api import time_graph
@@ -26,36 +26,6 @@ from layerscope.graph import build_model_graph
 from layerscope.hardware import load_hardware
 from layerscope.model import load_model_spec
 from layerscope.workload import make_workload
-
-
-def _median_s(fn, repeat: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
-def _clear_graph_memo() -> None:
-    import layerscope.graph.builder as builder
-
-    for name in dir(builder):
-        obj = getattr(builder, name)
-        if hasattr(obj, "cache_clear"):
-            obj.cache_clear()
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
@@ -72,15 +42,15 @@ def main() -> None:
         n_ops = len(build_model_graph(spec, fwd, w))
 
         def cold(spec=spec, w=w, fwd=fwd):
-            _clear_graph_memo()
+            clear_graph_memo()
             return time_graph(build_model_graph(spec, fwd, w), h100)
 
         def memo(spec=spec, w=w):
             return estimate(spec, h100, w)
 
         g = build_model_graph(spec, fwd, w)
-        rows.append((model, n_ops, _median_s(cold, repeat), _median_s(memo, repeat),
-                     _median_s(lambda g=g: time_graph(g, h100), repeat)))
+        rows.append((model, n_ops, median_s(cold, repeat), median_s(memo, repeat),
+                     median_s(lambda g=g: time_graph(g, h100), repeat)))
 
     # Sweep: models x hardware x batch x length, decode and prefill.
     specs = [load_model_spec(m) for m in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "mixtral-8x7b-v0.1")]
@@ -100,7 +70,7 @@ def main() -> None:
             for hw in hws:
                 time_grid(lin, hw, b_grid, l_grid)
 
-    grid_s = _median_s(grid_only, max(3, repeat // 5))
+    grid_s = median_s(grid_only, max(3, repeat // 5))
 
     now = datetime.date.today().isoformat()
     print(f"## estimate\n\n`python bench/bench_estimate.py{' --quick' if args.quick else ''}` · "

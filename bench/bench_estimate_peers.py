@@ -47,7 +47,6 @@ import fcntl
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _util import clear_graph_memo, cpu_model, median_s
 
 from layerscope.cost import estimate
 from layerscope.cost.sweep import fit_linear_graph, sweep, time_grid
@@ -112,34 +112,10 @@ def setup_venv(force: bool) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def median_s(fn: Any, repeat: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
-def clear_graph_memo() -> None:
-    import layerscope.graph.builder as builder
-
-    for name in dir(builder):
-        obj = getattr(builder, name)
-        if hasattr(obj, "cache_clear"):
-            obj.cache_clear()
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def arch(spec: ModelSpec) -> dict[str, Any]:

@@ -33,6 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from _util import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "traces"
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -122,15 +124,7 @@ def repeat_trace(src: Path, copies: int, out: Path) -> int:
 
 
 def _machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu} · Python {platform.python_version()}"
+    return f"{os.cpu_count()} cores, {cpu_model()} · Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -21,15 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from _util import cpu_model
 
 
 def main() -> int:
@@ -86,7 +78,7 @@ def main() -> int:
         "## simulate",
         "",
         f"`python bench/bench_simulate.py --steps {a.steps} --engines {a.engines}` · {os.cpu_count()} cores, "
-        f"{_cpu()} · Python {platform.python_version()} · {datetime.date.today().isoformat()}",
+        f"{cpu_model()} · Python {platform.python_version()} · {datetime.date.today().isoformat()}",
         "",
         f"{a.model} decode, {a.steps} steps x {spec.num_layers} layers (unfused attention), {a.hardware}, "
         f"roofline: **{n:,} ops, {e:,} dependency edges**; {a.engines} engines, shared bandwidth. "
