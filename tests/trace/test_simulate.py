@@ -105,3 +105,10 @@ def test_cli_open_serves_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert res.exit_code == 0, res.output
     assert "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:" in res.output
     assert "trace sent" in res.output
+
+
+def test_engines_from_the_hardware_spec():
+    # NVL-AX: 32 cores; "spec" gives one engine per core.
+    result = simulate("llama-3.2-1b", "nvl-ax", engines="spec")
+    assert result.schedule.engines.count == 32
+    assert [r["engines"] for r in result.sweep.records()] == [32]

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 def simulate_cmd(
     model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id, config.json or directory."),
     hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Preset name or YAML/JSON/CSV/XLSX file."),
-    engines: str = typer.Option("4", "--engines", "-e", help="Engine count, range (1..8) or list (1,2,4,8)."),
+    engines: str = typer.Option("4", "--engines", "-e", help="Engine count, 1..8, 1,2,4,8, or 'spec' (its cores)."),
     policy: str = typer.Option("list", "--policy", help="list | in-order"),
     phase: str = typer.Option("decode", "--phase", help="decode | prefill | chunked"),
     batch: int | None = typer.Option(None, "--batch", "-b", help="Sequences per pass."),

@@ -124,7 +124,9 @@ def simulate(
     from layerscope.model import ModelSpec, load_model_spec
 
     get_policy(policy)
-    counts = parse_engine_counts(engines)
+    # "spec": one engine per core/SM/CU of the hardware spec, each owning 1/count of the chip.
+    from_spec = isinstance(engines, str) and engines.strip().lower() == "spec"
+    counts = [] if from_spec else parse_engine_counts(engines)
     inputs: list[str | os.PathLike[str]] = []
     if isinstance(model, ModelSpec):
         spec = model
@@ -136,6 +138,8 @@ def simulate(
     else:
         hw = load_hardware(os.fspath(hardware))
         inputs.append(hardware)
+    if from_spec:
+        counts = [hw.engines.count]
     graph = build_graph(spec, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
                         all_layers=all_layers, steps=steps, layer=layer, attention=attention,
                         weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
