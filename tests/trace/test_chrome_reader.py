@@ -322,3 +322,13 @@ def test_synthetic_trace_against_live_oracle(tmp_path: Path) -> None:
     theirs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     ours = read_chrome_json(path).slice.select(["name", "ts", "dur", "depth"]).to_pylist()
     assert ours == theirs
+
+
+def test_flow_end_without_a_start_links_nothing(tmp_path: Path) -> None:
+    # Found by the fuzz test: an 'f' event with no 's' of its id used to index an empty array.
+    events = [{"ph": "X", "ts": 0, "dur": 0, "pid": 1, "tid": 1, "name": "a"},
+              {"ph": "f", "ts": 0, "s": "g", "bp": "e", "id": 0, "pid": 1, "tid": 1}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = read_chrome_json(path)
+    assert t.tables()["flow"].num_rows == 0

@@ -699,8 +699,12 @@ def _bind_flows(con: duckdb.DuckDBPyConnection, sl_track: np.ndarray, sl_ts: np.
     # trace_processor keeps the source of a flow after an 'f': every later 't'/'f' of the
     # same id links from the last 's'/'t' (Kineto reuses correlation ids this way)
     sources = np.flatnonzero(~fin)
-    k = np.searchsorted(sources, np.arange(n), side="left") - 1
-    src = np.where(k >= 0, sources[np.maximum(k, 0)], -1)
+    if len(sources) == 0:
+        # Only flow ends ('f') and no start: nothing to link (a truncated or odd trace).
+        src = np.full(n, -1, dtype=np.int64)
+    else:
+        k = np.searchsorted(sources, np.arange(n), side="left") - 1
+        src = np.where(k >= 0, sources[np.maximum(k, 0)], -1)
     ok = (~start) & (src >= 0)
     ok &= key[np.maximum(src, 0)] == key
     ok &= (bound[np.maximum(src, 0)] >= 0) & (bound >= 0)
