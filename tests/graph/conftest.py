@@ -1,4 +1,4 @@
-"""Fixtures of the graph tests: real HF configs from ../shared/data/hf-configs."""
+"""Fixtures of the graph tests: the real HF configs bundled in the package's catalog."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import layerscope.model
 from layerscope.model import ModelSpec, load_model_spec
 
-HF_CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "data" / "hf-configs"
-if not HF_CONFIGS.is_dir():
-    HF_CONFIGS = Path("/work/shared/data/hf-configs")
+# The package's copy of ../shared/data/hf-configs, so the tests need nothing outside the repository.
+HF_CONFIGS = Path(layerscope.model.__file__).resolve().parent / "catalog"
 
 #: Short names of the configs the tests use.
 MODELS = {

@@ -27,9 +27,9 @@ from layerscope.trace.readers import format_for, read_trace
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
-ORACLE = Path("/work/shared/tools/perfetto-oracle")
 
 # (slices, SUM(dur), MAX(depth), MIN(ts), flows) from perfetto-oracle, 2026-11-21.
+ORACLE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "perfetto-oracle"
 ORACLE_SLICES = {
     "cpu-only": (18, 3635095146, 0, 1212075525586016, 0),
     "gpu-triton-example": (10, 13693360730, 2, 2413668742269099, 1),

@@ -22,26 +22,7 @@ from layerscope.trace import protobuf_wire as pw
 from layerscope.trace.perfetto_writer import encode_varints
 from layerscope.trace.writers import write_schedule_trace
 
-ORACLE = Path("/work/shared/tools/perfetto-oracle")
-
-
-@pytest.fixture(scope="module")
-def timed():  # type: ignore[no-untyped-def]
-    from layerscope.cost import time_graph
-    from layerscope.graph import build_model_graph
-    from layerscope.hardware import load_hardware
-    from layerscope.model import model_spec_from_dict, tiny_config
-    from layerscope.workload import make_workload
-
-    spec = model_spec_from_dict(tiny_config("llama"), "tiny-llama")
-    w = make_workload(phase="decode", context_len=64)
-    return time_graph(build_model_graph(spec, w.passes()[0], w, "unfused"), load_hardware("h100-sxm"))
-
-
-@pytest.fixture(scope="module")
-def sched(timed):  # type: ignore[no-untyped-def]
-    return schedule(ScheduleProblem.from_timed(timed), 3)
-
+ORACLE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "perfetto-oracle"
 
 def _fields(buf: bytes) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = defaultdict(list)
