@@ -362,8 +362,9 @@ def parse_deepseek(f: Fields) -> dict[str, Any]:
     return spec
 
 
-def parse_gptj(f: Fields) -> dict[str, Any]:
-    """GPT-J: parallel block with one LayerNorm, partial rotary, biased MLP and ``lm_head``."""
+def _gpt2_style_fields(f: Fields) -> dict[str, Any]:
+    """The fields GPT-2 and GPT-J configs name alike (``n_embd``, ``n_head``, ``n_layer``, ``n_inner``):
+    MHA, a plain MLP of width 4·hidden by default, biased LayerNorms."""
     hidden = f.get_int("n_embd", "hidden_size")
     heads = f.get_int("n_head", "num_attention_heads")
     return {
@@ -378,9 +379,17 @@ def parse_gptj(f: Fields) -> dict[str, Any]:
         "activation": _activation(f, "activation_function", default="gelu_new"),
         "norm_kind": "layernorm",
         "norm_bias": True,
+    }
+
+
+def parse_gptj(f: Fields) -> dict[str, Any]:
+    """GPT-J: parallel block with one LayerNorm, partial rotary, biased MLP and ``lm_head``."""
+    fields = _gpt2_style_fields(f)
+    return {
+        **fields,
         "block_layout": "parallel",
         "position": "rope",
-        "rotary_dim": f.get_int("rotary_dim", default=_head_dim(f, hidden, heads)),
+        "rotary_dim": f.get_int("rotary_dim", default=fields["head_dim"]),
         "max_position_embeddings": f.get_int("n_positions", "max_position_embeddings", default=2048),
         "mlp_bias": True,
         "lm_head_bias": True,
@@ -443,21 +452,9 @@ def parse_falcon(f: Fields) -> dict[str, Any]:
 
 def parse_gpt2(f: Fields) -> dict[str, Any]:
     """GPT-2: Conv1D ``c_attn``/``c_proj``, learned positions ``wpe``, biases everywhere, tied head."""
-    hidden = f.get_int("n_embd", "hidden_size")
-    heads = f.get_int("n_head", "num_attention_heads")
     positions = f.get_int("n_positions", "max_position_embeddings", default=1024)
     return {
-        "hidden_size": hidden,
-        "num_layers": f.get_int("n_layer", "num_hidden_layers"),
-        "vocab_size": f.get_int("vocab_size"),
-        "num_attention_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": _head_dim(f, hidden, heads),
-        "intermediate_size": f.get_int("n_inner", default=4 * hidden),
-        "mlp_kind": "plain",
-        "activation": _activation(f, "activation_function", default="gelu_new"),
-        "norm_kind": "layernorm",
-        "norm_bias": True,
+        **_gpt2_style_fields(f),
         "position": "learned",
         "rotary_dim": 0,
         "max_position_embeddings": positions,
