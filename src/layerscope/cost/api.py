@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from layerscope.cost.features import OpFeatures, op_features
-from layerscope.cost.models import BOUND_NAMES, CostArrays, get_cost_model
+from layerscope.cost.models import BOUND_NAMES, get_cost_model
 from layerscope.cost.timed import TimedGraph
 from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
@@ -242,11 +242,11 @@ class DecodeSum:
     """Per-op totals over every decode step of a generation and the per-step times."""
 
     graph: OpGraph
-    features: OpFeatures
-    last_cost: CostArrays
     step_times_s: np.ndarray
     op_time_s: np.ndarray
     op_work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    last_bound: np.ndarray
+    """Per op, the BOUND_* code at the last (longest-context) step."""
 
 
 def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec, cost_model: str,
@@ -272,7 +272,7 @@ def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec
     step_times = np.empty(len(all_ctx))
     op_time = np.zeros(len(names))
     op_work = [np.zeros(len(names)) for _ in range(4)]
-    last_cost: CostArrays | None = None
+    last_bound: np.ndarray | None = None
     for lo in range(0, len(all_ctx), _STEP_CHUNK):
         c = all_ctx[lo:lo + _STEP_CHUNK]
         work = [_interp(c, xs, stacked[a]) for a in ("flops", "weight_bytes", "act_bytes", "kv_bytes")]
@@ -281,10 +281,10 @@ def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec
         op_time += cost.time_s.sum(axis=0)
         for acc, w in zip(op_work, work, strict=True):
             acc += w.sum(axis=0)
-        last_cost = cost
-    assert last_cost is not None
-    return DecodeSum(graphs[-1], base, last_cost, step_times, op_time,
-                     (op_work[0], op_work[1], op_work[2], op_work[3]))
+        last_bound = cost.bound[-1]
+    assert last_bound is not None
+    return DecodeSum(graphs[-1], step_times, op_time, (op_work[0], op_work[1], op_work[2], op_work[3]),
+                     last_bound)
 
 
 def _interp(c: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -361,7 +361,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         decode_total = 0.0
         if workload.output_len > 1:
             ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
-            parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_cost.bound[-1]))
+            parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound))
             graphs.append(ds.graph)
             decode_total = float(ds.step_times_s.sum())
             tpot = float(ds.step_times_s.mean())

@@ -141,19 +141,15 @@ def _shared_cache(hw: HardwareSpec) -> MemoryLevel | None:
     return max(on_chip, key=lambda lvl: lvl.capacity_bytes) if on_chip else None
 
 
-def _gemm_traffic(features: OpFeatures, capacity_bytes: float, per_engine: int = 1) -> np.ndarray:
-    """Tiled traffic per op for GEMM-shaped ops; NaN where the op has no GEMM shape.
-
-    With ``per_engine`` > 1 the cache is private to each of that many engines, which each tile
-    their share of the output independently (traffic summed over engines).
-    """
+def _gemm_traffic(features: OpFeatures, capacity_bytes: float) -> np.ndarray:
+    """Tiled traffic per op for GEMM-shaped ops tiled for a cache of ``capacity_bytes``; NaN where
+    the op has no GEMM shape."""
     out = np.full(len(features.kinds), np.nan)
     for i in np.flatnonzero(features.gemm_mnkb[:, 0] > 0):
         m, n, k, batch = (int(v) for v in features.gemm_mnkb[i])
         a, b, c = (float(v) for v in features.operand_bytes[i])
         traffic, *_ = gemm_tiled_traffic_bytes(m, n, k, a, b, c, float(capacity_bytes))
         out[i] = traffic * batch
-    del per_engine
     return out
 
 
