@@ -12,7 +12,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 
 #: Layers, top (imported by everyone) to bottom (imports everyone).
-LAYERS = ("errors", "units", "model", "hardware", "workload", "graph", "cost", "schedule", "trace",
+LAYERS = ("errors", "units", "model", "hardware", "workload", "graph", "records", "cost", "schedule", "trace",
           "capture", "analysis", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # errors and units are one layer.
