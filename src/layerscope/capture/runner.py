@@ -43,6 +43,19 @@ def _make_cache(transformers: Any, model: Any, plan: RunPlan) -> Any:
     return transformers.DynamicCache(config=model.config)
 
 
+def _forward_kwargs(model: Any) -> dict[str, Any]:
+    """Keyword arguments every forward gets: ``logits_to_keep=1`` where the model takes it.
+
+    HF ``generate`` computes the logits of the last position only (``logits_to_keep=1``), as
+    serving engines do and as the graph's ``lm_head`` op does; without it a 256-token prefill
+    would run lm_head on all 256 rows, a vocabulary-wide GEMM 256 times larger than needed.
+    """
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
 def _sample(logits: Any) -> Any:
     """Greedy next token of each sequence, annotated ``sampling`` like the graph's sampling op."""
     from torch.autograd.profiler import record_function
@@ -60,11 +73,13 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
 
     cache = _make_cache(transformers, model, plan)
     device = plan.device
+    extra = _forward_kwargs(model)
     # input_ids: [B, S]
     annotator.phase = "prefill"
     with record_function("prefill"):
         positions = torch.arange(plan.prompt_len, device=device)
-        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions)
+        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions,
+                    **extra)
         token = _sample(out.logits)  # [B, 1]
         _sync(torch, device)
     annotator.phase = "decode"
@@ -72,7 +87,7 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
         with record_function(f"decode_step_{step}"):
             positions = torch.tensor([plan.prompt_len + step], device=device)
             out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True,
-                        cache_position=positions)
+                        cache_position=positions, **extra)
             token = _sample(out.logits)
             _sync(torch, device)
 
