@@ -14,6 +14,7 @@ else 1 (pass ``iterations`` to override). Error per op is ``(predicted − measu
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,20 @@ def _op_name(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
 
 
+def abs_error_stats(errors: Sequence[float] | np.ndarray) -> tuple[float | None, float | None]:
+    """Median and 90th percentile of ``|error|`` over the finite errors (``None`` when there are none).
+
+    Percentile definition: linear interpolation between closest ranks (numpy's default,
+    Hyndman & Fan type 7): over the n sorted values x₀ ≤ … ≤ xₙ₋₁, the p-th percentile is at
+    rank h = (n − 1)·p/100, i.e. x⌊h⌋ + (h − ⌊h⌋)·(x⌊h⌋₊₁ − x⌊h⌋). The median is p = 50.
+    """
+    values = np.asarray(errors, dtype=float)
+    finite = np.abs(values[np.isfinite(values)])
+    if not len(finite):
+        return None, None
+    return float(np.percentile(finite, 50)), float(np.percentile(finite, 90))
+
+
 @dataclass
 class SimRealComparison:
     """The result of :func:`compare_sim_real`."""
@@ -184,11 +199,11 @@ def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None
         error = np.where(meas > 0, (pred - meas) / meas, np.nan)
     ops = pa.table({"op": pa.array(joined, pa.string()), "predicted_us": pred, "measured_us": meas,
                     "error": error, "abs_error": np.abs(error)})
-    finite = np.abs(error[np.isfinite(error)])
+    median, p90 = abs_error_stats(error)
     return SimRealComparison(
         ops=ops,
-        median_abs_error=float(np.median(finite)) if len(finite) else None,
-        p90_abs_error=float(np.percentile(finite, 90)) if len(finite) else None,
+        median_abs_error=median,
+        p90_abs_error=p90,
         iterations=n_iter,
         only_sim=sorted(set(predicted) - set(measured)),
         only_real=sorted(set(measured) - set(predicted)),

@@ -7,8 +7,9 @@
 2. estimates the layer's prefill op by op on that spec;
 3. simulates it on 1 engine (ops in sequence, as eager PyTorch runs them) and on N engines
    (how the ops would overlap), writing both Perfetto traces;
-4. captures the same layer and prompt with torch.profiler, every module annotated;
-5. joins the captured trace with the 1-engine simulated trace op by op (predicted vs measured).
+4. validates: captures a 1-layer model (the layer with its embedding, final norm and lm_head)
+   on the same prompt with torch.profiler, simulates it on 1 engine, and joins predicted and
+   measured time op by op (:func:`layerscope.analysis.validate.validate`).
 
 Without torch, steps 1 and 4–5 are skipped and the ``server-cpu`` preset is used instead.
 """
@@ -21,14 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerscope.analysis.compare import SimRealComparison, compare_sim_real
+from layerscope.analysis.validate import PhaseValidation, ValidationResult, resolve_hardware, validate
 from layerscope.cost import Estimate, estimate
 from layerscope.errors import OutputError
 from layerscope.hardware import HardwareSpec, load_hardware
-from layerscope.hardware.loaders import dump_hardware_yaml
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
-from layerscope.units import atomic_write
 from layerscope.workload import make_workload
 
 log = logging.getLogger(__name__)
@@ -44,9 +43,18 @@ class DemoResult:
     estimate: Estimate
     simulated_1: SimulationResult
     simulated_n: SimulationResult
-    capture: Any | None
-    comparison: SimRealComparison | None
+    validation: ValidationResult | None
     notes: tuple[str, ...]
+
+    @property
+    def capture(self) -> Any | None:
+        """The capture of the validation (``None`` without torch)."""
+        return None if self.validation is None else self.validation.capture
+
+    @property
+    def comparison(self) -> PhaseValidation | None:
+        """The prefill's predicted vs measured time per op (``None`` without torch)."""
+        return None if self.validation is None else self.validation.phase("prefill")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,8 +66,7 @@ class DemoResult:
             "simulated_1_engine": self.simulated_1.to_dict(),
             "simulated_n_engines": self.simulated_n.to_dict(),
             "captured": self.capture.model_dump(mode="json", exclude={"summary"}) if self.capture else None,
-            "comparison": None if self.comparison is None else {
-                **self.comparison.summary(), "ops": self.comparison.ops.to_pylist()},
+            "comparison": None if self.comparison is None else self.comparison.to_dict(),
             "notes": list(self.notes),
         }
 
@@ -84,12 +91,7 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
     if hardware is not None:
         hw = load_hardware(hardware)
     elif have_torch:
-        from layerscope.capture.machine import measure_machine
-
-        hw = measure_machine("cpu")
-        hw_path = out / "this-machine.yaml"
-        with atomic_write(hw_path, "w") as fh:
-            fh.write(dump_hardware_yaml(hw))
+        hw, hw_path = resolve_hardware("measure", device="cpu", out=out / "this-machine.yaml")
     else:
         hw = load_hardware("server-cpu")
         notes.append("torch is not installed: no measurement or capture; timed on the server-cpu preset")
@@ -102,13 +104,8 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
                               "weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
     sim1 = simulate(spec, hw, engines=1, out=out / "simulated-1engine.json.gz", **common)
     simn = simulate(spec, hw, engines=engines, out=out / f"simulated-{engines}engines.json.gz", **common)
-    cap = None
-    comparison = None
+    validation = None
     if have_torch:
-        from layerscope.capture import capture
-
-        real_path = out / "captured.json.gz"
-        cap = capture(model, layers=1, dtype=dtype, device="cpu", prompt_len=prompt_len, decode_steps=0,
-                      warmup=2, iterations=iterations, out=real_path)
-        comparison = compare_sim_real(out / "simulated-1engine.json.gz", real_path)
-    return DemoResult(out, hw, hw_path, est, sim1, simn, cap, comparison, tuple(notes))
+        validation = validate(model, hw, layers=1, dtype=dtype, prompt_len=prompt_len, warmup=2,
+                              iterations=iterations, device="cpu", out_dir=out)
+    return DemoResult(out, hw, hw_path, est, sim1, simn, validation, tuple(notes))

@@ -36,8 +36,6 @@ def demo_cmd(
 
 
 def _render(r: Any) -> None:
-    from rich.table import Table
-
     from layerscope.cli.common import console, fmt_time_s
 
     con = console()
@@ -52,19 +50,9 @@ def _render(r: Any) -> None:
         con.print(f"[bold]4. capture[/]: {r.capture.trace_path} ({r.capture.weights} weights, "
                   f"{r.capture.layers} layer, {r.capture.iterations} iterations)")
     if r.comparison is not None:
-        c = r.comparison
-        t = Table(title="5. predicted (1 engine) vs measured, per op")
-        for col in ("op", "predicted", "measured", "error"):
-            t.add_column(col, justify="left" if col == "op" else "right")
-        for row in sorted(c.ops.to_pylist(), key=lambda x: -x["measured_us"]):
-            err = row["error"]
-            t.add_row(row["op"], fmt_time_s(row["predicted_us"] / 1e6), fmt_time_s(row["measured_us"] / 1e6),
-                      "-" if err is None or err != err else f"{err:+.0%}")
-        con.print(t)
-        med = "-" if c.median_abs_error is None else f"{c.median_abs_error:.0%}"
-        p90 = "-" if c.p90_abs_error is None else f"{c.p90_abs_error:.0%}"
-        con.print(f"median |error| {med}, p90 {p90}; ops only simulated: {len(c.only_sim)}, only measured: "
-                  f"{len(c.only_real)}")
+        from layerscope.cli.validate import render_phase
+
+        render_phase(con, r.comparison, title="5. predicted (1 engine) vs measured, per op")
     for note in r.notes:
         con.print(f"[yellow]note[/]: {note}")
     con.print("Open a trace: layerscope open " + str(r.simulated_n.trace_path))

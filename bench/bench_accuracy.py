@@ -1,0 +1,248 @@
+"""Predicted vs measured on this CPU: ``python bench/bench_accuracy.py [--quick] [--hardware SPEC]``.
+
+Calibrates this machine once (``layerscope.capture.calibrate`` when it exists, else the quick
+``measure_machine``), then runs ``layerscope.analysis.validate.validate`` over a matrix of models
+and workloads (random weights, fp32, truncated to 1–2 decoder layers) and writes
+bench/ACCURACY.md: the command, the machine, the date, a summary row per case and phase
+(whole-forward error, per-op median / p90 |error|), and per case the per-kind errors and the
+worst ops. Only the text between the ``bench:begin`` / ``bench:end`` markers is replaced, so the
+hand-written analysis of causes below them survives a re-run.
+
+The full matrix (about 10–15 min on 2 cores) covers Llama-3.2-1B with 1 and 2 layers, Qwen3-0.6B
+(2 layers) and Qwen3-30B-A3B truncated to 1 layer (a 128-expert MoE); prefill 128 / 512 / 1024
+tokens at batch 1, prefill 128 at batch 4 and 8, decode (4 steps) at context 128 / 512 / 2048 and
+at batch 8. ``--quick`` runs three small cases (about 1 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.util
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _util import cpu_model
+
+#: Targets of issue #7.
+FORWARD_TARGET = 0.10
+MEDIAN_TARGET = 0.20
+DECODE_STEPS = 4
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    layers: int
+    batch: int
+    prompt_len: int
+    decode_steps: int = 0
+
+    @property
+    def label(self) -> str:
+        work = (f"decode ctx {self.prompt_len} x{self.decode_steps}" if self.decode_steps
+                else f"prefill {self.prompt_len}")
+        return f"{self.model} L{self.layers} · {work} · batch {self.batch}"
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-")
+
+
+FULL: tuple[Case, ...] = (
+    Case("llama-3.2-1b", 1, 1, 128),
+    Case("llama-3.2-1b", 1, 1, 512),
+    Case("llama-3.2-1b", 1, 1, 1024),
+    Case("llama-3.2-1b", 1, 4, 128),
+    Case("llama-3.2-1b", 1, 8, 128),
+    Case("llama-3.2-1b", 1, 1, 128, DECODE_STEPS),
+    Case("llama-3.2-1b", 1, 1, 512, DECODE_STEPS),
+    Case("llama-3.2-1b", 1, 1, 2048, DECODE_STEPS),
+    Case("llama-3.2-1b", 1, 8, 512, DECODE_STEPS),
+    Case("llama-3.2-1b", 2, 1, 512),
+    Case("llama-3.2-1b", 2, 1, 512, DECODE_STEPS),
+    Case("qwen3-0.6b", 2, 1, 128),
+    Case("qwen3-0.6b", 2, 1, 512),
+    Case("qwen3-0.6b", 2, 1, 512, DECODE_STEPS),
+    Case("qwen3-30b-a3b", 1, 1, 128),
+    Case("qwen3-30b-a3b", 1, 1, 512),
+    Case("qwen3-30b-a3b", 1, 1, 512, DECODE_STEPS),
+)
+QUICK: tuple[Case, ...] = (
+    Case("llama-3.2-1b", 1, 1, 128),
+    Case("llama-3.2-1b", 1, 1, 128, DECODE_STEPS),
+    Case("qwen3-0.6b", 1, 1, 128),
+)
+
+
+def calibrated_hardware(work: Path, quick: bool) -> tuple[Any, str]:
+    """This machine's spec and how it was obtained: calibration when the calibrate module exists
+    (``calibrate(device=..., quick=...)`` returning a HardwareSpec), else the quick measurement."""
+    import inspect
+
+    from layerscope.hardware import HardwareSpec
+    from layerscope.hardware.loaders import dump_hardware_yaml
+
+    path = work / "hardware.yaml"
+    spec = None
+    how = "layerscope.capture.machine.measure_machine (quick microbenchmarks; calibrate not available)"
+    if importlib.util.find_spec("layerscope.capture.calibrate") is not None:
+        module = importlib.import_module("layerscope.capture.calibrate")
+        fn = getattr(module, "calibrate", None)
+        kwargs: dict[str, Any] = {"device": "cpu"}
+        if callable(fn) and "quick" in inspect.signature(fn).parameters:
+            kwargs["quick"] = quick
+        result = fn(**kwargs) if callable(fn) else None
+        spec = result if isinstance(result, HardwareSpec) else getattr(result, "hardware", None)
+        if isinstance(spec, HardwareSpec):
+            how = ("layerscope.capture.calibrate.calibrate" + (" --quick" if kwargs.get("quick") else "")
+                   + " (microbenchmarks fitted into a HardwareSpec)")
+        else:
+            spec = None
+    if spec is None:
+        from layerscope.capture.machine import measure_machine
+
+        spec = measure_machine("cpu")
+    path.write_text(dump_hardware_yaml(spec))
+    return spec, f"{how} → `{path}`"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:+.1%}"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:.1%}"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f}"
+
+
+def case_section(case: Case, result: Any, wall_s: float) -> list[str]:
+    lines = [f"### {case.label}", "", f"{wall_s:.0f} s wall · {result.threads} torch threads · "
+             f"{result.capture.iterations} iterations after {result.capture.warmup} warm-up · traces in "
+             f"`{result.traces['captured'].parent}`", ""]
+    for p in result.phases:
+        lines += [f"**{p.phase}**: forward predicted {_ms(p.forward.predicted_s)} ms, measured "
+                  f"{_ms(p.forward.measured_s)} ms ({_pct(p.forward.error)}); per-op median |error| "
+                  f"{_abs_pct(p.median_abs_error)}, p90 {_abs_pct(p.p90_abs_error)}, time-weighted "
+                  f"{_abs_pct(p.weighted_abs_error)} over {len(p.rows)} ops", ""]
+        if len(p.steps) > 1:
+            lines += ["steps: " + ", ".join(f"{s.name} {_pct(s.error)}" for s in p.steps), ""]
+        lines += ["| kind | rows | predicted ms | measured ms | error |", "|---|---|---|---|---|"]
+        lines += [f"| {k.kind} | {k.rows} | {_ms(k.predicted_s)} | {_ms(k.measured_s)} | {_pct(k.error)} |"
+                  for k in p.by_kind()]
+        lines += ["", "worst ops (largest |predicted − measured|):", "",
+                  "| op | kind | rule | predicted ms | measured ms | error |", "|---|---|---|---|---|---|"]
+        lines += [f"| `{r.name}` | {r.kind} | {r.rule} | {_ms(r.predicted_s)} | {_ms(r.measured_s)} | "
+                  f"{_pct(r.error)} |" for r in p.worst(5)]
+        unmodelled = [u for u in p.only_measured if u.counted_in is None]
+        if unmodelled or p.only_predicted:
+            lines += ["", "unmatched: " + "; ".join(
+                [f"`{u.name}` measured {_ms(u.time_s)} ms ({u.note})" for u in unmodelled]
+                + [f"`{u.name}` predicted {_ms(u.time_s)} ms ({u.note})" for u in p.only_predicted])]
+        lines.append("")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="Three small cases (about a minute).")
+    ap.add_argument("--hardware", default=None, help="Use this spec (preset or file) instead of calibrating.")
+    ap.add_argument("--cost-model", default="roofline")
+    ap.add_argument("--warmup", type=int, default=None, help="Default 2 (quick: 1).")
+    ap.add_argument("--iterations", type=int, default=None, help="Default 3 (quick: 2).")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads for calibration and capture (default: torch's choice).")
+    ap.add_argument("--work", type=Path, default=Path("out/bench-accuracy"), help="Traces of every case.")
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("ACCURACY.md"))
+    ap.add_argument("--no-record", action="store_true", help="Print, do not write --out.")
+    a = ap.parse_args()
+
+    import torch
+
+    from layerscope.analysis.validate import validate
+    from layerscope.hardware import load_hardware
+
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
+    cases = QUICK if a.quick else FULL
+    warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
+    iterations = a.iterations if a.iterations is not None else (2 if a.quick else 3)
+    a.work.mkdir(parents=True, exist_ok=True)
+    t_cal = time.perf_counter()
+    if a.hardware:
+        hw, how = load_hardware(a.hardware), f"`{a.hardware}`"
+    else:
+        hw, how = calibrated_hardware(a.work, a.quick)
+    t_cal = time.perf_counter() - t_cal
+    sys.stderr.write(f"hardware: {hw.name} ({t_cal:.0f} s)\n")
+
+    results = []
+    for case in cases:
+        t0 = time.perf_counter()
+        r = validate(case.model, hw, layers=case.layers, batch=case.batch, prompt_len=case.prompt_len,
+                     decode_steps=case.decode_steps, warmup=warmup, iterations=iterations, dtype="fp32",
+                     cost_model=a.cost_model, random_weights=True, out_dir=a.work / case.slug)
+        wall = time.perf_counter() - t0
+        results.append((case, r, wall))
+        for p in r.phases:
+            sys.stderr.write(f"{case.label} {p.phase}: forward {_pct(p.forward.error)}, median "
+                             f"{_abs_pct(p.median_abs_error)} ({wall:.0f} s)\n")
+
+    command = " ".join(["python bench/bench_accuracy.py", *sys.argv[1:]])
+    lines = [
+        BEGIN,
+        "",
+        f"`{command}` · {os.cpu_count()} cores, {cpu_model()} · torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads · Python {platform.python_version()} · "
+        f"{datetime.date.today().isoformat()}",
+        "",
+        f"Hardware spec: **{hw.name}** from {how} ({t_cal:.0f} s). Cost model `{a.cost_model}`, 1 engine "
+        f"(ops in sequence, as eager PyTorch runs them), fused attention (SDPA). Capture: fp32, random "
+        f"weights, {warmup} warm-up + {iterations} recorded iterations, times per iteration. Decode cases "
+        f"prefill the context, then compare {DECODE_STEPS} decode steps (summed). Join rule and error "
+        "definitions: `layerscope.analysis.validate` (module rows inclusive, parent rows exclusive; p90 by "
+        "linear interpolation). Targets: whole forward |error| ≤ "
+        f"{FORWARD_TARGET:.0%}, per-op median |error| ≤ {MEDIAN_TARGET:.0%}.",
+        "",
+        "| case | phase | predicted ms | measured ms | forward error | median \\|err\\| | p90 \\|err\\| | ops | "
+        "targets |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case, r, _ in results:
+        for p in r.phases:
+            ok = (abs(p.forward.error) <= FORWARD_TARGET
+                  and p.median_abs_error is not None and p.median_abs_error <= MEDIAN_TARGET)
+            lines.append(f"| {case.label} | {p.phase} | {_ms(p.forward.predicted_s)} | {_ms(p.forward.measured_s)} | "
+                         f"{_pct(p.forward.error)} | {_abs_pct(p.median_abs_error)} | {_abs_pct(p.p90_abs_error)} | "
+                         f"{len(p.rows)} | {'met' if ok else '**missed**'} |")
+    lines.append("")
+    for case, r, wall in results:
+        lines += case_section(case, r, wall)
+    lines.append(END)
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if not a.no_record:
+        old = a.out.read_text() if a.out.exists() else (
+            "# Accuracy: predicted vs measured on this CPU\n\nRegenerate the measured part with the command "
+            "below; the analysis after it is written by hand.\n\n" + BEGIN + "\n" + END + "\n\n## Analysis\n")
+        if BEGIN in old and END in old:
+            new = old[:old.index(BEGIN)] + text.rstrip("\n") + old[old.index(END) + len(END):]
+        else:
+            new = old.rstrip("\n") + "\n\n" + text
+        a.out.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,597 @@
+"""``validate``: capture a model on this device, estimate and simulate the same workload, and join
+predicted and measured time op by op.
+
+One call runs the workload three ways with the same model spec (the capture's config, truncated
+to ``layers``), dtype, batch and lengths: the cost model's :func:`~layerscope.cost.estimate`
+(TTFT/TPOT), the 1-engine simulation (ops in sequence, as eager PyTorch runs them; its op times
+are the predictions and its trace is written), and a torch.profiler capture (every module
+annotated with its op name). A capture iteration is a prefill of ``prompt_len`` tokens and
+``decode_steps`` decode steps over that prompt's KV cache, so decode is validated at context
+``prompt_len``: decode step ``t`` runs at cached length ``prompt_len + t`` on both sides.
+
+The join rule
+-------------
+Captured annotations nest (``layers.0`` ⊃ ``layers.0.self_attn`` ⊃ ``layers.0.self_attn.q_proj``)
+and cover time that no child module accounts for (RoPE, SDPA, the residual adds, Python glue);
+predicted ops are flat, and those that are not modules of their own carry the module that runs
+them (``Op.module``: ``layers.0.self_attn`` for ``layers.0.self_attn.rope``). So, per phase:
+
+1. The captured modules form a tree by name: the parent of a module is its longest captured
+   dotted prefix; modules with none hang under the forward itself, ``(forward)``, whose time is
+   the phase's range (``prefill`` / ``decode_step_K``).
+2. Every predicted op is *anchored* at the captured module ``op.module`` (its own name for a
+   module op), or, when that module was not captured, at its nearest captured ancestor, else
+   ``(forward)``. A module op anchored elsewhere than its own name is listed in
+   ``only_predicted`` with the node it was compared in.
+3. A captured module with no predicted op anchored in its subtree (``act_fn``, ``rotary_emb``)
+   is *folded*: its time stays in its parent's exclusive time, and it is listed in
+   ``only_measured`` with the node that absorbed it.
+4. Every remaining node ``N`` with anchored ops is one row: measured = inclusive time of ``N``
+   minus the inclusive time of its kept (not folded) children; predicted = the sum of its
+   anchored ops. A node with no kept children is a ``module`` row (inclusive time 1:1, e.g. a
+   projection); one with kept children is a ``self`` row (exclusive time, e.g.
+   ``layers.0.self_attn`` against rope + kv_write + attn). A node whose exclusive time has no
+   anchored op (``(forward)``: embedding glue, masks, rotary tables) is listed in
+   ``only_measured`` as unmodelled time; a row whose measured time is not positive in
+   ``only_predicted``. Nothing is dropped: the rows and both lists together account for every
+   predicted op and every captured module.
+
+Times are per recorded iteration (a phase's ranges summed, divided by the iterations); decode
+sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's
+whole forward. Errors are signed, ``(predicted − measured) / measured``; the median and p90 of
+``|error|`` are over the joined rows (:func:`~layerscope.analysis.compare.abs_error_stats`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from layerscope.analysis.compare import abs_error_stats
+from layerscope.errors import AnalysisError, OutputError
+from layerscope.units import atomic_write
+
+if TYPE_CHECKING:
+    from layerscope.capture import CaptureResult
+    from layerscope.cost import Estimate
+    from layerscope.hardware import HardwareSpec
+    from layerscope.model import ModelSpec
+    from layerscope.trace.simulate import SimulationResult
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FORWARD",
+    "CapturedTimes",
+    "ForwardError",
+    "KindError",
+    "OpRow",
+    "PhaseValidation",
+    "PredictedOp",
+    "Unmatched",
+    "ValidationResult",
+    "captured_times",
+    "join_phase",
+    "resolve_hardware",
+    "validate",
+]
+
+#: Name of the node standing for the phase's whole forward (the root of the captured tree).
+FORWARD = "(forward)"
+#: Hardware argument that measures this machine instead of loading a spec.
+MEASURE = "measure"
+
+_STEP_PREFIX = re.compile(r"^decode_step_(\d+)\.")
+_PHASE_RANGE = re.compile(r"^(prefill|decode_step_\d+)$")
+
+
+def _error(predicted_s: float, measured_s: float) -> float:
+    """Signed relative error; NaN when nothing was measured."""
+    return (predicted_s - measured_s) / measured_s if measured_s > 0 else float("nan")
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class PredictedOp:
+    """One predicted op of a phase (decode: summed over its steps)."""
+
+    name: str
+    module: str
+    """The HF module that runs it (``Op.module``; ``name`` itself for module ops)."""
+    kind: str
+    time_s: float
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One joined row: a captured node against the predicted ops anchored at it."""
+
+    name: str
+    """Captured module path, or :data:`FORWARD`."""
+    kind: str
+    """The anchored ops' kind; several kinds joined with ``+`` (``attention+kv_write+rope``)."""
+    rule: Literal["module", "self"]
+    """``module``: the node's inclusive time; ``self``: its exclusive time (kept children subtracted)."""
+    predicted_s: float
+    measured_s: float
+    predicted_ops: tuple[str, ...]
+    folded: tuple[str, ...] = ()
+    """Captured child modules with nothing predicted, whose time is counted in ``measured_s``."""
+
+    @property
+    def error(self) -> float:
+        return _error(self.predicted_s, self.measured_s)
+
+    @property
+    def abs_error(self) -> float:
+        return abs(self.error)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "rule": self.rule, "predicted_s": self.predicted_s,
+                "measured_s": self.measured_s, "error": _finite_or_none(self.error),
+                "predicted_ops": list(self.predicted_ops), "folded": list(self.folded)}
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """A predicted op or captured module with no counterpart of its own, and where it went."""
+
+    name: str
+    time_s: float
+    note: str
+    """``compared within X``, ``folded into X``, ``self time with no predicted op``, …"""
+    counted_in: str | None = None
+    """The node whose row or entry counts this time, or ``None`` when it is counted nowhere else
+    (so rows plus the ``None`` entries add up to the phase's whole forward on each side)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "time_s": self.time_s, "note": self.note, "counted_in": self.counted_in}
+
+
+@dataclass(frozen=True)
+class KindError:
+    """The joined rows of one kind, summed."""
+
+    kind: str
+    rows: int
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        return _error(self.predicted_s, self.measured_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rows": self.rows, "predicted_s": self.predicted_s,
+                "measured_s": self.measured_s, "error": _finite_or_none(self.error)}
+
+
+@dataclass(frozen=True)
+class ForwardError:
+    """A whole forward (``prefill``, ``decode_step_K``, or a phase's steps together)."""
+
+    name: str
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        return _error(self.predicted_s, self.measured_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "error": _finite_or_none(self.error)}
+
+
+@dataclass(frozen=True)
+class PhaseValidation:
+    """Predicted vs measured for one phase, per recorded iteration."""
+
+    phase: str
+    """``prefill`` or ``decode`` (all decode steps of an iteration)."""
+    rows: tuple[OpRow, ...]
+    only_predicted: tuple[Unmatched, ...]
+    only_measured: tuple[Unmatched, ...]
+    forward: ForwardError
+    """Sum of every predicted op of the phase vs the phase's measured ranges."""
+    steps: tuple[ForwardError, ...] = ()
+    """Each forward of the phase (one for prefill, one per decode step)."""
+
+    @property
+    def median_abs_error(self) -> float | None:
+        return abs_error_stats([r.error for r in self.rows])[0]
+
+    @property
+    def p90_abs_error(self) -> float | None:
+        return abs_error_stats([r.error for r in self.rows])[1]
+
+    @property
+    def weighted_abs_error(self) -> float | None:
+        """Σ|predicted − measured| / Σ measured over the joined rows (large ops weigh more)."""
+        meas = sum(r.measured_s for r in self.rows)
+        return sum(abs(r.predicted_s - r.measured_s) for r in self.rows) / meas if meas > 0 else None
+
+    @property
+    def ops(self) -> pa.Table:
+        """The joined rows as a table: op, kind, rule, predicted_s, measured_s, error, abs_error."""
+        return pa.table({
+            "op": pa.array([r.name for r in self.rows], pa.string()),
+            "kind": pa.array([r.kind for r in self.rows], pa.string()),
+            "rule": pa.array([r.rule for r in self.rows], pa.string()),
+            "predicted_s": pa.array([r.predicted_s for r in self.rows], pa.float64()),
+            "measured_s": pa.array([r.measured_s for r in self.rows], pa.float64()),
+            "error": pa.array([r.error for r in self.rows], pa.float64()),
+            "abs_error": pa.array([r.abs_error for r in self.rows], pa.float64()),
+        })
+
+    def by_kind(self) -> list[KindError]:
+        """Joined rows summed per kind, largest measured time first."""
+        groups: dict[str, list[float]] = {}
+        for r in self.rows:
+            g = groups.setdefault(r.kind, [0, 0.0, 0.0])
+            g[0] += 1
+            g[1] += r.predicted_s
+            g[2] += r.measured_s
+        out = [KindError(k, int(v[0]), v[1], v[2]) for k, v in groups.items()]
+        return sorted(out, key=lambda k: (-k.measured_s, k.kind))
+
+    def worst(self, n: int = 5) -> list[OpRow]:
+        """The ``n`` joined rows with the largest ``|predicted − measured|``."""
+        return sorted(self.rows, key=lambda r: (-abs(r.predicted_s - r.measured_s), r.name))[:n]
+
+    def summary(self) -> dict[str, Any]:
+        return {"phase": self.phase, "ops_joined": len(self.rows), "forward_error": _finite_or_none(
+                    self.forward.error),
+                "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
+                "weighted_abs_error": self.weighted_abs_error, "only_predicted": len(self.only_predicted),
+                "only_measured": len(self.only_measured)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "forward": self.forward.to_dict(), "steps": [s.to_dict() for s in self.steps],
+                "by_kind": [k.to_dict() for k in self.by_kind()], "ops": [r.to_dict() for r in self.rows],
+                "only_predicted_ops": [u.to_dict() for u in self.only_predicted],
+                "only_measured_ops": [u.to_dict() for u in self.only_measured]}
+
+
+def _parent_path(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _anchor(path: str, captured: Mapping[str, float]) -> str:
+    """``path`` if captured, else its nearest captured dotted prefix, else :data:`FORWARD`."""
+    while path:
+        if path in captured:
+            return path
+        path = _parent_path(path)
+    return FORWARD
+
+
+def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[str, float], forward_s: float,
+               steps: Sequence[ForwardError] = ()) -> PhaseValidation:
+    """Join one phase's predicted ops with its captured modules by the rule in the module docstring.
+
+    ``measured`` maps each captured module to its inclusive time (s); ``forward_s`` is the
+    phase's own measured time (the root's inclusive time).
+    """
+    captured = {k: float(v) for k, v in measured.items() if k != FORWARD}
+    parent = {m: _anchor(_parent_path(m), captured) for m in captured}
+    children: dict[str, list[str]] = {}
+    for m in captured:  # dict order: the capture's order
+        children.setdefault(parent[m], []).append(m)
+    inclusive = {**captured, FORWARD: float(forward_s)}
+
+    anchored: dict[str, list[PredictedOp]] = {}
+    only_predicted: list[Unmatched] = []
+    for op in predicted:
+        node = _anchor(op.module, captured)
+        anchored.setdefault(node, []).append(op)
+        if op.module not in captured:
+            what = "no captured module" if op.name == op.module else f"its module {op.module} was not captured"
+            only_predicted.append(Unmatched(op.name, op.time_s, f"{what}; compared within {node}", node))
+
+    kept = {FORWARD}
+    for node in anchored:
+        while node != FORWARD and node not in kept:
+            kept.add(node)
+            node = parent[node]
+
+    rows: list[OpRow] = []
+    only_measured: list[Unmatched] = []
+    order = {node: i for i, node in enumerate(dict.fromkeys(_anchor(op.module, captured) for op in predicted))}
+    nodes = sorted(kept, key=lambda n: (order.get(n, len(order)), n))
+    for node in nodes:
+        kids = children.get(node, [])
+        kept_kids = [c for c in kids if c in kept]
+        folded = tuple(c for c in kids if c not in kept)
+        for c in folded:
+            only_measured.append(Unmatched(c, inclusive[c], f"nothing predicted; folded into {node}", node))
+        measured_s = inclusive[node] - sum(inclusive[c] for c in kept_kids)
+        ops = anchored.get(node, [])
+        if not ops:
+            if measured_s > 0:
+                only_measured.append(Unmatched(node, measured_s, "self time with no predicted op"))
+            continue
+        predicted_s = float(sum(op.time_s for op in ops))
+        if measured_s <= 0:
+            only_predicted.append(Unmatched(node, predicted_s,
+                                            f"measured self time {measured_s:.3g} s is not positive"))
+            continue
+        rows.append(OpRow(
+            name=node, kind="+".join(sorted({op.kind for op in ops})), rule="self" if kept_kids else "module",
+            predicted_s=predicted_s, measured_s=measured_s, predicted_ops=tuple(op.name for op in ops), folded=folded,
+        ))
+    total_predicted = float(sum(op.time_s for op in predicted))
+    return PhaseValidation(phase, tuple(rows), tuple(only_predicted), tuple(only_measured),
+                           ForwardError(phase, total_predicted, float(forward_s)), tuple(steps))
+
+
+@dataclass(frozen=True)
+class CapturedTimes:
+    """A captured trace's module times per phase range, per recorded iteration (seconds)."""
+
+    modules: dict[str, dict[str, float]]
+    """Phase range (``prefill``, ``decode_step_K``) → module op name → inclusive time."""
+    ranges: dict[str, float]
+    """Phase range → its own time."""
+    iterations: int
+
+
+def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> CapturedTimes:
+    """Read the annotation ranges of a layerscope capture (``user_annotation`` on CPU, the
+    ``gpu_user_annotation`` spans of the kernels on CUDA) and sum them per phase range."""
+    from layerscope.analysis.engine import TraceDB
+
+    category = "user_annotation" if device == "cpu" else "gpu_user_annotation"
+    # A range belongs to the phase range that contains its start (one clock; phases never overlap).
+    sql = f"""
+        WITH ann AS (SELECT ts, dur, name FROM slice WHERE category = '{category}' AND dur >= 0
+                     AND name IS NOT NULL),
+             ph AS (SELECT ts, dur, name FROM ann WHERE regexp_full_match(name, 'prefill|decode_step_[0-9]+'))
+        SELECT ph.name AS phase, ann.name AS name, SUM(ann.dur) AS dur_ns
+        FROM ann JOIN ph ON ann.ts >= ph.ts AND ann.ts < ph.ts + ph.dur
+        WHERE NOT regexp_full_match(ann.name, 'prefill|decode_step_[0-9]+|ProfilerStep#[0-9]+')
+        GROUP BY 1, 2"""
+    with TraceDB(trace, use_cache=False) as db:
+        ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
+            f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
+            "AND regexp_full_match(name, 'prefill|decode_step_[0-9]+') GROUP BY name")}
+        rows = db.records(sql)
+    iterations = ranges.get("prefill", (0, 0.0))[0]
+    if iterations < 1:
+        raise AnalysisError(f"{os.fspath(trace)}: no 'prefill' range of category {category!r}; "
+                            "is it a layerscope capture?")
+    modules: dict[str, dict[str, float]] = {name: {} for name in ranges}
+    for r in sorted(rows, key=lambda r: (r["phase"], r["name"])):
+        modules[r["phase"]][r["name"]] = float(r["dur_ns"]) / 1e9 / iterations
+    return CapturedTimes(modules, {k: d / 1e9 / iterations for k, (_, d) in ranges.items()}, iterations)
+
+
+def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:
+    """(decode step or None, op with the step prefix stripped) for each op of a simulation."""
+    out = []
+    for op, t in zip(sim.timed.graph.ops, np.asarray(sim.timed.time_s).tolist(), strict=True):
+        m = _STEP_PREFIX.match(op.name)
+        step = f"decode_step_{m.group(1)}" if m else None
+        name = op.name[m.end():] if m else op.name
+        out.append((step, PredictedOp(name, op.module, op.kind, float(t))))
+    return out
+
+
+def _sum_by_name(ops: Iterable[PredictedOp]) -> list[PredictedOp]:
+    acc: dict[str, PredictedOp] = {}
+    for op in ops:
+        prev = acc.get(op.name)
+        acc[op.name] = op if prev is None else PredictedOp(op.name, op.module, op.kind, prev.time_s + op.time_s)
+    return list(acc.values())
+
+
+def _sum_modules(tables: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for table in tables:
+        for name, t in table.items():
+            out[name] = out.get(name, 0.0) + t
+    return out
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """What :func:`validate` ran, predicted and measured."""
+
+    model: str
+    hardware: HardwareSpec
+    hardware_path: Path | None
+    """The measured spec written as YAML (``hardware="measure"``), else ``None``."""
+    cost_model: str
+    device: str
+    dtype: str
+    layers: int
+    batch: int
+    prompt_len: int
+    decode_steps: int
+    threads: int
+    """Intra-op threads torch ran the capture with."""
+    estimate: Estimate
+    capture: CaptureResult
+    phases: tuple[PhaseValidation, ...]
+    traces: dict[str, Path] = field(default_factory=dict)
+    """``simulated_prefill``, ``simulated_decode`` (with decode steps) and ``captured``."""
+
+    def phase(self, name: str) -> PhaseValidation:
+        for p in self.phases:
+            if p.phase == name:
+                return p
+        raise AnalysisError(f"phase: no {name!r} in this validation; known: {', '.join(p.phase for p in self.phases)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "hardware": self.hardware.name,
+            "hardware_spec": str(self.hardware_path) if self.hardware_path else None,
+            "cost_model": self.cost_model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "layers": self.layers,
+            "batch": self.batch,
+            "prompt_len": self.prompt_len,
+            "decode_steps": self.decode_steps,
+            "threads": self.threads,
+            "iterations": self.capture.iterations,
+            "warmup": self.capture.warmup,
+            "weights": self.capture.weights,
+            "estimate": {"ttft_s": self.estimate.ttft_s, "tpot_s": self.estimate.tpot_s,
+                         "phase_times_s": self.estimate.phase_times_s},
+            "phases": [p.to_dict() for p in self.phases],
+            "traces": {k: str(v) for k, v in self.traces.items()},
+        }
+
+
+def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device: str = "cpu",
+                     out: Path | None = None) -> tuple[HardwareSpec, Path | None]:
+    """A spec object, a preset name or file, or ``"measure"``: this machine measured through torch
+    (a few seconds; written as YAML to ``out`` when given). Returns the spec and the YAML path."""
+    from layerscope.hardware import HardwareSpec, load_hardware
+
+    if isinstance(hardware, HardwareSpec):
+        return hardware, None
+    if os.fspath(hardware) != MEASURE:
+        return load_hardware(os.fspath(hardware)), None
+    from layerscope.capture.machine import measure_machine
+    from layerscope.hardware.loaders import dump_hardware_yaml
+
+    hw = measure_machine(device)
+    if out is not None:
+        with atomic_write(out, "w") as fh:
+            fh.write(dump_hardware_yaml(hw))
+    return hw, out
+
+
+def _check_args(layers: int | None, batch: int, prompt_len: int, decode_steps: int, warmup: int,
+                iterations: int) -> None:
+    for name, value, low in (("layers", layers, 1), ("batch", batch, 1), ("prompt_len", prompt_len, 1),
+                             ("decode_steps", decode_steps, 0), ("warmup", warmup, 0),
+                             ("iterations", iterations, 1)):
+        if value is not None and value < low:
+            raise AnalysisError(f"{name}: {value} is out of range; must be >= {low}")
+
+
+def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_weights: bool) -> ModelSpec:
+    """The spec of exactly what the capture builds: its config, truncated to ``layers``."""
+    from layerscope.capture.build import prepare_config
+    from layerscope.capture.source import resolve_model
+    from layerscope.model import model_spec_from_dict
+
+    source = resolve_model(model)
+    load = source.weights_dir is not None and not random_weights
+    return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=load), source.name)
+
+
+def validate(
+    model: str | os.PathLike[str],
+    hardware: str | os.PathLike[str] | HardwareSpec = MEASURE,
+    *,
+    layers: int | None = None,
+    dtype: str = "fp32",
+    batch: int = 1,
+    prompt_len: int = 128,
+    decode_steps: int = 0,
+    warmup: int = 2,
+    iterations: int = 3,
+    cost_model: str = "roofline",
+    device: str = "cpu",
+    random_weights: bool = False,
+    seed: int = 0,
+    out_dir: str | os.PathLike[str] = "out/validate",
+) -> ValidationResult:
+    """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
+
+    Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
+    (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
+    ``hardware.yaml``. Raises :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
+    """
+    from layerscope.capture import capture
+    from layerscope.capture.build import capture_dtype, require_torch
+    from layerscope.cost import estimate
+    from layerscope.hardware import HardwareSpec, load_hardware
+    from layerscope.trace.simulate import simulate
+    from layerscope.workload import make_workload
+
+    _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations)
+    dt = capture_dtype(dtype).value
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"out_dir {str(out)!r} exists and is not a directory")
+    spec = _captured_spec(model, layers, random_weights)
+    if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
+        hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
+    torch, _ = require_torch()
+    out.mkdir(parents=True, exist_ok=True)
+    hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
+
+    dtypes = {"weight_dtype": dt, "act_dtype": dt, "kv_dtype": dt}
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
+                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
+    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
+    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
+                              "attention": "fused", **dtypes}
+    traces: dict[str, Path] = {}
+    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=out / "simulated-prefill.json.gz",
+                     **common)]
+    traces["simulated_prefill"] = out / "simulated-prefill.json.gz"
+    if decode_steps:
+        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
+                             out=out / "simulated-decode.json.gz", **common))
+        traces["simulated_decode"] = out / "simulated-decode.json.gz"
+
+    cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
+                  decode_steps=decode_steps, warmup=warmup, iterations=iterations, random_weights=random_weights,
+                  seed=seed, out=out / "captured.json.gz")
+    traces["captured"] = cap.trace_path
+    measured = captured_times(cap.trace_path, device=device)
+
+    prefill_ops = [op for _, op in _predicted_ops(sims[0])]
+    prefill_s = measured.ranges.get("prefill", 0.0)
+    phases = [join_phase("prefill", prefill_ops, measured.modules.get("prefill", {}), prefill_s,
+                         [ForwardError("prefill", sum(op.time_s for op in prefill_ops), prefill_s)])]
+    if decode_steps:
+        decode_ops = _predicted_ops(sims[1])
+        names = [f"decode_step_{t}" for t in range(decode_steps)]
+        steps = [ForwardError(s, sum(op.time_s for step, op in decode_ops if step == s), measured.ranges.get(s, 0.0))
+                 for s in names]
+        phases.append(join_phase(
+            "decode", _sum_by_name(op for _, op in decode_ops),
+            _sum_modules(measured.modules.get(s, {}) for s in names), sum(s.measured_s for s in steps), steps))
+
+    result = ValidationResult(
+        model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
+        layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+        threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=tuple(phases), traces=traces,
+    )
+    with atomic_write(out / "validation.json", "w") as fh:
+        json.dump(_strict(result.to_dict()), fh, indent=2)
+    for p in result.phases:
+        log.info("%s: forward error %+.1f%%, median |error| %s over %d ops", p.phase, 100 * p.forward.error,
+                 p.median_abs_error, len(p.rows))
+    return result
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with non-finite floats as ``None`` (strict JSON)."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value

@@ -1,0 +1,102 @@
+"""``layerscope validate``: capture a model here, estimate and simulate the same workload, join op by op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_cmd)
+
+
+def validate_cmd(
+    model: str = typer.Option(..., "--model", "-m",
+                              help="Catalog name, HF id (local cache), config.json or checkpoint."),
+    hardware: str = typer.Option("measure", "--hardware", "-H",
+                                 help="Preset name or spec file; 'measure' measures this machine (a few seconds)."),
+    layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
+    prompt_len: int | None = typer.Option(None, "--prompt-len", help="Prefill tokens [default: 128]."),
+    context: int | None = typer.Option(None, "--context",
+                                       help="Decode context: the prompt prefilled before the decode steps "
+                                            "(same as --prompt-len)."),
+    decode_steps: int = typer.Option(0, "--decode-steps", help="Decode steps validated after the prefill."),
+    warmup: int = typer.Option(2, "--warmup", help="Unrecorded warm-up iterations."),
+    iterations: int = typer.Option(3, "--iterations", help="Recorded iterations (times are their mean)."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help="Registered cost model."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
+    out: Path = typer.Option(Path("out/validate"), "--out", "-o", help="Directory for the traces and validation.json."),
+    top: int = typer.Option(40, "--top", help="Op rows shown per phase (largest measured first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predicted vs measured time per op, per kind and per forward, on this device."""
+    from layerscope.analysis.validate import validate
+    from layerscope.errors import WorkloadError
+
+    if prompt_len is not None and context is not None and prompt_len != context:
+        raise WorkloadError(f"--prompt-len {prompt_len} and --context {context} disagree: decode runs over the "
+                            "prefilled prompt; give one of them")
+    tokens = prompt_len if prompt_len is not None else context if context is not None else 128
+    result = validate(model, hardware, layers=layers, dtype=dtype, batch=batch, prompt_len=tokens,
+                      decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
+                      device=device, random_weights=random_weights, out_dir=out)
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result.to_dict())
+        return
+    from layerscope.cli.common import console
+
+    con = console()
+    con.print(f"[bold]{result.model}[/] · {result.layers} layer(s) · {result.dtype} on {result.device} "
+              f"({result.threads} threads) · batch {result.batch} · prompt {result.prompt_len} · "
+              f"{result.decode_steps} decode steps · {result.capture.iterations} iteration(s) · "
+              f"hardware {result.hardware.name} · cost model {result.cost_model}")
+    for phase in result.phases:
+        render_phase(con, phase, top=top)
+    con.print("Traces: " + ", ".join(f"{k} {v}" for k, v in result.traces.items()))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:+.0%}"
+
+
+def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = None) -> None:
+    """Rich tables of one :class:`~layerscope.analysis.validate.PhaseValidation`: per op, per kind,
+    the whole forward and the unmatched ops."""
+    from rich.table import Table
+
+    from layerscope.cli.common import fmt_time_s
+
+    t = Table(title=title or f"{phase.phase}: predicted vs measured, per op (per iteration)")
+    for col in ("op", "kind", "rule", "predicted", "measured", "error"):
+        t.add_column(col, justify="left" if col in ("op", "kind", "rule") else "right")
+    rows = sorted(phase.rows, key=lambda r: -r.measured_s)
+    for r in rows[:top]:
+        t.add_row(r.name, r.kind, r.rule, fmt_time_s(r.predicted_s), fmt_time_s(r.measured_s), _pct(r.error))
+    if len(rows) > top:
+        t.caption = f"{len(rows) - top} more rows in --json"
+    con.print(t)
+    k = Table(title=f"{phase.phase}: per kind")
+    for col in ("kind", "rows", "predicted", "measured", "error"):
+        k.add_column(col, justify="left" if col == "kind" else "right")
+    for g in phase.by_kind():
+        k.add_row(g.kind, str(g.rows), fmt_time_s(g.predicted_s), fmt_time_s(g.measured_s), _pct(g.error))
+    con.print(k)
+    f = phase.forward
+    med = "-" if phase.median_abs_error is None else f"{phase.median_abs_error:.0%}"
+    p90 = "-" if phase.p90_abs_error is None else f"{phase.p90_abs_error:.0%}"
+    con.print(f"[bold]{phase.phase} forward[/]: predicted {fmt_time_s(f.predicted_s)}, measured "
+              f"{fmt_time_s(f.measured_s)}, error {_pct(f.error)}; per-op median |error| {med}, p90 {p90} "
+              f"over {len(phase.rows)} ops")
+    if len(phase.steps) > 1:
+        con.print("  steps: " + ", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps))
+    for u in phase.only_predicted:
+        con.print(f"  only predicted: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")
+    for u in phase.only_measured:
+        con.print(f"  only measured: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")

@@ -1,0 +1,157 @@
+"""validate: error metrics and the join rule hand-checked on small tables, the captured-trace
+reader on a synthetic trace, and one real end-to-end validation of a tiny llama."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from layerscope.analysis.compare import abs_error_stats
+from layerscope.analysis.validate import FORWARD, PredictedOp, captured_times, join_phase
+from layerscope.errors import AnalysisError
+
+from .conftest import write_trace
+
+
+def test_abs_error_stats_by_hand() -> None:
+    # |errors| sorted: 0.1 0.2 0.3 0.4 0.5; NaN (nothing measured) is left out.
+    median, p90 = abs_error_stats([0.1, -0.2, 0.3, float("nan"), -0.4, 0.5])
+    assert median == pytest.approx(0.3)
+    # Linear interpolation between closest ranks: h = (5 - 1) * 0.9 = 3.6 -> x3 + 0.6 (x4 - x3).
+    assert p90 == pytest.approx(0.4 + 0.6 * 0.1)
+    # Even count: the median is the mean of the middle two.
+    assert abs_error_stats([-1.0, 0.5, 0.25, 2.0])[0] == pytest.approx((0.5 + 1.0) / 2)
+    assert abs_error_stats([]) == (None, None)
+    assert abs_error_stats([float("nan")]) == (None, None)
+
+
+# Inclusive captured times (s) of one phase; the forward (phase range) is 12 s.
+MEASURED = {
+    "embed_tokens": 1.0,
+    "rotary_emb": 0.25,
+    "layers.0": 10.0,
+    "layers.0.self_attn": 6.0,
+    "layers.0.self_attn.q_proj": 2.0,
+    "layers.0.mlp": 3.0,
+    "layers.0.mlp.act_fn": 0.5,
+}
+PREDICTED = [
+    PredictedOp("embed_tokens", "embed_tokens", "embedding", 1.5),
+    PredictedOp("layers.0.self_attn.q_proj", "layers.0.self_attn.q_proj", "gemm", 1.0),
+    PredictedOp("layers.0.self_attn.rope", "layers.0.self_attn", "rope", 0.5),
+    PredictedOp("layers.0.self_attn.attn", "layers.0.self_attn", "attention", 1.5),
+    PredictedOp("layers.0.residual_attn", "layers.0", "residual_add", 0.2),
+    PredictedOp("layers.0.mlp.act_mul", "layers.0.mlp", "activation", 2.0),
+    PredictedOp("lm_head", "lm_head", "gemm", 0.4),  # no captured lm_head
+]
+
+
+def test_join_rule_by_hand() -> None:
+    p = join_phase("prefill", PREDICTED, MEASURED, 12.0)
+    rows = {r.name: r for r in p.rows}
+    # Leaf modules 1:1 on inclusive time.
+    assert (rows["embed_tokens"].rule, rows["embed_tokens"].error) == ("module", pytest.approx(0.5))
+    assert rows["layers.0.self_attn.q_proj"].error == pytest.approx(-0.5)
+    # self_attn's exclusive time (6 - q_proj 2) against rope + attn.
+    sa = rows["layers.0.self_attn"]
+    assert (sa.rule, sa.kind, sa.measured_s, sa.predicted_s) == ("self", "attention+rope", 4.0, 2.0)
+    assert sa.predicted_ops == ("layers.0.self_attn.rope", "layers.0.self_attn.attn")
+    # The decoder layer's exclusive time (10 - 6 - 3) against the residual add.
+    assert (rows["layers.0"].measured_s, rows["layers.0"].predicted_s) == (pytest.approx(1.0), 0.2)
+    # act_fn has nothing predicted: folded into mlp, whose whole time is compared with act_mul.
+    mlp = rows["layers.0.mlp"]
+    assert (mlp.rule, mlp.measured_s, mlp.folded) == ("module", 3.0, ("layers.0.mlp.act_fn",))
+    # lm_head was not captured: compared within the forward's own time (12 - 1 - 10; rotary_emb folded in).
+    fwd = rows[FORWARD]
+    assert (fwd.rule, fwd.measured_s, fwd.predicted_ops) == ("self", pytest.approx(1.0), ("lm_head",))
+    assert [(u.name, u.counted_in) for u in p.only_predicted] == [("lm_head", FORWARD)]
+    assert {(u.name, u.counted_in) for u in p.only_measured} == {("layers.0.mlp.act_fn", "layers.0.mlp"),
+                                                                  ("rotary_emb", FORWARD)}
+    # |errors|: 0.5 0.5 0.5 0.8 1/3 0.6 -> sorted 1/3 .5 .5 .5 .6 .8; p90 at rank 4.5.
+    assert p.median_abs_error == pytest.approx(0.5)
+    assert p.p90_abs_error == pytest.approx(0.6 + 0.5 * (0.8 - 0.6))
+    assert p.forward.predicted_s == pytest.approx(7.1) and p.forward.error == pytest.approx(7.1 / 12 - 1)
+    gemm = {k.kind: k for k in p.by_kind()}["gemm"]
+    # q_proj, and the (forward) row whose only op is lm_head.
+    assert (gemm.rows, gemm.predicted_s, gemm.measured_s) == (2, pytest.approx(1.4), pytest.approx(3.0))
+    assert p.worst(1)[0].name == "layers.0.self_attn"  # |2 - 4| is the largest gap
+    assert p.ops.column("op").to_pylist() == [r.name for r in p.rows]
+    assert p.to_dict()["ops_joined"] == 6
+
+
+def test_one_sided_time_is_listed_and_accounted() -> None:
+    predicted = [op for op in PREDICTED if op.name not in ("layers.0.residual_attn", "lm_head")]
+    p = join_phase("prefill", predicted, MEASURED, 12.0)
+    names = {r.name for r in p.rows}
+    assert "layers.0" not in names and FORWARD not in names
+    unmodelled = {u.name: u.time_s for u in p.only_measured if u.counted_in is None}
+    assert unmodelled == {"layers.0": pytest.approx(1.0), FORWARD: pytest.approx(1.0)}
+    # Rows plus the time counted nowhere else add up to the whole forward on each side.
+    assert sum(r.measured_s for r in p.rows) + sum(unmodelled.values()) == pytest.approx(12.0)
+    assert sum(r.predicted_s for r in p.rows) == pytest.approx(p.forward.predicted_s)
+    # A phase with nothing captured: every op is compared within the forward.
+    empty = join_phase("decode", PREDICTED, {}, 3.0)
+    assert [r.name for r in empty.rows] == [FORWARD] and len(empty.only_predicted) == len(PREDICTED)
+    # Nothing measured at all: no row, the ops are listed.
+    none = join_phase("decode", PREDICTED[:1], {}, 0.0)
+    assert none.rows == () and none.only_predicted[-1].counted_in is None
+    assert none.median_abs_error is None
+
+
+def _x(name: str, ts: float, dur: float) -> dict[str, object]:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def test_captured_times_per_phase_and_iteration(tmp_path: Path) -> None:
+    events = []
+    for it, t0 in enumerate((0.0, 1000.0)):
+        events += [_x(f"ProfilerStep#{it}", t0, 900), _x("prefill", t0 + 1, 500), _x("layers.0", t0 + 2, 300),
+                   _x("layers.0.mlp", t0 + 3, 100 + it * 20), _x("decode_step_0", t0 + 600, 200),
+                   _x("layers.0", t0 + 601, 150)]
+    path = write_trace(tmp_path / "cap.json", events)
+    got = captured_times(path)
+    assert got.iterations == 2
+    assert got.ranges == pytest.approx({"prefill": 500e-6, "decode_step_0": 200e-6})
+    assert got.modules["prefill"] == pytest.approx({"layers.0": 300e-6, "layers.0.mlp": 110e-6})
+    assert got.modules["decode_step_0"] == pytest.approx({"layers.0": 150e-6})
+    with pytest.raises(AnalysisError, match="prefill"):
+        captured_times(write_trace(tmp_path / "none.json", [_x("layers.0", 0, 1)]))
+
+
+def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from layerscope.analysis.validate import validate
+    from layerscope.model import tiny_config
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny_config("llama")))
+    out = tmp_path / "val"
+    r = validate(config, "server-cpu", layers=1, prompt_len=8, decode_steps=2, warmup=1, iterations=1,
+                 out_dir=out)
+    for name in ("simulated-prefill.json.gz", "simulated-decode.json.gz", "captured.json.gz", "validation.json"):
+        assert (out / name).is_file(), name
+    assert [p.phase for p in r.phases] == ["prefill", "decode"] and r.layers == 1
+    prefill, decode = r.phase("prefill"), r.phase("decode")
+    # The predictions are the estimate's: TTFT and the decode steps' sum.
+    assert prefill.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
+    assert decode.forward.predicted_s == pytest.approx(r.estimate.phase_times_s["decode"], rel=1e-6)
+    assert [s.name for s in decode.steps] == ["decode_step_0", "decode_step_1"]
+    assert decode.forward.measured_s == pytest.approx(sum(s.measured_s for s in decode.steps))
+    for p in r.phases:
+        rows = {row.name: row for row in p.rows}
+        assert rows["layers.0.self_attn.q_proj"].rule == "module"
+        assert rows["layers.0.self_attn"].predicted_ops == (
+            "layers.0.self_attn.rope", "layers.0.self_attn.kv_write", "layers.0.self_attn.attn")
+        assert rows["layers.0"].kind == "residual_add" and rows["layers.0.mlp"].folded == ("layers.0.mlp.act_fn",)
+        assert not p.only_predicted
+        assert {u.name for u in p.only_measured} >= {"rotary_emb", "layers.0.mlp.act_fn"}
+        unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
+        assert sum(row.measured_s for row in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
+        assert p.median_abs_error is not None and p.p90_abs_error >= p.median_abs_error
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)
+    with pytest.raises(AnalysisError, match="known: prefill, decode"):
+        r.phase("chunked")
