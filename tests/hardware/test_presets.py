@@ -151,3 +151,16 @@ def test_bundled_spreadsheet_is_shipped_next_to_the_presets() -> None:
     path = bundled_spreadsheet_example()
     assert path.name == "accelerators.csv" and path.is_file()
     assert load_hardware(path, device="JGS") == load_hardware("jgs")
+
+
+def test_every_gpu_preset_cites_calibration_md_for_its_efficiencies() -> None:
+    from layerscope.hardware import preset_names
+
+    gpus = [spec for spec in map(load_hardware, preset_names()) if spec.kind == "gpu"]
+    assert len(gpus) >= 10
+    for spec in gpus:
+        eff = spec.efficiency
+        for source in (eff.matmul_source, eff.vector_source, eff.memory_source):
+            assert "calibration.md" in source, (spec.name, source)
+        if eff.matmul_per_dtype:
+            assert "calibration.md" in eff.matmul_per_dtype_source, spec.name

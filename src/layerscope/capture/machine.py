@@ -11,7 +11,9 @@ Measures, through torch on ``device``:
 
 The measured rates are written as the peaks, with efficiencies of 1.0, so the cost models
 reproduce what was measured; each figure's source says "measured" with its method. This is the
-quick path used by ``layerscope demo``; full calibration with fitted efficiencies is separate.
+quick path used by ``layerscope demo``; ``layerscope calibrate`` (``capture/calibrate.py``) is the
+full one, a grid of microbenchmarks fitted by ``hardware/fit.py``, timed with the same
+:class:`Timer` (wall clock on CPU, CUDA events on GPU).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from layerscope.capture.build import require_torch
 from layerscope.errors import CaptureError
@@ -39,31 +41,80 @@ _STREAM_ELEMENTS = 32 * 1024 * 1024  # 128 MiB per fp32 array: far beyond any L3
 _CACHED_ELEMENTS = 16 * 1024
 
 
-def _best_s(fn: Callable[[], object], min_time_s: float, sync: Callable[[], None]) -> float:
-    """Best per-call time of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up)."""
-    fn()
-    sync()
-    samples = []
-    start = time.perf_counter()
-    while True:
+class Timing(NamedTuple):
+    """Per-call times of one benchmarked callable, in float seconds."""
+
+    best_s: float
+    """The minimum: the run least disturbed by other work on the machine."""
+    median_s: float
+    reps: int
+
+
+class Timer:
+    """Times callables on one torch device: wall clock after a synchronize on CPU, CUDA events
+    on GPU (so host-side jitter between launches is not counted)."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self.torch = torch
+        self.device = device
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _once_s(self, fn: Callable[[], object]) -> float:
+        if self.device == "cuda":
+            start = self.torch.cuda.Event(enable_timing=True)
+            end = self.torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3  # elapsed_time is in milliseconds
         t0 = time.perf_counter()
         fn()
-        sync()
-        samples.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > min_time_s and len(samples) >= 3:
-            break
-    return min(samples)
+        return time.perf_counter() - t0
+
+    def time(self, fn: Callable[[], object], min_time_s: float, *, min_reps: int = 3,
+             max_reps: int = 10_000) -> Timing:
+        """Times of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up call)."""
+        fn()
+        self.sync()
+        samples: list[float] = []
+        start = time.perf_counter()
+        while len(samples) < max_reps:
+            samples.append(self._once_s(fn))
+            if time.perf_counter() - start > min_time_s and len(samples) >= min_reps:
+                break
+        return Timing(min(samples), statistics.median(samples), len(samples))
 
 
-def _time_add(torch: Any, dev: Any, elements: int, min_time_s: float, sync: Callable[[], None]) -> float:
+def torch_device(device: str) -> tuple[Any, Any, Timer]:
+    """``(torch, torch.device, Timer)`` for ``device`` (``cpu`` or ``cuda``); a clear
+    :class:`CaptureError` for an unknown device or a missing GPU."""
+    if device not in ("cpu", "cuda"):
+        raise CaptureError(f"--device {device!r}: use cpu or cuda")
+    torch, _ = require_torch()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CaptureError("--device cuda: no CUDA GPU is visible to torch on this machine")
+    return torch, torch.device(device), Timer(torch, device)
+
+
+def _best_s(fn: Callable[[], object], min_time_s: float, timer: Timer) -> float:
+    """Best per-call time of ``fn`` over repetitions lasting about ``min_time_s``."""
+    return timer.time(fn, min_time_s).best_s
+
+
+def _time_add(torch: Any, dev: Any, elements: int, min_time_s: float, timer: Timer) -> float:
     """Best time of ``out = a + b`` over ``elements`` fp32 elements (the arrays are freed after)."""
     a = torch.ones(elements, device=dev)
     b = torch.ones(elements, device=dev)
     out = torch.empty(elements, device=dev)
-    return _best_s(partial(torch.add, a, b, out=out), min_time_s, sync)
+    return _best_s(partial(torch.add, a, b, out=out), min_time_s, timer)
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo, else what ``platform`` says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -73,7 +124,7 @@ def _cpu_name() -> str:
     return platform.processor() or "CPU"
 
 
-def _cache_levels() -> list[dict[str, Any]]:
+def cache_levels() -> list[dict[str, Any]]:
     """L2/L3 sizes from sysfs (Linux); the largest of each level, shared ones counted once."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
     levels: dict[int, int] = {}
@@ -93,7 +144,8 @@ def _cache_levels() -> list[dict[str, Any]]:
             for lvl, cap in sorted(levels.items())]
 
 
-def _mem_total_bytes() -> float:
+def mem_total_bytes() -> float:
+    """Installed memory from /proc/meminfo; inf when unknown."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
@@ -106,15 +158,7 @@ def _mem_total_bytes() -> float:
 def measure_machine(device: str = "cpu", *, min_time_s: float = 0.4, dtypes: tuple[str, ...] = ("fp32", "bf16"),
                     name: str | None = None) -> HardwareSpec:
     """Measure this machine through torch and return it as a ``HardwareSpec``."""
-    torch, _ = require_torch()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise CaptureError("--device cuda: no CUDA GPU is visible to torch on this machine")
-    dev = torch.device(device)
-
-    def sync() -> None:
-        if device == "cuda":
-            torch.cuda.synchronize()
-
+    torch, dev, timer = torch_device(device)
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     peaks: dict[str, float] = {}
     sources: dict[str, str] = {}
@@ -124,21 +168,21 @@ def measure_machine(device: str = "cpu", *, min_time_s: float = 0.4, dtypes: tup
             for m, k, n in _GEMM_SHAPES:
                 a = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
                 b = torch.randn(k, n, device=dev).to(torch_dtypes[dt])
-                t = _best_s(partial(torch.mm, a, b), min_time_s / len(_GEMM_SHAPES), sync)
+                t = _best_s(partial(torch.mm, a, b), min_time_s / len(_GEMM_SHAPES), timer)
                 best = max(best, 2.0 * m * k * n / t)
             peaks[dt] = best
             shapes = ", ".join("x".join(map(str, s)) for s in _GEMM_SHAPES)
             sources[f"engines.peak_flops_per_s.{dt}"] = (
                 f"measured: best torch.mm over (m x k x n) {shapes} in {dt}, 2mkn/t")
-        t_stream = _time_add(torch, dev, _STREAM_ELEMENTS, min_time_s, sync)
+        t_stream = _time_add(torch, dev, _STREAM_ELEMENTS, min_time_s, timer)
         bandwidth = 3 * 4 * _STREAM_ELEMENTS / t_stream
-        t_vec = _time_add(torch, dev, _CACHED_ELEMENTS, min_time_s / 2, sync)
-        t_launch = statistics.median([_time_add(torch, dev, 1, min_time_s / 10, sync) for _ in range(3)])
+        t_vec = _time_add(torch, dev, _CACHED_ELEMENTS, min_time_s / 2, timer)
+        t_launch = statistics.median([_time_add(torch, dev, 1, min_time_s / 10, timer) for _ in range(3)])
     vector = _CACHED_ELEMENTS / max(t_vec - t_launch, t_vec / 10)
     threads = torch.get_num_threads() if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
     if device == "cpu":
-        label = name or f"this-cpu ({_cpu_name()}, {threads} threads)"
-        memory = [*_cache_levels(), {"name": "dram", "capacity_bytes": _mem_total_bytes(),
+        label = name or f"this-cpu ({cpu_name()}, {threads} threads)"
+        memory = [*cache_levels(), {"name": "dram", "capacity_bytes": mem_total_bytes(),
                                      "bandwidth_bytes_per_s": bandwidth}]
     else:
         props = torch.cuda.get_device_properties(0)

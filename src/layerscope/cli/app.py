@@ -23,6 +23,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "capture",
     "analyze",
     "demo",
+    "validate",
+    "calibrate",
+    "records",
 )
 
 app = typer.Typer(

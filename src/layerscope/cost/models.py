@@ -44,11 +44,27 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
 
     Matrix ops run at ``peak(dtype) * efficiency.matmul``, the rest at
     ``vector_flops_per_s * efficiency.vector`` (roofline, Williams et al., CACM 2009).
+    With ``efficiency.matmul_half_flops`` set, a matrix op of W FLOPs runs at that rate times
+    W / (W + W½), i.e. takes (W + W½) / rate (see :func:`_matmul_half_flops`).
     """
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
     vector_rate = hw.achievable_vector_flops_per_s()
     rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
-    return features.flops / rate
+    if not hw.efficiency.matmul_half_flops:
+        return features.flops / rate
+    return (features.flops + _matmul_half_flops(features, hw)) / rate
+
+
+def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: Hockney's half-performance work W½ (FLOPs) of its dtype; 0 for non-matrix ops and
+    ops without work.
+
+    Hockney & Jesshope, *Parallel Computers 2* (1988), §1.3.3: rate(W) = r∞ · W / (W + W½), so the
+    time of W FLOPs is (W + W½) / r∞ — a fixed cost of W½ / r∞ per GEMM on top of the roofline's
+    W / r∞. Fitted per dtype by ``layerscope calibrate`` (``hardware/fit.py``).
+    """
+    halves = np.array([hw.matmul_half_flops(dt) for dt in DTYPE_ORDER])
+    return np.where(features.uses_matrix_units & (features.flops > 0), halves[features.dtype_code], 0.0)
 
 
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,

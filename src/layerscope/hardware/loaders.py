@@ -634,8 +634,17 @@ def _plain(value: Any) -> Any:
 
 
 def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
-    """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``."""
+    """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``.
+
+    The optional calibration fields (``efficiency.matmul_half_flops*``, ``calibration``) are left
+    out when unset, so specs without them dump exactly as before those fields existed.
+    """
     data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
+    efficiency = data["efficiency"]
+    if not efficiency["matmul_half_flops"] and not efficiency["matmul_half_flops_source"]:
+        del efficiency["matmul_half_flops"], efficiency["matmul_half_flops_source"]
+    if data["calibration"] is None:
+        del data["calibration"]
     return data
 
 

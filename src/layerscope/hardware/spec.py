@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from layerscope.errors import HardwareSpecError, WorkloadError
+from layerscope.hardware.calibration import CalibrationRecord
 from layerscope.units import DType, parse_dtype
 
 HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
@@ -157,11 +158,28 @@ class EfficiencySpec(BaseModel):
     memory: float = Field(default=1.0, gt=0, le=1)
     """Achievable fraction of the main-memory bandwidth for streaming kernels."""
     memory_source: str = _UNCALIBRATED
+    matmul_half_flops: dict[DType, float] = Field(default_factory=dict)
+    """Shape dependence of GEMM efficiency, per matrix dtype: the work per GEMM op, in FLOPs, at
+    which a GEMM reaches half of its asymptotic rate (Hockney's half-performance size n½). A GEMM
+    of W FLOPs then runs at ``peak · matmul_for(dtype) · W / (W + half)``. Absent dtypes (and an
+    empty mapping, the default) mean no shape dependence. Keyed by the dtype whose peak is used
+    after the fallback rules; the tf32 and vector paths use the ``fp32`` entry."""
+    matmul_half_flops_source: str = ""
 
-    @field_validator("matmul_per_dtype", mode="before")
+    @field_validator("matmul_per_dtype", "matmul_half_flops", mode="before")
     @classmethod
-    def _normalize_dtypes(cls, value: Any) -> Any:
-        return _dtype_keys(value, "efficiency.matmul_per_dtype")
+    def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
+        return _dtype_keys(value, f"efficiency.{info.field_name}")
+
+    @field_validator("matmul_half_flops")
+    @classmethod
+    def _non_negative(cls, value: dict[DType, float]) -> dict[DType, float]:
+        for dtype, flops in value.items():
+            if not (math.isfinite(flops) and flops >= 0):
+                raise ValueError(
+                    f"efficiency.matmul_half_flops.{dtype.value}: must be a finite number >= 0, got {flops!r}"
+                )
+        return value
 
     @field_validator("matmul_per_dtype")
     @classmethod
@@ -231,6 +249,8 @@ class HardwareSpec(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     """Citation per figure, keyed by its dotted path: ``engines.peak_flops_per_s.bf16``,
     ``memory.hbm.bandwidth_bytes_per_s``, ``launch_overhead_s`` …"""
+    calibration: CalibrationRecord | None = None
+    """The measurements and fit behind a spec written by ``layerscope calibrate``; None otherwise."""
 
     @model_validator(mode="after")
     def _check_memory(self) -> HardwareSpec:
@@ -313,6 +333,15 @@ class HardwareSpec(BaseModel):
         return ResolvedFlops(
             requested, "vector", None, self.engines.vector_flops_per_s, self.efficiency.vector
         )
+
+    def matmul_half_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
+        """Hockney half-performance GEMM work (FLOPs) of the unit that runs ``dtype``; 0.0 when the
+        spec has no shape-dependent efficiency for it (see ``EfficiencySpec.matmul_half_flops``)."""
+        halves = self.efficiency.matmul_half_flops
+        if not halves:
+            return 0.0
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return halves.get(resolved.dtype or DType.FP32, 0.0)
 
     def peak_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Dense peak FLOP/s of matrix arithmetic in ``dtype``, after the fallback rules."""

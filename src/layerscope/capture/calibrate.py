@@ -1,0 +1,229 @@
+"""``layerscope calibrate``: microbenchmarks through torch, fitted into a ``HardwareSpec``.
+
+Measures, on ``device`` with the process's torch thread count:
+
+* GEMMs ``torch.mm(A[m, k], B[k, n])`` over a grid: m from 1 (decode) to 2048 (prefill), n x k
+  the widths of LLM projections, in fp32 and bf16 (and fp16 on CUDA);
+* copy and scale (STREAM kernels) over array sizes from cache-resident to far beyond the
+  last-level cache;
+* elementwise add/mul, RMSNorm rows the way Hugging Face models run them in eager mode
+  (pow, mean, add, rsqrt, mul, mul) and softmax rows, fp32, over a range of sizes;
+* the time of an add on one-element tensors (per-op dispatch with no work).
+
+Every timing is the best of repeated calls after a warm-up (``capture.machine.Timer``: wall
+clock on CPU, CUDA events on GPU). The tables are fitted by :mod:`layerscope.hardware.fit`;
+the spec carries them and the fit under ``calibration``. torch is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, torch_device
+from layerscope.errors import CaptureError
+from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
+from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
+from layerscope.hardware.calibration import CalibrationMeasurements, GemmTable, StreamTable, VectorTable
+from layerscope.hardware.fit import calibrated_spec
+from layerscope.hardware.spec import HardwareKind, HardwareSpec
+from layerscope.units import DType
+
+log = logging.getLogger(__name__)
+
+#: Called after each measurement with (done, total, label).
+ProgressFn = Callable[[int, int, str], None]
+
+_KIB = 1024
+_MIB = 1024 * 1024
+#: Assumed last-level cache when the OS does not say (sysfs missing): a large server L3.
+_DEFAULT_LLC_BYTES = 64 * _MIB
+
+
+@dataclass(frozen=True)
+class CalibrationGrid:
+    """What to measure. ``None`` sizes are derived from the last-level cache at run time."""
+
+    gemm_m: tuple[int, ...]
+    gemm_nk: tuple[tuple[int, int], ...]
+    """(n, k) pairs: output width x reduction width of LLM projections."""
+    dtypes: tuple[str, ...] | None = None
+    """GEMM dtypes; None: fp32 and bf16 on CPU, plus fp16 on CUDA."""
+    stream_step: int = 2
+    """Ratio between successive stream array sizes."""
+    stream_min_bytes: int = 16 * _KIB
+    stream_max_bytes: int | None = None
+    """Largest stream array; None: 4x the last-level cache (footprint 8x), so at least two sizes
+    land beyond the 4x-LLC footprint the fit calls main memory."""
+    vector_elements: tuple[int, ...] = (16 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB)
+    vector_width: int = 2048
+    """Row width of the norm and softmax kernels (a hidden size / a context length)."""
+    min_time_s: float = 0.2
+    """Time spent repeating each measurement (at least 3 calls after a warm-up)."""
+    empty_op_samples: int = 9
+
+
+FULL_GRID = CalibrationGrid(
+    gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+    gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192), (512, 2048), (4096, 4096)),
+    vector_elements=(16 * _KIB, 64 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB, 16384 * _KIB),
+)
+QUICK_GRID = CalibrationGrid(
+    gemm_m=(1, 4, 16, 64, 256, 1024),
+    gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
+    stream_step=4,
+    vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
+    min_time_s=0.05,
+    empty_op_samples=5,
+)
+
+
+@dataclass
+class _Tables:
+    gemm: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in GemmTable.model_fields})
+    stream: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in StreamTable.model_fields})
+    vector: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in VectorTable.model_fields})
+    empty_op_s: list[float] = field(default_factory=list)
+
+    @staticmethod
+    def add(table: dict[str, list[Any]], **row: Any) -> None:
+        for key, value in row.items():
+            table[key].append(value)
+
+
+def _stream_sizes(grid: CalibrationGrid, llc_bytes: float, mem_bytes: float) -> list[int]:
+    largest = grid.stream_max_bytes or int(4 * llc_bytes)
+    largest = int(min(largest, mem_bytes / 8))  # never more than an eighth of the memory per array
+    sizes = [grid.stream_min_bytes]
+    while sizes[-1] * grid.stream_step <= largest:
+        sizes.append(sizes[-1] * grid.stream_step)
+    if grid.stream_max_bytes is None:
+        # The main-memory fit needs two sizes with footprints (2 arrays) >= 4x LLC.
+        for extra in (int(2 * llc_bytes), int(4 * llc_bytes)):
+            if extra not in sizes and extra <= mem_bytes / 8:
+                sizes.append(extra)
+    return sorted(set(sizes))
+
+
+def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
+    # x: [rows, width]; Hugging Face LlamaRMSNorm.forward in eager mode (the kernels a capture times).
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + 1e-6))
+
+
+def _machine(torch: Any, device: str) -> tuple[str, int, list[dict[str, Any]], float]:
+    """(device name, engine count, memory levels without bandwidths, last-level cache bytes)."""
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        l2 = float(getattr(props, "L2_cache_size", 0) or 50 * _MIB)
+        levels = [{"name": "l2", "capacity_bytes": l2},
+                  {"name": "hbm", "capacity_bytes": float(props.total_memory)}]
+        return str(props.name), int(props.multi_processor_count), levels, l2
+    caches = cache_levels()
+    llc = max((float(c["capacity_bytes"]) for c in caches), default=0.0)
+    if llc <= 0:
+        log.warning("no cache sizes in sysfs: assuming a %d MiB last-level cache", _DEFAULT_LLC_BYTES // _MIB)
+        llc = float(_DEFAULT_LLC_BYTES)
+    levels = [*caches, {"name": "dram", "capacity_bytes": mem_total_bytes()}]
+    return cpu_name(), int(torch.get_num_threads()), levels, llc
+
+
+def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bool = False,
+            progress: ProgressFn | None = None) -> tuple[CalibrationMeasurements, list[dict[str, Any]], float]:
+    """Run the microbenchmarks; returns the tables, the memory levels and the last-level cache bytes."""
+    torch, dev, timer = torch_device(device)
+    name, engines, levels, llc = _machine(torch, device)
+    dtypes = grid.dtypes or (("fp32", "bf16", "fp16") if device == "cuda" else ("fp32", "bf16"))
+    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    unknown = [d for d in dtypes if d not in torch_dtypes]
+    if unknown:
+        raise CaptureError(f"calibrate: unsupported GEMM dtypes {unknown}; use {', '.join(torch_dtypes)}")
+    mem = mem_total_bytes() if device == "cpu" else float(levels[-1]["capacity_bytes"])
+    stream_sizes = _stream_sizes(grid, llc, mem)
+    tasks: list[tuple[str, Callable[[], None]]] = []
+    tables = _Tables()
+    t = grid.min_time_s
+
+    def gemm(dt: str, m: int, n: int, k: int) -> None:
+        a = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
+        b = torch.randn(k, n, device=dev).to(torch_dtypes[dt])
+        timing = timer.time(partial(torch.mm, a, b), t)
+        tables.add(tables.gemm, dtype=DType(dt), m=m, n=n, k=k, time_s=timing.best_s, median_s=timing.median_s)
+
+    def stream(kernel: str, nbytes: int) -> None:
+        a = torch.ones(nbytes // 4, device=dev)
+        out = torch.empty_like(a)
+        fn = partial(out.copy_, a) if kernel == "copy" else partial(torch.mul, a, 3.0, out=out)
+        timing = timer.time(fn, t)
+        tables.add(tables.stream, kernel=kernel, moved_bytes=2.0 * a.numel() * 4, footprint_bytes=2.0 * a.numel() * 4,
+                   time_s=timing.best_s, median_s=timing.median_s)
+
+    def vector(kernel: str, elements: int) -> None:
+        width = min(grid.vector_width, elements)
+        rows = elements // width
+        n = rows * width
+        x = torch.randn(rows, width, device=dev)
+        y = torch.randn(rows, width, device=dev)
+        out = torch.empty_like(x)
+        w = torch.ones(width, device=dev)
+        if kernel in ("add", "mul"):
+            fn: Callable[[], object] = partial(torch.add if kernel == "add" else torch.mul, x, y, out=out)
+            flops, moved, foot = float(n), 3.0 * n * 4, 3.0 * n * 4
+        elif kernel == "rmsnorm":
+            fn = partial(_rmsnorm, torch, x, w)
+            flops, moved, foot = float(RMSNORM_FLOPS_PER_ELEMENT * n), 2.0 * n * 4 + width * 4, 2.0 * n * 4
+        else:
+            fn = partial(torch.softmax, x, -1)
+            flops, moved, foot = float(SOFTMAX_FLOPS_PER_SCORE * n), 2.0 * n * 4, 2.0 * n * 4
+        timing = timer.time(fn, t)
+        tables.add(tables.vector, kernel=kernel, elements=n, flops=flops, moved_bytes=moved, footprint_bytes=foot,
+                   time_s=timing.best_s, median_s=timing.median_s)
+
+    def empty_op() -> None:
+        a = torch.ones(1, device=dev)
+        out = torch.empty_like(a)
+        for _ in range(grid.empty_op_samples):
+            tables.empty_op_s.append(timer.time(partial(torch.add, a, a, out=out), t / 10).best_s)
+
+    tasks.append(("empty op", empty_op))
+    for nbytes in stream_sizes:
+        for kernel in ("copy", "scale"):
+            tasks.append((f"{kernel} {nbytes / _MIB:.3g} MiB", partial(stream, kernel, nbytes)))
+    for elements in grid.vector_elements:
+        for kernel in ("add", "mul", "rmsnorm", "softmax"):
+            tasks.append((f"{kernel} {elements} elements", partial(vector, kernel, elements)))
+    for dt in dtypes:
+        for n, k in grid.gemm_nk:
+            for m in grid.gemm_m:
+                tasks.append((f"gemm {dt} {m}x{n}x{k}", partial(gemm, dt, m, n, k)))
+    with torch.inference_mode():
+        for i, (label, task) in enumerate(tasks):
+            if progress is not None:
+                progress(i, len(tasks), label)
+            task()
+            log.debug("measured %s", label)
+    if progress is not None:
+        progress(len(tasks), len(tasks), "done")
+    meas = CalibrationMeasurements(
+        device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
+        gemm=GemmTable(**tables.gemm), stream=StreamTable(**tables.stream), vector=VectorTable(**tables.vector),
+        empty_op_s=tables.empty_op_s)
+    return meas, levels, llc
+
+
+def calibrate(device: str = "cpu", *, quick: bool = False, grid: CalibrationGrid | None = None,
+              name: str | None = None, progress: ProgressFn | None = None) -> HardwareSpec:
+    """Measure this machine and fit the measurements into a calibrated ``HardwareSpec``."""
+    grid = grid or (QUICK_GRID if quick else FULL_GRID)
+    meas, levels, llc = measure(device, grid, quick=quick, progress=progress)
+    kind: HardwareKind = "gpu" if device == "cuda" else "cpu"
+    label = name or (f"calibrated-{kind} ({meas.device_name}, {meas.threads} "
+                     f"{'threads' if kind == 'cpu' else 'SMs'})")
+    return calibrated_spec(
+        meas, name=label, kind=kind, engine_count=meas.threads, memory_levels=levels, llc_bytes=llc,
+        description=f"calibrated by layerscope on {platform.node() or 'this machine'}"
+                    f"{' (--quick)' if quick else ''}")

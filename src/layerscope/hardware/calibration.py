@@ -1,0 +1,189 @@
+"""The calibration record a calibrated :class:`~layerscope.hardware.spec.HardwareSpec` carries.
+
+``layerscope calibrate`` times microbenchmarks through torch (``capture/calibrate.py``), fits
+them (``hardware/fit.py``) and writes the spec with this record under ``calibration``: the raw
+measurements as column tables (one list per column, all of a table's lists the same length) and
+the fitted parameters with their residuals, so anyone can re-fit or judge the fit from the file.
+
+Times are the best (minimum) of repeated runs, in float seconds; ``median_s`` keeps the median of
+the same runs to show the noise. Units are in the names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from layerscope.units import DType
+
+
+class _Table(BaseModel):
+    """Columns of equal length; subclasses declare the columns as list fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="after")
+    def _equal_lengths(self) -> _Table:
+        lengths = {name: len(value) for name, value in self if isinstance(value, list)}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{type(self).__name__}: columns differ in length: {lengths}")
+        return self
+
+    def __len__(self) -> int:
+        return next((len(value) for _, value in self if isinstance(value, list)), 0)
+
+
+class GemmTable(_Table):
+    """``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``: 2·m·n·k FLOPs, (m·k + k·n + m·n) elements moved."""
+
+    dtype: list[DType] = Field(default_factory=list)
+    m: list[int] = Field(default_factory=list)
+    n: list[int] = Field(default_factory=list)
+    k: list[int] = Field(default_factory=list)
+    time_s: list[float] = Field(default_factory=list)
+    median_s: list[float] = Field(default_factory=list)
+
+
+class StreamTable(_Table):
+    """Bandwidth kernels (``copy``: b = a; ``scale``: b = s·a; STREAM, McCalpin 1995) over one array."""
+
+    kernel: list[str] = Field(default_factory=list)
+    moved_bytes: list[float] = Field(default_factory=list)
+    """Bytes read + written by the kernel (STREAM counting: 2 arrays for copy and scale)."""
+    footprint_bytes: list[float] = Field(default_factory=list)
+    """Bytes of all arrays the kernel touches: whether it runs out of a cache or main memory."""
+    time_s: list[float] = Field(default_factory=list)
+    median_s: list[float] = Field(default_factory=list)
+
+
+class VectorTable(_Table):
+    """Non-matrix kernels (elementwise add/mul, RMSNorm-like rows, softmax rows) and their work."""
+
+    kernel: list[str] = Field(default_factory=list)
+    elements: list[int] = Field(default_factory=list)
+    flops: list[float] = Field(default_factory=list)
+    """FLOPs with the graph's counting (``graph/norms.py``, ``graph/attention.py``)."""
+    moved_bytes: list[float] = Field(default_factory=list)
+    footprint_bytes: list[float] = Field(default_factory=list)
+    time_s: list[float] = Field(default_factory=list)
+    median_s: list[float] = Field(default_factory=list)
+
+
+class CalibrationMeasurements(BaseModel):
+    """What was measured, where, and how."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: str = "cpu"
+    """torch device type: ``cpu`` or ``cuda``."""
+    device_name: str = ""
+    """CPU model (``/proc/cpuinfo``) or GPU name."""
+    threads: int = Field(default=1, gt=0)
+    """``torch.get_num_threads()`` during the run (CPU), or the GPU's SM count."""
+    torch_version: str = ""
+    quick: bool = False
+    gemm: GemmTable = Field(default_factory=GemmTable)
+    stream: StreamTable = Field(default_factory=StreamTable)
+    vector: VectorTable = Field(default_factory=VectorTable)
+    empty_op_s: list[float] = Field(default_factory=list)
+    """Repeated timings of an add on one-element tensors: the dispatch cost of an op with no work."""
+
+
+class FitStats(BaseModel):
+    """Relative residuals ``predicted / measured - 1`` of a fit over the points it describes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    points: int = Field(ge=0)
+    """Measurements the statistics are over (those the fit kept)."""
+    outliers: int = Field(default=0, ge=0)
+    """Measurements left out as disturbed: more than ``OUTLIER_FACTOR`` x slower than the fit."""
+    rms_rel_error: float = 0.0
+    median_abs_rel_error: float = 0.0
+    max_abs_rel_error: float = 0.0
+
+
+class MatmulFit(BaseModel):
+    """GEMM throughput of one dtype as a Hockney curve: rate(W) = peak · W / (W + half_flops)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    peak_flops_per_s: float = Field(gt=0)
+    """Asymptotic rate (Hockney's r∞) of large GEMMs."""
+    half_flops: float = Field(ge=0)
+    """GEMM work at which half of ``peak_flops_per_s`` is reached (Hockney's n½, in FLOPs)."""
+    compute_bound_points: int = Field(ge=0)
+    """Measurements the curve was fitted on (those well above the memory-bound time)."""
+    residuals: FitStats
+    """Over every GEMM of the dtype, timed with the full roofline (memory bound included)."""
+
+
+class BandwidthFit(BaseModel):
+    """``time = intercept_s + moved_bytes / bandwidth_bytes_per_s`` over one range of footprints."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    intercept_s: float
+    min_footprint_bytes: float = Field(ge=0)
+    max_footprint_bytes: float = Field(ge=0)
+    residuals: FitStats
+
+
+class VectorFit(BaseModel):
+    """The non-matrix FLOP rate that makes ``max(F / rate, bytes / bandwidth) + overhead`` fit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vector_flops_per_s: float = Field(gt=0)
+    per_kernel_flops_per_s: dict[str, float] = Field(default_factory=dict)
+    """The same fit done for each kernel alone (how much the kernels disagree)."""
+    residuals: FitStats
+
+
+class OverheadFit(BaseModel):
+    """Per-op fixed cost: the larger of the empty-op time and the time-vs-bytes intercept."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    empty_op_s: float = Field(ge=0)
+    """Median of the one-element add timings: dispatch with no work."""
+    intercept_s: float
+    """Intercept of time vs bytes of the cache-resident bandwidth kernels (dispatch + thread fork/join)."""
+    launch_overhead_s: float = Field(ge=0)
+
+
+class CalibrationFit(BaseModel):
+    """Every fitted parameter, with its residuals."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str = ""
+    """One line on how the figures were fitted (weighted least squares on relative errors …)."""
+    matmul: dict[DType, MatmulFit] = Field(default_factory=dict)
+    memory: BandwidthFit
+    """Main memory: footprints far beyond the last-level cache."""
+    cache: BandwidthFit | None = None
+    """Cache-resident footprints; None when the data shows no faster level."""
+    vector: VectorFit
+    overhead: OverheadFit
+
+
+class CalibrationRecord(BaseModel):
+    """The measurements and the fit behind a calibrated spec."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    measurements: CalibrationMeasurements
+    fit: CalibrationFit
+
+    def summary(self) -> dict[str, Any]:
+        """The fitted figures and residuals as plain builtins (the ``--json`` summary)."""
+        out: dict[str, Any] = self.fit.model_dump(mode="json")
+        meas = self.measurements
+        out["measured"] = {"device": meas.device, "device_name": meas.device_name, "threads": meas.threads,
+                           "torch_version": meas.torch_version, "quick": meas.quick,
+                           "gemm_points": len(meas.gemm), "stream_points": len(meas.stream),
+                           "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s)}
+        return out

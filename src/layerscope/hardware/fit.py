@@ -1,0 +1,351 @@
+"""Fit microbenchmark measurements into a :class:`HardwareSpec` (numpy only; no torch).
+
+The measured tables (:class:`~layerscope.hardware.calibration.CalibrationMeasurements`) are
+fitted to the very models the cost models evaluate, so a calibrated spec reproduces them:
+
+* **Cache bandwidth and per-op overhead** — ``t = t0 + bytes / BW`` over copy/scale kernels
+  (STREAM, McCalpin 1995) with cache-resident footprints; the overhead is the larger of the
+  median one-element-add time (dispatch alone) and ``t0`` (dispatch plus the thread fork/join of
+  real work). The cache bandwidth is kept when it is clearly faster than main memory.
+* **Main-memory bandwidth** — ``t = overhead + bytes / BW`` over copy/scale kernels whose
+  footprint is far beyond the last-level cache (the intercept fixed: the few large sizes would
+  extrapolate it from far away).
+* **GEMM throughput per dtype** — Hockney's two-parameter model (Hockney & Jesshope, *Parallel
+  Computers 2*, 1988, §1.3.3): a GEMM of W FLOPs takes ``(W + W½) / r∞``, i.e. runs at
+  ``r∞ · W / (W + W½)``; r∞ is the asymptotic rate and W½ the work at which half of it is
+  reached. Fitted on the GEMMs that are clearly compute-bound (time minus overhead above twice
+  the bytes/bandwidth time); the residuals are then taken over all GEMMs with the full roofline.
+* **Vector FLOP rate** — the rate V for which ``max(F / V, bytes / BW) + overhead`` fits the
+  non-matrix kernels that are slower than their memory time (norms, softmax rows).
+
+Line fits minimize the sum of squared *relative* errors (weighted least squares with weights
+1/t²), so microsecond and second-long kernels count alike; measurements more than
+``OUTLIER_FACTOR`` times slower than the fit are dropped and the fit repeated (one-sided
+trimming: interference from other processes only slows a kernel down). Degenerate inputs (fewer than two
+distinct sizes in a range, times that do not grow with the work) raise :class:`HardwareSpecError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from layerscope.errors import HardwareSpecError
+from layerscope.hardware.calibration import (
+    BandwidthFit,
+    CalibrationFit,
+    CalibrationMeasurements,
+    CalibrationRecord,
+    FitStats,
+    GemmTable,
+    MatmulFit,
+    OverheadFit,
+    VectorFit,
+)
+from layerscope.hardware.spec import HardwareKind, HardwareSpec
+from layerscope.units import DType
+
+#: A GEMM (or vector kernel) counts as compute-bound when its time minus the overhead exceeds
+#: this multiple of its bytes / bandwidth time: far enough from the roofline's ridge that the
+#: memory term cannot be what is measured.
+COMPUTE_BOUND_MARGIN = 2.0
+#: Footprints at least this multiple of the last-level cache are main-memory measurements …
+DRAM_FOOTPRINT_FACTOR = 4.0
+#: … and at most this fraction of it are cache-resident.
+CACHE_FOOTPRINT_FRACTION = 0.5
+#: The cache bandwidth is kept only when it beats main memory by this factor.
+CACHE_SPEEDUP_MIN = 1.2
+#: A measurement this many times slower than the fit is disturbed (another process took the core
+#: for a scheduler slice: interference only ever adds time) and is left out of the refit.
+OUTLIER_FACTOR = 3.0
+_TRIM_ROUNDS = 5
+
+METHOD = (
+    "weighted least squares on relative errors; cache: t = t0 + bytes/BW over footprints <= "
+    f"{CACHE_FOOTPRINT_FRACTION:g}x LLC; overhead: max(median empty-op time, t0); memory: t = overhead + "
+    f"bytes/BW over footprints >= {DRAM_FOOTPRINT_FACTOR:g}x LLC; GEMM: Hockney t - overhead = "
+    f"(W + W_half)/r_inf on GEMMs with t - overhead > {COMPUTE_BOUND_MARGIN:g}x bytes/BW; vector: "
+    f"t - overhead = F/V on kernels with t - overhead > {COMPUTE_BOUND_MARGIN:g}x bytes/BW"
+)
+
+
+def relative_stats(predicted: np.ndarray, measured: np.ndarray, outliers: int = 0) -> FitStats:
+    """Residual statistics of ``predicted / measured - 1``."""
+    predicted = np.asarray(predicted, dtype=float)
+    measured = np.asarray(measured, dtype=float)
+    if predicted.size == 0:
+        return FitStats(points=0, outliers=outliers)
+    rel = predicted / measured - 1.0
+    return FitStats(points=int(rel.size), outliers=outliers, rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+                    median_abs_rel_error=float(np.median(np.abs(rel))),
+                    max_abs_rel_error=float(np.max(np.abs(rel))))
+
+
+def _check_times(time_s: np.ndarray, what: str) -> None:
+    if not np.all(np.isfinite(time_s)) or np.any(time_s <= 0):
+        raise HardwareSpecError(f"{what}: times must be finite and > 0, got {time_s.tolist()!r}")
+
+
+def fit_line_relative(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray,
+                      what: str) -> tuple[float, float]:
+    """``(a, b)`` minimizing Σ ((a + b·x − y) / y)²: a line fitted on relative errors.
+
+    Weighted least squares with weights 1/y² (the normal equations of the 2x2 system). Needs at
+    least two distinct ``x`` and positive ``y``.
+    """
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.ndim != 1:
+        raise HardwareSpecError(f"{what}: x and y must be 1-D and of equal length")
+    _check_times(ys, what)
+    if np.unique(xs).size < 2:
+        raise HardwareSpecError(
+            f"{what}: need measurements at two or more distinct sizes to fit a line, got "
+            f"{np.unique(xs).size} ({xs.size} points)")
+    w = 1.0 / ys**2
+    sw, swx, swxx = w.sum(), (w * xs).sum(), (w * xs * xs).sum()
+    swy, swxy = (w * ys).sum(), (w * xs * ys).sum()
+    det = sw * swxx - swx * swx
+    a = (swxx * swy - swx * swxy) / det
+    b = (sw * swxy - swx * swy) / det
+    return float(a), float(b)
+
+
+def fit_slope_relative(x: np.ndarray, y: np.ndarray) -> float:
+    """``b`` minimizing Σ ((b·x − y) / y)² (a line through the origin on relative errors)."""
+    ratio = np.asarray(x, dtype=float) / np.asarray(y, dtype=float)
+    return float(ratio.sum() / (ratio**2).sum())
+
+
+def robust_line(x: np.ndarray, y: np.ndarray, what: str, *,
+                through_origin: bool = False) -> tuple[float, float, np.ndarray]:
+    """``(a, b, kept)``: :func:`fit_line_relative` (or :func:`fit_slope_relative` when
+    ``through_origin``, a = 0) repeated without the points more than ``OUTLIER_FACTOR`` x slower
+    than the previous fit, until the kept set is stable (at most a few rounds). A negative
+    intercept is noise around zero: the line is refitted through the origin."""
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray(y, dtype=float)
+    kept = np.ones(xs.size, dtype=bool)
+    a = b = 0.0
+    for _ in range(_TRIM_ROUNDS):
+        if through_origin:
+            if not kept.any():
+                raise HardwareSpecError(f"{what}: no measurements to fit")
+            a, b = 0.0, fit_slope_relative(xs[kept], ys[kept])
+        else:
+            a, b = fit_line_relative(xs[kept], ys[kept], what)
+            if a < 0:
+                a, b = 0.0, fit_slope_relative(xs[kept], ys[kept])
+        if b <= 0:
+            break
+        again = ys <= OUTLIER_FACTOR * (a + b * xs)
+        enough = again.any() if through_origin else np.unique(xs[again]).size >= 2
+        if not enough or np.array_equal(again, kept):
+            break
+        kept = again
+    return a, b, kept
+
+
+def fit_bandwidth(moved_bytes: Sequence[float] | np.ndarray, footprint_bytes: Sequence[float] | np.ndarray,
+                  time_s: Sequence[float] | np.ndarray, *, min_footprint_bytes: float = 0.0,
+                  max_footprint_bytes: float = float("inf"), intercept_s: float | None = None,
+                  what: str = "bandwidth") -> BandwidthFit:
+    """``time = intercept_s + moved_bytes / bandwidth`` over kernels whose footprint is in range.
+
+    With ``intercept_s`` given only the bandwidth is fitted (on ``time - intercept_s``): for the
+    main-memory range, whose few large sizes would otherwise extrapolate the intercept from far away.
+    """
+    moved = np.asarray(moved_bytes, dtype=float)
+    foot = np.asarray(footprint_bytes, dtype=float)
+    times = np.asarray(time_s, dtype=float)
+    keep = (foot >= min_footprint_bytes) & (foot <= max_footprint_bytes)
+    where = f"{what} (footprints {min_footprint_bytes:.3g}..{max_footprint_bytes:.3g} B)"
+    moved, foot, times = moved[keep], foot[keep], times[keep]
+    if intercept_s is None:
+        fit_line_relative(moved, times, where)  # validates: two distinct sizes, positive times
+        intercept, slope, kept = robust_line(moved, times, where)
+    else:
+        if not keep.any():
+            raise HardwareSpecError(f"{where}: no measurements in this range")
+        _check_times(times, where)
+        busy = times - intercept_s
+        if np.any(busy <= 0):
+            raise HardwareSpecError(f"{where}: need kernels that take longer than the fixed {intercept_s:.3g} s, "
+                                    f"got times {times.tolist()!r}")
+        _, slope, kept = robust_line(moved, busy, where, through_origin=True)
+        intercept = intercept_s
+    if slope <= 0:
+        raise HardwareSpecError(f"{where}: time does not grow with the bytes moved (slope {slope:.3g} s/B)")
+    predicted = intercept + slope * moved[kept]
+    return BandwidthFit(bandwidth_bytes_per_s=1.0 / slope, intercept_s=intercept,
+                        min_footprint_bytes=float(foot.min()), max_footprint_bytes=float(foot.max()),
+                        residuals=relative_stats(predicted, times[kept], int((~kept).sum())))
+
+
+def gemm_flops_bytes(table: GemmTable) -> tuple[np.ndarray, np.ndarray]:
+    """(2·m·n·k FLOPs, (m·k + k·n + m·n)·element bytes) of every row."""
+    m, n, k = (np.asarray(col, dtype=float) for col in (table.m, table.n, table.k))
+    elt = np.array([dt.bytes for dt in table.dtype], dtype=float)
+    return 2.0 * m * n * k, (m * k + k * n + m * n) * elt
+
+
+def hockney_time_s(flops: np.ndarray, peak_flops_per_s: float, half_flops: float) -> np.ndarray:
+    """Compute time of GEMMs of ``flops`` work: (W + W½) / r∞ (Hockney & Jesshope 1988, §1.3.3)."""
+    return (np.asarray(flops, dtype=float) + half_flops) / peak_flops_per_s
+
+
+def fit_matmul(flops: np.ndarray, moved_bytes: np.ndarray, time_s: np.ndarray, *, bandwidth_bytes_per_s: float,
+               overhead_s: float, what: str = "gemm") -> MatmulFit:
+    """Hockney r∞ and W½ of one dtype's GEMMs; memory-bound ones only enter the residuals."""
+    flops = np.asarray(flops, dtype=float)
+    moved = np.asarray(moved_bytes, dtype=float)
+    times = np.asarray(time_s, dtype=float)
+    _check_times(times, what)
+    busy = times - overhead_s
+    memory_s = moved / bandwidth_bytes_per_s
+    bound = busy > COMPUTE_BOUND_MARGIN * memory_s
+    if np.unique(flops[bound]).size < 2:
+        raise HardwareSpecError(
+            f"{what}: need compute-bound GEMMs of two or more distinct sizes (time - overhead > "
+            f"{COMPUTE_BOUND_MARGIN:g}x bytes/bandwidth), got {np.unique(flops[bound]).size} of {flops.size} "
+            "GEMMs; add larger m to the grid")
+    # A negative fixed cost is noise around zero: robust_line refits through the origin (W½ = 0).
+    intercept, slope, kept_bound = robust_line(flops[bound], busy[bound], what)
+    if slope <= 0:
+        raise HardwareSpecError(f"{what}: time does not grow with the work (slope {slope:.3g} s/FLOP)")
+    peak = 1.0 / slope
+    half = intercept * peak
+    predicted = np.maximum(hockney_time_s(flops, peak, half), memory_s) + overhead_s
+    kept = times <= OUTLIER_FACTOR * predicted
+    return MatmulFit(peak_flops_per_s=peak, half_flops=half, compute_bound_points=int(kept_bound.sum()),
+                     residuals=relative_stats(predicted[kept], times[kept], int((~kept).sum())))
+
+
+def fit_vector(kernel: Sequence[str], flops: np.ndarray, moved_bytes: np.ndarray, time_s: np.ndarray, *,
+               bandwidth_bytes_per_s: float, overhead_s: float) -> VectorFit:
+    """The vector FLOP rate V with ``t = max(F / V, bytes / BW) + overhead`` (see the module docstring).
+
+    Fitted on the kernels whose time minus overhead exceeds the memory time by the margin; when
+    none does, V is the largest rate any kernel implies, so the compute term never exceeds a
+    measurement.
+    """
+    flops = np.asarray(flops, dtype=float)
+    moved = np.asarray(moved_bytes, dtype=float)
+    times = np.asarray(time_s, dtype=float)
+    _check_times(times, "vector")
+    names = np.asarray(list(kernel), dtype=object)
+    busy = times - overhead_s
+    memory_s = moved / bandwidth_bytes_per_s
+    usable = (flops > 0) & (busy > 0)
+    if not usable.any():
+        raise HardwareSpecError("vector: no kernel with FLOPs takes longer than the per-op overhead")
+    bound = usable & (busy > COMPUTE_BOUND_MARGIN * memory_s)
+    if bound.any():
+        rate = 1.0 / robust_line(flops[bound], busy[bound], "vector", through_origin=True)[1]
+    else:
+        rate = float(np.max(flops[usable] / busy[usable]))
+    per_kernel = {
+        str(name): 1.0 / robust_line(flops[bound & (names == name)], busy[bound & (names == name)], str(name),
+                                     through_origin=True)[1]
+        for name in dict.fromkeys(names[bound].tolist())}
+    predicted = np.maximum(flops / rate, memory_s) + overhead_s
+    kept = times <= OUTLIER_FACTOR * predicted
+    return VectorFit(vector_flops_per_s=rate, per_kernel_flops_per_s=per_kernel,
+                     residuals=relative_stats(predicted[kept], times[kept], int((~kept).sum())))
+
+
+def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> CalibrationFit:
+    """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory."""
+    if not llc_bytes > 0:
+        raise HardwareSpecError(f"llc_bytes must be > 0 to tell cache from main memory, got {llc_bytes!r}")
+    stream = meas.stream
+    if not meas.empty_op_s:
+        raise HardwareSpecError("no empty-op timings: cannot fit the per-op overhead")
+    empty_op_s = float(np.median(meas.empty_op_s))
+    cache: BandwidthFit | None = None
+    try:
+        cache = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
+                              max_footprint_bytes=CACHE_FOOTPRINT_FRACTION * llc_bytes, what="cache bandwidth")
+    except HardwareSpecError:
+        cache = None  # too few cache-resident sizes: the overhead is the empty op's
+    intercept_s = cache.intercept_s if cache is not None else empty_op_s
+    overhead = OverheadFit(empty_op_s=empty_op_s, intercept_s=intercept_s,
+                           launch_overhead_s=max(empty_op_s, intercept_s))
+    memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
+                           min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
+                           intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
+    if cache is not None and cache.bandwidth_bytes_per_s < CACHE_SPEEDUP_MIN * memory.bandwidth_bytes_per_s:
+        cache = None
+    bw = memory.bandwidth_bytes_per_s
+    o = overhead.launch_overhead_s
+    gemm_flops, gemm_bytes = gemm_flops_bytes(meas.gemm)
+    dtypes = np.array([dt.value for dt in meas.gemm.dtype], dtype=object)
+    times = np.asarray(meas.gemm.time_s, dtype=float)
+    matmul: dict[DType, MatmulFit] = {}
+    for dt in dict.fromkeys(meas.gemm.dtype):
+        rows = dtypes == dt.value
+        matmul[dt] = fit_matmul(gemm_flops[rows], gemm_bytes[rows], times[rows], bandwidth_bytes_per_s=bw,
+                                overhead_s=o, what=f"gemm {dt.value}")
+    if not matmul:
+        raise HardwareSpecError("no GEMM measurements: cannot fit the matrix throughput")
+    vec = meas.vector
+    vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
+                        np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
+    return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead)
+
+
+def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
+                    engine_count: int, memory_levels: Sequence[dict[str, Any]], llc_bytes: float) -> HardwareSpec:
+    """The spec that reproduces ``meas``: fitted rates as peaks (efficiency 1.0), Hockney W½ per
+    dtype as the shape dependence, fitted bandwidths and overhead; the record under ``calibration``.
+
+    ``memory_levels`` are the levels' ``MemoryLevel`` fields without bandwidths, main memory
+    last; the main level gets the fitted bandwidth and the largest shared cache the cache one.
+    """
+    fit = fit_measurements(meas, llc_bytes=llc_bytes)
+    what = f"layerscope calibrate on {meas.device_name or meas.device} ({meas.threads} threads, torch " \
+           f"{meas.torch_version or '?'})"
+    levels = [dict(level) for level in memory_levels]
+    if not levels:
+        raise HardwareSpecError("calibrated_spec: memory_levels needs at least the main memory")
+    levels[-1]["bandwidth_bytes_per_s"] = fit.memory.bandwidth_bytes_per_s
+    sources = {
+        "engines.count": "torch.get_num_threads()" if meas.device == "cpu" else "CUDA multi_processor_count",
+        "engines.clock_hz": "placeholder (peaks are measured, not derived from the clock)",
+        "engines.vector_flops_per_s": f"calibrated: {what}; fit of max(F/V, bytes/BW) + overhead to "
+                                      "norm/softmax/elementwise kernels",
+        f"memory.{levels[-1]['name']}.bandwidth_bytes_per_s":
+            f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond {DRAM_FOOTPRINT_FACTOR:g}x LLC (STREAM)",
+        "launch_overhead_s": f"calibrated: {what}; max(empty-op time, cache-resident time-vs-bytes intercept)",
+    }
+    caches = [lvl for lvl in levels[:-1] if not lvl.get("per_engine")]
+    if fit.cache is not None and caches:
+        llc = max(caches, key=lambda lvl: float(lvl["capacity_bytes"]))
+        llc["bandwidth_bytes_per_s"] = fit.cache.bandwidth_bytes_per_s
+        sources[f"memory.{llc['name']}.bandwidth_bytes_per_s"] = (
+            f"calibrated: {what}; copy/scale t = t0 + bytes/BW within {CACHE_FOOTPRINT_FRACTION:g}x LLC")
+    for dt in fit.matmul:
+        sources[f"engines.peak_flops_per_s.{dt.value}"] = (
+            f"calibrated: {what}; Hockney r_inf of torch matmul over the GEMM grid")
+    note = f"calibrated: {what}; measured asymptotic rates are the peaks"
+    return HardwareSpec.from_dict({
+        "name": name,
+        "description": description,
+        "kind": kind,
+        "engines": {"count": engine_count, "clock_hz": 1e9,
+                    "peak_flops_per_s": {dt.value: f.peak_flops_per_s for dt, f in fit.matmul.items()},
+                    "vector_flops_per_s": fit.vector.vector_flops_per_s},
+        "memory": levels,
+        "launch_overhead_s": fit.overhead.launch_overhead_s,
+        "efficiency": {
+            "matmul": 1.0, "matmul_source": note, "vector": 1.0, "vector_source": note,
+            "memory": 1.0, "memory_source": note,
+            "matmul_half_flops": {dt.value: f.half_flops for dt, f in fit.matmul.items()},
+            "matmul_half_flops_source": f"calibrated: {what}; Hockney & Jesshope (1988) half-performance work "
+                                        "n_1/2 fitted per dtype",
+        },
+        "sources": sources,
+        "calibration": CalibrationRecord(measurements=meas, fit=fit),
+    }, origin="calibrated spec")

@@ -1,0 +1,62 @@
+"""A tiny real calibration run through torch: its spec loads back and times a model."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from layerscope.capture.calibrate import FULL_GRID, QUICK_GRID, CalibrationGrid, _stream_sizes, calibrate
+from layerscope.cost import estimate
+from layerscope.errors import CaptureError
+from layerscope.hardware import dump_hardware_yaml, load_hardware
+from layerscope.model import load_model_spec
+from layerscope.units import DType
+from layerscope.workload import make_workload
+
+MIB = 1024**2
+#: A few seconds on two cores: two GEMM widths, three m, fp32 only, stream arrays 16 KiB .. 4x LLC in x8 steps.
+TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), dtypes=("fp32",), stream_step=8,
+                       vector_elements=(16 * 1024, 256 * 1024), min_time_s=0.01, empty_op_samples=3)
+
+
+def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
+    steps: list[tuple[int, int, str]] = []
+    hw = calibrate("cpu", grid=TINY, name="tiny",
+                   progress=lambda done, total, label: steps.append((done, total, label)))
+    assert hw.calibration is not None
+    meas = hw.calibration.measurements
+    assert meas.threads >= 1 and meas.torch_version and meas.device == "cpu"
+    assert len(meas.gemm) == 6 and set(meas.gemm.dtype) == {DType.FP32}
+    assert set(meas.stream.kernel) == {"copy", "scale"} and len(meas.empty_op_s) == 3
+    assert {"add", "mul", "rmsnorm", "softmax"} == set(meas.vector.kernel)
+    assert steps[-1] == (steps[-1][1], steps[-1][1], "done") and steps[0][0] == 0
+    # Any CPU does 0.1 GFLOP/s .. 100 TFLOP/s of fp32 GEMM, moves 0.1 .. 2000 GB/s, dispatches in < 1 ms.
+    assert 1e8 < hw.peak_flops(DType.FP32) < 1e14
+    assert 1e8 < hw.memory_bandwidth_bytes_per_s < 2e12
+    assert 0 < hw.launch_overhead_s < 1e-3
+    assert hw.efficiency.matmul_half_flops[DType.FP32] >= 0
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    again = load_hardware(path)
+    assert again == hw
+    spec = load_model_spec("llama-3.2-1b")
+    est = estimate(spec, again, make_workload(phase="prefill", input_len=64, weight_dtype="fp32", act_dtype="fp32",
+                                              kv_dtype="fp32"), layer=0)
+    assert est.ttft_s > 0 and len(est.ops) > 5
+
+
+def test_stream_sizes_reach_past_the_last_level_cache() -> None:
+    sizes = _stream_sizes(QUICK_GRID, 32 * MIB, 16e9)
+    assert sizes[0] == 16 * 1024
+    # Two array sizes whose two-array footprint is >= 4x LLC: what the main-memory fit needs.
+    assert sum(2 * s >= 4 * 32 * MIB for s in sizes) >= 2
+    assert max(sizes) <= 16e9 / 8
+    assert len(FULL_GRID.gemm_m) > len(QUICK_GRID.gemm_m) and 1 in FULL_GRID.gemm_m and 2048 in FULL_GRID.gemm_m
+
+
+def test_bad_device_and_dtype_are_capture_errors() -> None:
+    with pytest.raises(CaptureError, match="cpu or cuda"):
+        calibrate("tpu", grid=TINY)
+    with pytest.raises(CaptureError, match="unsupported GEMM dtypes"):
+        calibrate("cpu", grid=CalibrationGrid(gemm_m=(1,), gemm_nk=((8, 8),), dtypes=("fp64",)))

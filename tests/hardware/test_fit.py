@@ -1,0 +1,204 @@
+"""Calibration fits: known parameters come back from synthetic measurements; bad input is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerscope.errors import HardwareSpecError
+from layerscope.hardware import dump_hardware_yaml, load_hardware
+from layerscope.hardware.calibration import CalibrationMeasurements, GemmTable, StreamTable, VectorTable
+from layerscope.hardware.fit import (
+    calibrated_spec,
+    fit_bandwidth,
+    fit_line_relative,
+    fit_matmul,
+    fit_measurements,
+    hockney_time_s,
+)
+from layerscope.units import DType
+
+MIB = 1024**2
+LLC = 32 * MIB
+#: The "machine" the synthetic measurements come from.
+TRUE = {
+    "peak": {DType.FP32: 200e9, DType.BF16: 400e9},
+    "half": {DType.FP32: 2e8, DType.BF16: 1e9},
+    "dram_bw": 20e9,
+    "cache_bw": 150e9,
+    "overhead": 5e-6,
+    "vector": 30e9,
+}
+
+
+def synthetic(noise: float = 0.0, outliers: int = 0, seed: int = 0) -> CalibrationMeasurements:
+    """Measurements generated from TRUE with the models fit.py assumes, times x lognormal(noise);
+    ``outliers`` random kernels of each table 10x slower (a disturbed run)."""
+    rng = np.random.default_rng(seed)
+    o, bw, cbw = TRUE["overhead"], TRUE["dram_bw"], TRUE["cache_bw"]
+
+    def jitter(t: np.ndarray) -> list[float]:
+        t = t * np.exp(rng.normal(0.0, noise, t.shape)) if noise else t
+        t = t.copy()
+        if outliers:
+            t[rng.choice(t.size, outliers, replace=False)] *= 10.0
+        return t.tolist()
+
+    sizes = 16 * 1024 * 2.0 ** np.arange(14)  # 16 KiB .. 128 MiB arrays
+    moved = np.repeat(2 * sizes, 2)
+    rate = np.where(moved <= LLC / 2, cbw, bw)
+    stream = StreamTable(kernel=["copy", "scale"] * sizes.size, moved_bytes=moved.tolist(),
+                         footprint_bytes=moved.tolist(), time_s=jitter(o + moved / rate),
+                         median_s=(o + moved / rate).tolist())
+    rows = [(dt, m, n, k) for dt in (DType.FP32, DType.BF16) for n, k in ((2048, 2048), (8192, 2048))
+            for m in (1, 4, 16, 64, 256, 1024, 2048)]
+    dts = [r[0] for r in rows]
+    m, n, k = (np.array([r[i] for r in rows], dtype=float) for i in (1, 2, 3))
+    flops = 2 * m * n * k
+    nbytes = (m * k + k * n + m * n) * np.array([dt.bytes for dt in dts])
+    peak = np.array([TRUE["peak"][dt] for dt in dts])
+    half = np.array([TRUE["half"][dt] for dt in dts])
+    gemm_t = np.maximum((flops + half) / peak, nbytes / bw) + o
+    gemm = GemmTable(dtype=dts, m=m.astype(int).tolist(), n=n.astype(int).tolist(), k=k.astype(int).tolist(),
+                     time_s=jitter(gemm_t), median_s=gemm_t.tolist())
+    elements = np.array([2**14, 2**16, 2**18, 2**20, 2**22] * 3)
+    kernels = ["add"] * 5 + ["rmsnorm"] * 5 + ["softmax"] * 5
+    per_el = np.array([1.0] * 5 + [40.0] * 5 + [50.0] * 5)  # norms/softmax made compute-bound
+    vflops = per_el * elements
+    vbytes = np.array([12.0] * 5 + [8.0] * 10) * elements
+    vec_t = np.maximum(vflops / TRUE["vector"], vbytes / bw) + o
+    vector = VectorTable(kernel=kernels, elements=elements.tolist(), flops=vflops.tolist(), moved_bytes=vbytes.tolist(),
+                         footprint_bytes=vbytes.tolist(), time_s=jitter(vec_t), median_s=vec_t.tolist())
+    return CalibrationMeasurements(device="cpu", device_name="synthetic", threads=2, torch_version="none",
+                                   gemm=gemm, stream=stream, vector=vector, empty_op_s=[4e-6, 4.1e-6, 3.9e-6])
+
+
+def check_recovered(fit, rel: float, half_rel: float) -> None:
+    for dt in (DType.FP32, DType.BF16):
+        assert fit.matmul[dt].peak_flops_per_s == pytest.approx(TRUE["peak"][dt], rel=rel)
+        assert fit.matmul[dt].half_flops == pytest.approx(TRUE["half"][dt], rel=half_rel)
+    assert fit.memory.bandwidth_bytes_per_s == pytest.approx(TRUE["dram_bw"], rel=rel)
+    assert fit.cache is not None
+    assert fit.cache.bandwidth_bytes_per_s == pytest.approx(TRUE["cache_bw"], rel=rel)
+    assert fit.overhead.launch_overhead_s == pytest.approx(TRUE["overhead"], rel=max(half_rel, rel))
+    assert fit.vector.vector_flops_per_s == pytest.approx(TRUE["vector"], rel=rel)
+
+
+def test_exact_measurements_give_the_parameters_back() -> None:
+    fit = fit_measurements(synthetic(), llc_bytes=LLC)
+    check_recovered(fit, rel=1e-9, half_rel=1e-7)
+    assert fit.matmul[DType.FP32].residuals.max_abs_rel_error < 1e-9
+    assert fit.overhead.empty_op_s == pytest.approx(4e-6)
+    assert fit.overhead.intercept_s == pytest.approx(5e-6)  # larger than the empty op: it wins
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_noisy_measurements_give_the_parameters_back_within_tolerance(seed: int) -> None:
+    fit = fit_measurements(synthetic(noise=0.03, seed=seed), llc_bytes=LLC)
+    # W_half is an intercept: a few % of the smallest compute-bound GEMM's time, so noisier.
+    check_recovered(fit, rel=0.08, half_rel=0.35)
+    assert fit.memory.residuals.rms_rel_error < 0.1
+
+
+def test_disturbed_runs_are_dropped_as_outliers() -> None:
+    fit = fit_measurements(synthetic(noise=0.02, outliers=2, seed=3), llc_bytes=LLC)
+    # W_half is an intercept: a few % of the smallest compute-bound GEMM's time, so noisier.
+    check_recovered(fit, rel=0.08, half_rel=0.35)
+    stats = [fit.memory.residuals, fit.vector.residuals, *(f.residuals for f in fit.matmul.values())]
+    assert sum(s.outliers for s in stats) >= 1
+
+
+def test_line_fit_by_hand() -> None:
+    # y = 1 + 2x through three exact points.
+    assert fit_line_relative([1, 2, 3], [3, 5, 7], "t") == pytest.approx((1.0, 2.0))
+
+
+def test_bandwidth_fit_by_hand() -> None:
+    # 1 MB and 2 MB moved at 10 GB/s after a 10 us fixed cost: 110 us and 210 us.
+    fit = fit_bandwidth([1e6, 2e6], [1e6, 2e6], [110e-6, 210e-6])
+    assert fit.bandwidth_bytes_per_s == pytest.approx(10e9)
+    assert fit.intercept_s == pytest.approx(10e-6)
+    fixed = fit_bandwidth([1e6, 2e6], [1e6, 2e6], [110e-6, 210e-6], intercept_s=10e-6)
+    assert fixed.bandwidth_bytes_per_s == pytest.approx(10e9)
+
+
+def test_hockney_fit_by_hand() -> None:
+    # r_inf = 100 GFLOP/s, W_half = 1 GFLOP: a 1 GFLOP GEMM takes 20 ms (half rate), 3 GFLOP 40 ms.
+    assert hockney_time_s(np.array([1e9]), 100e9, 1e9)[0] == pytest.approx(0.02)
+    fit = fit_matmul(np.array([1e9, 3e9]), np.array([1.0, 1.0]), np.array([0.02, 0.04]),
+                     bandwidth_bytes_per_s=1e12, overhead_s=0.0)
+    assert fit.peak_flops_per_s == pytest.approx(100e9)
+    assert fit.half_flops == pytest.approx(1e9)
+
+
+def test_negative_intercept_means_no_shape_dependence() -> None:
+    # Times slightly below proportional: the line's intercept is negative, W_half is clamped to 0.
+    fit = fit_matmul(np.array([1e9, 2e9, 4e9]), np.ones(3), np.array([0.0099, 0.02, 0.0401]),
+                     bandwidth_bytes_per_s=1e12, overhead_s=0.0)
+    assert fit.half_flops == 0.0
+    assert fit.peak_flops_per_s == pytest.approx(100e9, rel=0.01)
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.floats(1e-7, 1e-3), b=st.floats(1e-12, 1e-8), x0=st.floats(1e3, 1e6), ratio=st.floats(1.5, 100))
+def test_line_fit_recovers_any_exact_line(a: float, b: float, x0: float, ratio: float) -> None:
+    x = x0 * ratio ** np.arange(4)
+    fa, fb = fit_line_relative(x, a + b * x, "t")
+    assert fb == pytest.approx(b, rel=1e-6)
+    assert fa == pytest.approx(a, rel=1e-5, abs=1e-9 * (a + b * x[-1]))
+
+
+@pytest.mark.parametrize("x, y, message", [
+    ([1e6], [1e-3], "two or more distinct sizes"),
+    ([1e6, 1e6, 1e6], [1e-3, 1.1e-3, 0.9e-3], "two or more distinct sizes"),
+    ([1e6, 2e6], [1e-3, 1e-3], "does not grow"),
+    ([1e6, 2e6], [1e-3, 0.0], "finite and > 0"),
+])
+def test_degenerate_bandwidth_inputs_are_refused(x: list[float], y: list[float], message: str) -> None:
+    with pytest.raises(HardwareSpecError, match=message):
+        fit_bandwidth(x, x, y)
+
+
+def test_degenerate_gemm_inputs_are_refused() -> None:
+    with pytest.raises(HardwareSpecError, match="two or more distinct sizes"):
+        fit_matmul(np.array([1e9]), np.array([1.0]), np.array([0.01]), bandwidth_bytes_per_s=1e12, overhead_s=0.0)
+    with pytest.raises(HardwareSpecError, match="two or more distinct sizes"):  # all memory-bound
+        fit_matmul(np.array([1e6, 2e6]), np.array([1e9, 2e9]), np.array([0.1, 0.2]),
+                   bandwidth_bytes_per_s=1e10, overhead_s=0.0)
+
+
+def test_missing_tables_are_refused() -> None:
+    meas = synthetic()
+    with pytest.raises(HardwareSpecError, match="empty-op"):
+        fit_measurements(meas.model_copy(update={"empty_op_s": []}), llc_bytes=LLC)
+    with pytest.raises(HardwareSpecError, match="no GEMM"):
+        fit_measurements(meas.model_copy(update={"gemm": GemmTable()}), llc_bytes=LLC)
+    with pytest.raises(HardwareSpecError, match="llc_bytes"):
+        fit_measurements(meas, llc_bytes=0)
+
+
+def test_unequal_columns_are_refused() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        StreamTable(kernel=["copy"], moved_bytes=[1.0, 2.0], footprint_bytes=[1.0], time_s=[1.0], median_s=[1.0])
+
+
+def test_calibrated_spec_reproduces_the_machine_and_round_trips(tmp_path) -> None:
+    levels = [{"name": "l2", "capacity_bytes": 2 * MIB, "per_engine": True},
+              {"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    hw = calibrated_spec(synthetic(), name="synthetic", description="test", kind="cpu", engine_count=2,
+                         memory_levels=levels, llc_bytes=LLC)
+    assert hw.achievable_flops_per_s(DType.BF16) == pytest.approx(400e9)
+    assert hw.matmul_half_flops(DType.BF16) == pytest.approx(1e9)
+    assert hw.matmul_half_flops(DType.FP16) == pytest.approx(1e9)  # fp16 falls back to the bf16 unit
+    assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(20e9)
+    assert hw.level("l3").bandwidth_bytes_per_s == pytest.approx(150e9)
+    assert hw.launch_overhead_s == pytest.approx(5e-6)
+    assert "Hockney" in hw.efficiency.matmul_half_flops_source
+    assert hw.source("engines.peak_flops_per_s.fp32").startswith("calibrated")
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    again = load_hardware(path)
+    assert again == hw
+    assert again.calibration is not None and len(again.calibration.measurements.gemm) == 28
