@@ -47,5 +47,9 @@ class AnalysisError(LayerscopeError):
     """A query or report over a trace failed."""
 
 
+class RecordsError(LayerscopeError):
+    """Operator workload records cannot be built, read or verified (bad record files, unknown op type)."""
+
+
 class OutputError(LayerscopeError):
     """An output path is unusable (would overwrite an input, directory missing)."""

@@ -60,9 +60,13 @@ def _sample(logits: Any) -> Any:
     """Greedy next token of each sequence, annotated ``sampling`` like the graph's sampling op."""
     from torch.autograd.profiler import record_function
 
+    from layerscope.capture.recorder import note_sampling
+
     # logits: [B, S, V] -> token: [B, 1]
     with record_function(SAMPLING):
-        return logits[:, -1, :].argmax(dim=-1, keepdim=True)
+        last = logits[:, -1, :]
+        note_sampling(last)
+        return last.argmax(dim=-1, keepdim=True)
 
 
 def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, plan: RunPlan,

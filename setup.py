@@ -1,0 +1,40 @@
+"""Installs ``layerscope-trace.pth`` next to the package in site-packages (regular and editable
+installs): the hook that lets ``LAYERSCOPE_TRACE=1 python script.py`` trace a script that never
+imports layerscope. Everything else is configured in pyproject.toml."""
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+PTH = "layerscope-trace.pth"
+
+
+class BuildPyWithPth(build_py):
+    """``build_py`` that also places the .pth file at the root of the build (site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(str(Path("src") / PTH), str(Path(self.build_lib) / PTH), preserve_mode=False)
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
+
+
+class EditableWheelWithPth(editable_wheel):
+    """Editable installs put the .pth file at the root of the editable wheel (site-packages) too:
+    the editable wheel holds only what is copied into its unpacked tree, not build_py's outputs."""
+
+    def _run_build_commands(self, dist_name, unpacked_wheel, build_lib, tmp_dir):  # type: ignore[no-untyped-def]
+        result = super()._run_build_commands(dist_name, unpacked_wheel, build_lib, tmp_dir)
+        self.copy_file(str(Path("src") / PTH), str(Path(unpacked_wheel) / PTH), preserve_mode=False)
+        return result
+
+
+cmdclass: dict[str, type] = {"build_py": BuildPyWithPth}
+# ``_run_build_commands`` is setuptools' own hook (present since editable wheels arrived in 64);
+# should a future setuptools drop it, editable installs still work, only without the .pth file.
+if hasattr(editable_wheel, "_run_build_commands"):
+    cmdclass["editable_wheel"] = EditableWheelWithPth
+setup(cmdclass=cmdclass)

@@ -1,0 +1,80 @@
+"""``record_workloads()``: run a model as ``capture`` does (prefill + greedy decode steps, no profiler)
+with a :class:`~layerscope.capture.recorder.Recorder` attached, and write its operator records."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from layerscope.capture.annotate import ModuleAnnotator
+from layerscope.capture.api import _check_args, _check_device, _check_positions, _model_spec
+from layerscope.capture.build import (
+    DEFAULT_INIT_STD,
+    build_empty,
+    capture_dtype,
+    hf_config,
+    load_pretrained,
+    materialize_random,
+    prepare_config,
+    require_torch,
+)
+from layerscope.capture.recorder import Recorder
+from layerscope.capture.runner import RunPlan, _one_iteration
+from layerscope.capture.source import resolve_model
+from layerscope.records.schema import RecordSet
+
+logger = logging.getLogger(__name__)
+
+
+def record_workloads(
+    model: str | os.PathLike[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    layers: int | None = None,
+    dtype: str = "bf16",
+    device: str = "cpu",
+    batch: int = 1,
+    prompt_len: int = 128,
+    decode_steps: int = 0,
+    random_weights: bool = False,
+    seed: int = 0,
+) -> RecordSet:
+    """Run one prefill of ``prompt_len`` random tokens and ``decode_steps`` greedy steps of ``model``
+    (catalog name, config path, checkpoint directory or cached HF id) and record every operator call.
+
+    Writes the records to ``out`` when given. Raises :class:`CaptureError` / :class:`ConfigError`
+    like :func:`layerscope.capture.capture`.
+    """
+    _check_args(batch, prompt_len, decode_steps, 0, 1, "dynamic")
+    parsed = capture_dtype(dtype)
+    torch, transformers = require_torch()
+    _check_device(torch, device)
+    source = resolve_model(model)
+    load = source.weights_dir is not None and not random_weights
+    config_dict = prepare_config(source.config, layers=layers, keep_quantization=load)
+    spec = _model_spec(config_dict, source.name)
+    _check_positions(spec, prompt_len + decode_steps)
+    config = hf_config(config_dict)
+    if load:
+        assert source.weights_dir is not None
+        hf_model: Any = load_pretrained(source.weights_dir, config, parsed, device)
+    else:
+        hf_model = build_empty(config, parsed)
+        init_std = float(config_dict.get("initializer_range", DEFAULT_INIT_STD))
+        materialize_random(hf_model, device=device, seed=seed, init_std=init_std)
+    plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, warmup=0,
+                   iterations=1, cache="dynamic", seed=seed)
+    records = RecordSet({"batch": batch, "prompt_len": prompt_len, "decode_steps": decode_steps, "device": device,
+                         "weights": "loaded" if load else "random"})
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, int(config.vocab_size), (batch, prompt_len), generator=generator).to(device)
+    with torch.inference_mode(), Recorder(records, source="capture") as rec:
+        rec.attach(hf_model, spec)
+        records.meta["model"] = source.name
+        _one_iteration(torch, transformers, hf_model, input_ids, plan, ModuleAnnotator(hf_model))
+    if out is not None:
+        inputs = (source.config_path,) if source.config_path is not None else ()
+        records.write(Path(out), inputs=inputs)
+    return records
