@@ -203,6 +203,7 @@ def measure_machine(device: str = "cpu", *, min_time_s: float = 0.4, dtypes: tup
         "engines": {"count": threads, "clock_hz": 1e9, "peak_flops_per_s": peaks, "vector_flops_per_s": vector},
         "memory": memory,
         "launch_overhead_s": t_launch,
+        "execution": {"kernels": "hf-eager", "source": "measured through PyTorch eager"},
         "efficiency": {"matmul": 1.0, "matmul_source": "measured rates are the peaks",
                        "vector": 1.0, "vector_source": "measured rates are the peaks",
                        "memory": 1.0, "memory_source": "measured rates are the peaks"},

@@ -8,11 +8,12 @@ variants of the same graph; static features (kind, GEMM shape, dtypes) are per o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from layerscope.graph.ops import OpGraph
+from layerscope.graph.ops import Op, OpGraph
 from layerscope.units import DType
 
 #: Op kinds that run on the matrix units (tensor cores / MXUs / AMX) when they carry a GEMM shape.
@@ -42,6 +43,10 @@ class OpFeatures:
     operand_bytes: np.ndarray
     """float [ops, 3]: bytes per element of A (activations), B (weights or K/V) and C (output)."""
     kinds: tuple[str, ...]
+    ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    """The graph's ops (static facts for the execution profiles of :mod:`layerscope.cost.execution`)."""
+    plans: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Kernel plans per execution profile, computed on first use and shared by :meth:`with_work`."""
 
     @property
     def compute_dtype(self) -> tuple[DType, ...]:
@@ -112,4 +117,5 @@ def _extract(graph: OpGraph) -> OpFeatures:
         gemm_mnkb=mnkb,
         operand_bytes=operand,
         kinds=tuple(kinds),
+        ops=graph.ops,
     )

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from layerscope.cost.execution import kernel_plan
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.hardware.spec import HardwareSpec, MemoryLevel
@@ -67,11 +68,64 @@ def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     return np.where(features.uses_matrix_units & (features.flops > 0), halves[features.dtype_code], 0.0)
 
 
+@dataclass(frozen=True)
+class _Execution:
+    """The execution profile applied to one model call: launches per op and cache-resident bytes."""
+
+    launches: np.ndarray | None
+    """Kernels per op (None: one each, the fused default)."""
+    resident_bytes: np.ndarray | None
+    """Activation bytes served by the last on-chip level (None: everything from main memory)."""
+    cache_bw: float = 0.0
+
+
+_DEFAULT_EXECUTION = _Execution(None, None)
+
+
+def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execution]:
+    """``features`` with the bytes of ``hw.execution``'s kernels, and what else the profile implies.
+
+    The default (fused kernels, activations in main memory) returns ``features`` unchanged.
+    With ``activations_in_cache``, an op whose activation bytes (its inputs and outputs) fit the
+    last on-chip level that has a bandwidth reads and writes them there (the cache-aware roofline
+    of Ilic, Pratas & Sousa, IEEE CAL 2014: each level's traffic at that level's bandwidth).
+    """
+    execution = hw.execution
+    if execution.is_default or not features.ops:
+        return features, _DEFAULT_EXECUTION
+    plan = features.plans.get(execution.kernels)
+    if plan is None:
+        plan = features.plans[execution.kernels] = kernel_plan(execution.kernels, features.ops)
+    footprint = features.act_bytes
+    scaled = features.with_work(features.flops, features.weight_bytes, features.act_bytes * plan.act_factor,
+                                features.kv_bytes * plan.kv_factor)
+    resident = None
+    cache_bw = 0.0
+    if execution.activations_in_cache:
+        caches = [lv for lv in hw.memory[:-1] if lv.bandwidth_bytes_per_s]
+        if caches:
+            level = caches[-1]
+            capacity = level.capacity_bytes * (hw.engines.count if level.per_engine else 1)
+            cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
+            resident = np.where(footprint <= capacity, scaled.act_bytes, 0.0)
+    return scaled, _Execution(plan.launches, resident, cache_bw)
+
+
+def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution) -> np.ndarray:
+    """Main-memory time of ``bytes_``, less the cache-resident bytes, which move at cache bandwidth."""
+    if run.resident_bytes is None:
+        return bytes_ / hw.achievable_bandwidth_bytes_per_s()
+    resident = np.minimum(run.resident_bytes, bytes_)
+    return (bytes_ - resident) / hw.achievable_bandwidth_bytes_per_s() + resident / run.cache_bw
+
+
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
-             memory_bytes: np.ndarray) -> CostArrays:
-    # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term).
+             memory_bytes: np.ndarray, launches: np.ndarray | None = None) -> CostArrays:
+    # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term);
+    # an op run as several kernels pays the overhead once per kernel.
     busy = np.maximum(compute_s, memory_s)
-    overhead = np.full_like(busy, overhead_s)
+    overhead = np.full_like(busy, overhead_s) if launches is None else np.broadcast_to(
+        overhead_s * launches, busy.shape).copy()
     time_s = busy + overhead
     bound = np.where(compute_s >= memory_s, BOUND_COMPUTE, BOUND_MEMORY)
     bound = np.where(overhead > busy, BOUND_OVERHEAD, bound)
@@ -84,9 +138,10 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     Bytes are the op's compulsory traffic (every operand read once, every output written once):
     the roofline's assumption of perfect on-chip reuse (Williams, Waterman & Patterson, CACM 2009).
     """
+    features, run = _prepare(features, hw)
     bytes_ = features.total_bytes
-    memory_s = bytes_ / hw.achievable_bandwidth_bytes_per_s()
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_)
+    memory_s = _memory_s(bytes_, hw, run)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run.launches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,13 +231,14 @@ def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     on-chip cache; their traffic replaces the compulsory bytes when larger (it is never smaller:
     the search's best case reads each operand once). Other ops stream, with no reuse to gain.
     """
+    features, run = _prepare(features, hw)
     level = _shared_cache(hw)
     bytes_ = features.total_bytes
     if level is not None:
         tiled = _gemm_traffic(features, level.capacity_bytes)
         bytes_ = np.where(np.isnan(tiled), bytes_, np.maximum(tiled, bytes_))
-    memory_s = bytes_ / hw.achievable_bandwidth_bytes_per_s()
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_)
+    memory_s = _memory_s(bytes_, hw, run)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run.launches)
 
 
 def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
@@ -195,6 +251,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     once per tile row and then hit the cache, which is what separates this from the roofline.
     Main memory uses the achievable (efficiency-scaled) bandwidth; on-chip levels their stated one.
     """
+    features, run = _prepare(features, hw)
     compute_s = compute_time_s(features, hw)
     compulsory = features.total_bytes
     level_times = []
@@ -206,6 +263,9 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         traffic = np.where(np.isnan(tiled), compulsory, np.maximum(tiled, compulsory))
         is_main = outer is levels[-1]
         bw = hw.achievable_bandwidth_bytes_per_s() if is_main else outer.bandwidth_bytes_per_s
+        if is_main and run.resident_bytes is not None:
+            # Cache-resident activations never reach main memory (they still cross the inner levels).
+            traffic = traffic - np.minimum(run.resident_bytes, traffic)
         if bw:
             level_times.append(traffic / bw)
         if is_main:
@@ -213,7 +273,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     if len(levels) == 1:
         level_times.append(compulsory / hw.achievable_bandwidth_bytes_per_s())
     memory_s = np.max(np.stack(np.broadcast_arrays(*level_times)), axis=0)
-    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes)
+    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run.launches)
 
 
 CostModelFn = Callable[[OpFeatures, HardwareSpec], CostArrays]

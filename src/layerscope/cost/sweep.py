@@ -154,6 +154,7 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         uses_matrix_units=static.uses_matrix_units[groups], dtype_code=static.dtype_code[groups],
         gemm_mnkb=static.gemm_mnkb[groups], operand_bytes=static.operand_bytes[groups],
         kinds=tuple(static.kinds[g] for g in groups),
+        ops=tuple(static.ops[g] for g in groups) if static.ops else (),
     )
     return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
                             static=group_static, num_ops=n_ops)

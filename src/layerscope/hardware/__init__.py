@@ -17,6 +17,7 @@ from layerscope.hardware.presets import bundled_spreadsheet_example, list_preset
 from layerscope.hardware.spec import (
     EfficiencySpec,
     EngineSpec,
+    ExecutionSpec,
     HardwareSpec,
     InterconnectSpec,
     MemoryLevel,
@@ -27,6 +28,7 @@ __all__ = [
     "LOADERS",
     "EfficiencySpec",
     "EngineSpec",
+    "ExecutionSpec",
     "HardwareSpec",
     "InterconnectSpec",
     "MemoryLevel",

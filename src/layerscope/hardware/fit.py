@@ -346,6 +346,11 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
             "matmul_half_flops_source": f"calibrated: {what}; Hockney & Jesshope (1988) half-performance work "
                                         "n_1/2 fitted per dtype",
         },
+        # Measured through PyTorch eager, so it predicts what HF eager modules run (one kernel per
+        # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC.
+        "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
+                      "source": f"calibrated: {what}; PyTorch eager kernels"
+                                + ("; activations resident in the last-level cache" if kind == "cpu" else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
     }, origin="calibrated spec")

@@ -636,8 +636,8 @@ def _plain(value: Any) -> Any:
 def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``.
 
-    The optional calibration fields (``efficiency.matmul_half_flops*``, ``calibration``) are left
-    out when unset, so specs without them dump exactly as before those fields existed.
+    The optional calibration fields (``efficiency.matmul_half_flops*``, ``calibration``,
+    ``execution``) are left out when unset, so specs without them dump exactly as before those fields existed.
     """
     data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
     efficiency = data["efficiency"]
@@ -645,6 +645,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
         del efficiency["matmul_half_flops"], efficiency["matmul_half_flops_source"]
     if data["calibration"] is None:
         del data["calibration"]
+    if spec.execution.is_default:
+        del data["execution"]
     return data
 
 

@@ -196,6 +196,31 @@ class EfficiencySpec(BaseModel):
         return self.matmul_per_dtype.get(dtype, self.matmul)
 
 
+ExecutionKernels = Literal["fused", "hf-eager"]
+
+
+class ExecutionSpec(BaseModel):
+    """How the software stack on this hardware runs the graph's ops.
+
+    ``kernels`` is the kernel granularity: ``fused`` (one kernel per graph op, as serving engines
+    with fused norm/RoPE/activation kernels run them; every preset) or ``hf-eager`` (HF
+    transformers' eager PyTorch modules, where an RMSNorm is 6-8 aten kernels and RoPE 10; see
+    :mod:`layerscope.cost.execution`). ``activations_in_cache``: activations whose footprint fits
+    the last on-chip level with a bandwidth are read and written there rather than in main memory
+    (a CPU running one op after another on megabyte-sized tensors; off by default).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kernels: ExecutionKernels = "fused"
+    activations_in_cache: bool = False
+    source: str = "assumption: fused kernels, activations in main memory"
+
+    @property
+    def is_default(self) -> bool:
+        return self == ExecutionSpec()
+
+
 class ResolvedFlops(NamedTuple):
     """Which unit of the chip runs arithmetic of a requested dtype, and how fast."""
 
@@ -246,6 +271,8 @@ class HardwareSpec(BaseModel):
     launch_overhead_s: float = Field(default=0.0, ge=0)
     """Fixed host-side cost per kernel/op (launch latency), added to every op's time."""
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    """Kernel granularity and activation residency of the software stack (default: fused)."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Citation per figure, keyed by its dotted path: ``engines.peak_flops_per_s.bf16``,
     ``memory.hbm.bandwidth_bytes_per_s``, ``launch_overhead_s`` …"""

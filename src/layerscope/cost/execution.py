@@ -1,0 +1,163 @@
+"""Execution profiles: how many kernels the software stack runs per graph op, and what they move.
+
+A graph op is one operator (an RMSNorm, a RoPE); the kernels that run it depend on the software.
+A serving engine runs each as one fused kernel (profile ``fused``: one launch, the op's compulsory
+bytes). Hugging Face transformers' eager PyTorch modules run each line of their ``forward`` as
+its own aten kernel, every one reading and writing the whole tensor (profile ``hf-eager``). The
+profile is chosen by ``HardwareSpec.execution.kernels``; ``layerscope calibrate`` writes
+``hf-eager`` because it measures PyTorch eager on the device, and every preset is ``fused``.
+
+A profile maps each op to a :class:`KernelPlan` row: kernel launches (each pays
+``launch_overhead_s``) and multipliers on the op's activation and KV-cache bytes. Multipliers keep
+the work linear in the op's own bytes, so decode-step interpolation and sweeps stay exact.
+
+``hf-eager`` rules, from the transformers 5.x module code (``modeling_llama.py`` and the families
+that copy it), per op of N elements of ``a`` bytes (the activation type):
+
+* **RMSNorm** (``LlamaRMSNorm``): ``to(fp32)``, ``pow``, ``mean``, ``add eps``, ``rsqrt``, ``mul``,
+  ``to(dtype)``, ``weight *``. The casts are no-ops in fp32. Bytes: pow 8N, mean 4N, mul 8N,
+  weight-mul 2aN, plus (a+4)N per cast when ``a`` is not 4: (20 + 2a)N in fp32 (6 kernels),
+  (28 + 4a)N otherwise (8 kernels), against the fused kernel's 2aN. LayerNorm is one native
+  ``layer_norm`` kernel.
+* **RoPE** (``apply_rotary_pos_emb`` on q and k): per tensor ``x*cos`` (2N), ``neg`` of one half
+  (N), ``cat`` (2N), ``rotate_half(x)*sin`` (2N), ``add`` (3N): 5 kernels and 10N per tensor,
+  against 2N fused.
+* **Attention** (``sdpa_attention_forward`` with a ``DynamicCache``): one SDPA kernel plus the
+  ``transpose(1, 2).contiguous()`` copy of its output (2 x output bytes). ``DynamicCache.update``
+  appends with ``torch.cat`` for K and V, reading and writing the whole cache every step: 2x the
+  cache bytes the attention reads, booked on the attention op (it scales with the cache, as the
+  attention's own bytes do), so its KV bytes are multiplied by 3. The ``kv_write`` op keeps its
+  two launches (the two cats) and no bytes of its own.
+* **Gated activation** (``act_fn(gate) * up``): 2 kernels, 5N against 3N fused. ``gelu_new``
+  (GPT-2's tanh formula written out in Python): 8 kernels, 18N against 2N.
+* **MoE** (the experts loop of ``Qwen3MoeExperts``/``MixtralExperts``): per expert hit, the token
+  gather, gate-up GEMM, chunk/act/mul, down GEMM, routing-weight multiply and ``index_add_``
+  (9 kernels), plus 4 for the one-hot expert mask; routing top-k is softmax, topk, sum, div and a
+  cast (5 kernels).
+
+Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerscope.errors import CostModelError
+from layerscope.graph.ops import Op
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Per op: kernel launches and multipliers on activation and KV-cache bytes."""
+
+    launches: np.ndarray
+    act_factor: np.ndarray
+    kv_factor: np.ndarray
+
+    @classmethod
+    def identity(cls, n: int) -> KernelPlan:
+        return cls(np.ones(n), np.ones(n), np.ones(n))
+
+
+#: One row of a plan: (launches, activation-byte factor, KV-byte factor).
+PlanRow = tuple[float, float, float]
+ONE_KERNEL: PlanRow = (1.0, 1.0, 1.0)
+
+
+def _act_bytes_per_element(op: Op) -> float:
+    t = op.inputs[0] if op.inputs else op.outputs[0]
+    return t.dtype.bits / 8
+
+
+def _eager_norm(op: Op) -> PlanRow:
+    if not op.definition.startswith("rmsnorm"):
+        return ONE_KERNEL  # nn.LayerNorm -> one native layer_norm kernel
+    a = _act_bytes_per_element(op)
+    n = op.outputs[0].numel
+    fused = op.act_read_bytes + op.act_write_bytes
+    if a == 4:
+        eager, launches = (20 + 2 * a) * n, 6.0
+    else:
+        eager, launches = (28 + 4 * a) * n, 8.0
+    return launches, eager / fused if fused else 1.0, 1.0
+
+
+def _eager_rope(op: Op) -> PlanRow:
+    a = _act_bytes_per_element(op)
+    qk = sum(t.numel for t in op.outputs)
+    fused = op.act_read_bytes + op.act_write_bytes
+    return 5.0 * len(op.outputs), (10 * qk * a) / fused if fused else 1.0, 1.0
+
+
+def _eager_attention(op: Op) -> PlanRow:
+    out = op.outputs[0].nbytes
+    fused = op.act_read_bytes + op.act_write_bytes
+    return 2.0, (fused + 2 * out) / fused if fused else 1.0, 3.0
+
+
+def _eager_kv_write(op: Op) -> PlanRow:
+    return 2.0, 0.0, 0.0
+
+
+def _eager_activation(op: Op) -> PlanRow:
+    gated = len(op.inputs) == 2
+    if str(op.attr("activation", "")).lower() in ("gelu_new", "gelu_fast"):
+        base_launches, base_factor = 8.0, 9.0
+    else:
+        base_launches, base_factor = 1.0, 1.0
+    if not gated:
+        return base_launches, base_factor, 1.0
+    # act(gate): base_factor x 2N; the multiply by up: 3N; fused gated kernel: 3N.
+    return base_launches + 1.0, (2 * base_factor + 3) / 3, 1.0
+
+
+def _eager_topk(op: Op) -> PlanRow:
+    return 5.0, 1.0, 1.0
+
+
+def _eager_moe(op: Op) -> PlanRow:
+    touched = float(op.attr("experts_touched", 1.0) or 1.0)  # type: ignore[arg-type]
+    return 9.0 * touched + 4.0, 1.0, 1.0
+
+
+#: hf-eager rules by op kind; kinds not listed run as one kernel.
+HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
+    "norm": _eager_norm,
+    "rope": _eager_rope,
+    "attention": _eager_attention,
+    "kv_write": _eager_kv_write,
+    "activation": _eager_activation,
+    "topk": _eager_topk,
+    "moe_experts": _eager_moe,
+}
+
+
+def _fused(ops: Sequence[Op]) -> KernelPlan:
+    return KernelPlan.identity(len(ops))
+
+
+def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
+    rows = np.array([HF_EAGER_RULES.get(op.kind, lambda _op: ONE_KERNEL)(op) for op in ops],
+                    dtype=np.float64).reshape(len(ops), 3)
+    return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy())
+
+
+#: Execution profiles by name (``HardwareSpec.execution.kernels``).
+EXECUTION_PROFILES: dict[str, Callable[[Sequence[Op]], KernelPlan]] = {
+    "fused": _fused,
+    "hf-eager": _hf_eager,
+}
+
+
+def kernel_plan(name: str, ops: Sequence[Op]) -> KernelPlan:
+    """The plan of profile ``name`` for ``ops``; an unknown name lists the known ones."""
+    try:
+        profile = EXECUTION_PROFILES[name]
+    except KeyError:
+        raise CostModelError(
+            f"unknown execution profile {name!r}; known: {', '.join(sorted(EXECUTION_PROFILES))}"
+        ) from None
+    return profile(ops)
