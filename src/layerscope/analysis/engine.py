@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -124,8 +125,13 @@ def _read_cache(target: Path) -> tuple[dict[str, Any], list[str]] | None:
     return dict(meta.get("metadata", {})), list(meta.get("warnings", []))
 
 
-def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True) -> TraceTables:
-    """Read a trace (any registered format), through the Parquet cache when allowed."""
+def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
+                background: list[threading.Thread] | None = None) -> TraceTables:
+    """Read a trace (any registered format), through the Parquet cache when allowed.
+
+    With ``background`` (a list), a cache miss writes the cache in a thread appended to it, so
+    the tables come back as soon as they are parsed; join the thread before relying on the cache.
+    """
     from layerscope.trace.readers import read_trace
 
     source = Path(path)
@@ -140,11 +146,22 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True) -> Trac
         tables = {name: pq.read_table(target / f"{name}.parquet") for name in SCHEMAS}
         return TraceTables.from_tables(tables, metadata, warnings)
     tables_read = read_trace(source)
+    if background is None:
+        _write_cache_logged(tables_read, target)
+    else:
+        # Parquet encoding and zstd run in Arrow's C++ without the GIL: it overlaps the queries
+        writer = threading.Thread(target=_write_cache_logged, args=(tables_read, target),
+                                  name="layerscope-trace-cache")
+        writer.start()
+        background.append(writer)
+    return tables_read
+
+
+def _write_cache_logged(tables: TraceTables, target: Path) -> None:
     try:
-        _write_cache(tables_read, target)
+        _write_cache(tables, target)
     except OSError as exc:
         log.warning("could not write the trace cache %s: %s", target, exc)
-    return tables_read
 
 
 def _integral_decimals_to_int(table: pa.Table) -> pa.Table:
@@ -162,14 +179,17 @@ class TraceDB:
     """A trace loaded into an in-process DuckDB, queryable with trace_processor's SQL.
 
     ``source`` is a trace path (Chrome/Kineto JSON, Perfetto protobuf) or :class:`TraceTables`.
-    ``use_cache=False`` skips the Parquet cache. Close it (or use ``with``) to free memory.
+    ``use_cache=False`` skips the Parquet cache. On a cache miss the cache is written in the
+    background while the trace is queried; :meth:`close` waits for it. Close it (or use
+    ``with``) to free memory.
     """
 
     def __init__(self, source: str | os.PathLike[str] | TraceTables, *, use_cache: bool = True) -> None:
+        self._writers: list[threading.Thread] = []
         if isinstance(source, TraceTables):
             self.tables = source
         else:
-            self.tables = load_tables(source, use_cache=use_cache)
+            self.tables = load_tables(source, use_cache=use_cache, background=self._writers)
         self.metadata: dict[str, Any] = self.tables.metadata
         self.warnings: list[str] = self.tables.warnings
         self._con = duckdb.connect()
@@ -177,12 +197,12 @@ class TraceDB:
             # SQLite (trace_processor) sorts NULLs first ascending and last descending
             self._con.execute("SET default_null_order = 'nulls_first_on_asc_last_on_desc'")
             for name, table in self.tables.tables().items():
-                self._con.register(f"__arrow_{name}", table)
-                self._con.execute(f"CREATE TABLE __{name} AS SELECT * FROM __arrow_{name}")
-                self._con.unregister(f"__arrow_{name}")
+                # scanned in place (zero-copy): a copy into DuckDB's storage costs more at
+                # ingest than it saves on the reports
+                self._con.register(f"__{name}", table)
             self._con.execute(_VIEWS)
         except duckdb.Error as exc:
-            self._con.close()
+            self.close()
             raise AnalysisError(f"cannot load the trace tables into DuckDB: {exc}") from None
 
     def query(self, sql: str) -> pa.Table:
@@ -223,6 +243,9 @@ class TraceDB:
 
     def close(self) -> None:
         self._con.close()
+        for writer in self._writers:
+            writer.join()
+        self._writers.clear()
 
     def __enter__(self) -> TraceDB:
         return self

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,7 +87,11 @@ _COLUMNS = "{" + ", ".join(f"{f}: 'VARCHAR'" for f in (*_FIELDS, "args")) + "}"
 
 
 def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
-    """Yield decompressed chunks; a truncated or corrupt gzip stream ends with a warning."""
+    """Yield decompressed chunks; a truncated or corrupt gzip stream ends with a warning.
+
+    A gzip file is read and inflated by a helper thread (zlib and isal release the GIL), so
+    inflating overlaps the consumer's work on the previous chunk.
+    """
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed in finally; generator
     except OSError as exc:
@@ -97,36 +103,68 @@ def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
             while chunk := handle.read(_CHUNK_BYTES):
                 yield chunk
             return
-        inflate = _inflate_module()
-        inflater = inflate.decompressobj(31)
-        while True:
-            data = handle.read(_CHUNK_BYTES)
-            if not data:
-                if not inflater.eof:
-                    warnings.append("gzip stream is truncated (no end marker); read what was there")
-                break
+        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        stop = threading.Event()
+
+        def put(item: bytes | None) -> bool:
+            while not stop.is_set():
+                try:
+                    chunks.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
             try:
-                out = inflater.decompress(data)
-            except (zlib.error, inflate.error) as exc:
-                warnings.append(f"gzip stream is corrupt ({exc}); read what came before")
+                for out in _inflate(handle, warnings):
+                    if not put(out):
+                        return
+            finally:
+                put(None)
+
+        worker = threading.Thread(target=produce, name="layerscope-inflate", daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not None:
+                yield item
+        finally:
+            stop.set()
+            worker.join()
+    finally:
+        handle.close()
+
+
+def _inflate(handle: Any, warnings: list[str]) -> Iterator[bytes]:
+    """Inflate a gzip stream (multi-member too) chunk by chunk; damage ends it with a warning."""
+    inflate = _inflate_module()
+    inflater = inflate.decompressobj(31)
+    while True:
+        data = handle.read(_CHUNK_BYTES)
+        if not data:
+            if not inflater.eof:
+                warnings.append("gzip stream is truncated (no end marker); read what was there")
+            break
+        try:
+            out = inflater.decompress(data)
+        except (zlib.error, inflate.error) as exc:
+            warnings.append(f"gzip stream is corrupt ({exc}); read what came before")
+            return
+        if out:
+            yield out
+        while inflater.eof and inflater.unused_data:
+            # a concatenated (multi-member) gzip file: start a new member
+            rest = inflater.unused_data
+            inflater = inflate.decompressobj(31)
+            try:
+                out = inflater.decompress(rest)
+            except (zlib.error, inflate.error):
                 return
             if out:
                 yield out
-            while inflater.eof and inflater.unused_data:
-                # a concatenated (multi-member) gzip file: start a new member
-                rest = inflater.unused_data
-                inflater = inflate.decompressobj(31)
-                try:
-                    out = inflater.decompress(rest)
-                except (zlib.error, inflate.error):
-                    return
-                if out:
-                    yield out
-        tail = inflater.flush()
-        if tail:
-            yield tail
-    finally:
-        handle.close()
+    tail = inflater.flush()
+    if tail:
+        yield tail
 
 
 def _loads_object(text: bytes) -> dict[str, Any] | None:
@@ -490,6 +528,17 @@ def _int_or_none(value: Any) -> int | None:
 # --------------------------------------------------------------------------- slices
 
 
+_OPEN_END = np.iinfo(np.int64).max // 4
+
+
+def _time_ordered(ts: np.ndarray, dur_eff: np.ndarray) -> bool:
+    """Whether the rows are already ordered by ``(ts, -dur)`` (ties in input order)."""
+    if len(ts) < 2:
+        return True
+    dts = np.diff(ts)
+    return bool(np.all((dts > 0) | ((dts == 0) & (np.diff(dur_eff) <= 0))))
+
+
 def nest(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth and parent index of each slice, nesting by time within each track.
 
@@ -503,12 +552,16 @@ def nest(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return depth, parent
-    dur_eff = np.where(dur < 0, np.iinfo(np.int64).max // 4, dur)
-    order = np.lexsort((np.arange(n), -dur_eff, ts, track))
+    dur_eff = np.where(dur < 0, _OPEN_END, dur)
+    if _time_ordered(ts, dur_eff):
+        # readers hand slices over in id order already: a stable sort by track keeps it
+        order = np.argsort(track, kind="stable")
+    else:
+        order = np.lexsort((np.arange(n), -dur_eff, ts, track))
     t_sorted = track[order]
     ts_s = ts[order]
     end_s = ts_s + dur_eff[order]
-    bounds = np.flatnonzero(np.diff(t_sorted)) + 1
+    bounds = np.flatnonzero(t_sorted[1:] != t_sorted[:-1]) + 1
     starts = np.concatenate(([0], bounds))
     stops = np.concatenate((bounds, [n]))
     depth_s = np.empty(n, dtype=np.int64)
@@ -523,18 +576,19 @@ def nest(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray
                  + np.searchsorted(nonzero_end, seg_ts, side="right")
                  - np.searchsorted(nonzero_end, seg_ts, side="left"))
         depth_s[a:b] = np.arange(b - a) - ended
+    # the parent is the last earlier slice one level up: one search over (depth, position) keys
+    positions = np.arange(n, dtype=np.int64)
+    keys = depth_s * n + positions
+    by_level = keys[np.argsort(depth_s, kind="stable")]
+    child = np.flatnonzero(depth_s > 0)
+    level_base = (depth_s[child] - 1) * n
+    k = np.searchsorted(by_level, level_base + child) - 1
+    cand = by_level[np.maximum(k, 0)] - level_base
+    ok = (k >= 0) & (cand >= 0)
+    cand = np.maximum(cand, 0)
+    ok &= t_sorted[cand] == t_sorted[child]
     parent_s = np.full(n, -1, dtype=np.int64)
-    positions = np.arange(n)
-    for level in range(1, int(depth_s.max()) + 1):
-        here = positions[depth_s == level]
-        above = positions[depth_s == level - 1]
-        if len(here) == 0 or len(above) == 0:
-            continue
-        k = np.searchsorted(above, here) - 1
-        ok = k >= 0
-        cand = above[np.maximum(k, 0)]
-        ok &= t_sorted[cand] == t_sorted[here]
-        parent_s[here[ok]] = cand[ok]
+    parent_s[child[ok]] = cand[ok]
     depth[order] = depth_s
     parent[order] = np.where(parent_s >= 0, order[np.maximum(parent_s, 0)], -1)
     return depth, parent
@@ -545,12 +599,20 @@ def _nest_dropping_overlaps(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
     """Nest slices (given in id order); drop those that end after their parent, as Perfetto does.
 
     Returns the positions kept and, for them, depth and parent (a position among the kept).
+    Dropping a slice changes the nesting of its own track only, so later passes re-nest just
+    the tracks that lost slices.
     """
-    keep = np.arange(len(ts))
+    n = len(ts)
+    alive = np.ones(n, dtype=bool)
+    depth_all = np.zeros(n, dtype=np.int64)
+    parent_all = np.full(n, -1, dtype=np.int64)
+    sel = np.arange(n)
     dropped = 0
-    while True:
-        t, s, d = track[keep], ts[keep], dur[keep]
+    while len(sel):
+        t, s, d = track[sel], ts[sel], dur[sel]
         depth, parent = nest(t, s, d)
+        depth_all[sel] = depth
+        parent_all[sel] = np.where(parent >= 0, sel[np.maximum(parent, 0)], -1)
         p = np.maximum(parent, 0)
         parent_end = s[p] + d[p]
         # only judge slices whose computed parent really is open at their start: the others'
@@ -560,11 +622,20 @@ def _nest_dropping_overlaps(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
         if not bad.any():
             break
         dropped += int(bad.sum())
-        keep = keep[~bad]
+        alive[sel[bad]] = False
+        redo = np.zeros(n, dtype=bool)
+        redo[sel] = np.isin(t, np.unique(t[bad]))
+        sel = np.flatnonzero(redo & alive)
+    keep = np.flatnonzero(alive)
     if dropped:
         warnings.append(f"dropped {dropped} slices that end after the slice enclosing their start "
                         "(improper nesting; trace_processor drops them too)")
-    return keep, depth, parent
+    if len(keep) == n:
+        return keep, depth_all, parent_all
+    new_index = np.full(n, -1, dtype=np.int64)
+    new_index[keep] = np.arange(len(keep))
+    parent_kept = parent_all[keep]
+    return keep, depth_all[keep], np.where(parent_kept >= 0, new_index[np.maximum(parent_kept, 0)], -1)
 
 
 def _python_slices(con: duckdb.DuckDBPyConnection, ids: _Ids, thread_track: dict[int, int],
@@ -814,21 +885,16 @@ def _build(con: duckdb.DuckDBPyConnection, warnings: list[str]) -> dict[str, pa.
     con.register("tmap", tmap)
     extra = _python_slices(con, ids, thread_track, tracks, warnings)
     con.register("extra", extra)
-    # Slices stay in DuckDB (compressed, spillable); numpy orders and nests the narrow columns,
-    # then each wide column is fetched once and reordered (names as dictionaries).
-    con.execute("""
-        CREATE TABLE sl AS
-            SELECT e.seq, e.ts, e.dur, m.track_id, e.cat, e.name, e.args, e.tts, e.tdur
-            FROM ev e JOIN tmap m USING (pid, tid)
-            WHERE e.ph = 'X' AND e.ts IS NOT NULL AND e.dur >= 0
-            UNION ALL
-            SELECT e.seq, e.ts, 0, m.track_id, e.cat, e.name, e.args, e.tts, NULL
-            FROM ev e JOIN tmap m USING (pid, tid)
-            WHERE e.ph IN ('i', 'I', 'R') AND e.ts IS NOT NULL AND (e.s IS NULL OR e.s NOT IN ('g', 'p'))
-            UNION ALL SELECT seq, ts, dur, track_id, cat, name, args, tts, tdur FROM extra""")
-    con.unregister("extra")
-    narrow = con.sql("SELECT rowid AS pos, seq, ts, dur, track_id, tts, tdur FROM sl ORDER BY rowid"
-                     ).to_arrow_table()
+    # One fetch of the narrow columns and the names of every slice (file order does not matter:
+    # numpy orders them), then the args, the widest column, alone.
+    thread_slices = """
+        ev.ts IS NOT NULL AND ((ev.ph = 'X' AND ev.dur >= 0) OR (ev.ph IN ('i', 'I', 'R')
+            AND (ev.s IS NULL OR ev.s NOT IN ('g', 'p'))))"""
+    narrow = con.sql(f"""
+        SELECT ev.seq, ev.ts, CASE WHEN ev.ph = 'X' THEN ev.dur ELSE 0 END AS dur, m.track_id,
+               ev.tts, CASE WHEN ev.ph = 'X' THEN ev.tdur END AS tdur, ev.cat, ev.name
+        FROM ev JOIN tmap m USING (pid, tid) WHERE {thread_slices}
+        UNION ALL SELECT seq, ts, dur, track_id, tts, tdur, cat, name FROM extra""").to_arrow_table()
     seq = narrow.column("seq").to_numpy()
     ts_all = narrow.column("ts").to_numpy()
     dur_all = narrow.column("dur").to_numpy()
@@ -838,31 +904,34 @@ def _build(con: duckdb.DuckDBPyConnection, warnings: list[str]) -> dict[str, pa.
     keep, depth, parent = _nest_dropping_overlaps(track_all[order], ts_all[order], dur_all[order], warnings)
     rows = order[keep]
     n = len(rows)
-    rank = np.full(len(seq), -1, dtype=np.int64)
-    rank[rows] = np.arange(n)
+    rank_by_seq = np.full(int(seq.max()) + 1 if len(seq) else 0, -1, dtype=np.int64)
+    rank_by_seq[seq[rows]] = np.arange(n)
     take = pa.array(rows)
     track_arr, ts_arr, dur_arr = track_all[rows], ts_all[rows], dur_all[rows]
 
-    def wide(column: str) -> pa.ChunkedArray:
-        values = con.sql(f"SELECT {column} FROM sl ORDER BY rowid").to_arrow_table().column(0)
-        return pc.dictionary_encode(values).take(take)
-
-    args = con.sql("SELECT rowid AS pos, args FROM sl WHERE args IS NOT NULL ORDER BY rowid").to_arrow_table()
-    arg_ids = rank[args.column("pos").to_numpy()]
+    category = pc.dictionary_encode(narrow.column("cat")).take(take)
+    name = pc.dictionary_encode(narrow.column("name")).take(take)
+    thread_ts, thread_dur = narrow.column("tts").take(take), narrow.column("tdur").take(take)
+    del narrow  # before the args, the widest column, arrive
+    args = con.sql(f"""
+        SELECT seq, args FROM ev WHERE args IS NOT NULL AND {thread_slices}
+        UNION ALL SELECT seq, args FROM extra WHERE args IS NOT NULL""").to_arrow_table()
+    con.unregister("extra")
+    arg_ids = rank_by_seq[args.column("seq").to_numpy()]
     has_args = np.zeros(n, dtype=bool)
     has_args[arg_ids[arg_ids >= 0]] = True
     ids_arr = np.arange(n, dtype=np.int64)
     slice_table = pa.table({
         "id": ids_arr, "ts": ts_arr, "dur": dur_arr, "track_id": track_arr,
-        "category": wide("cat"), "name": wide("name"), "depth": depth,
+        "category": category, "name": name, "depth": depth,
         "parent_id": pa.array(parent, mask=parent < 0),
         "arg_set_id": pa.array(ids_arr, mask=~has_args),
-        "thread_ts": narrow.column("tts").take(take), "thread_dur": narrow.column("tdur").take(take),
+        "thread_ts": thread_ts, "thread_dur": thread_dur,
     })
     arg_sets = pa.table({"arg_set_id": arg_ids, "json": args.column("args")})
     if (arg_ids < 0).any():
         arg_sets = arg_sets.filter(pa.array(arg_ids >= 0))
-    del narrow, args
+    del args
     flow = _bind_flows(con, track_arr, ts_arr, dur_arr, parent)
     counter = _counters(con, ids, tracks, warnings)
     track_table = pa.Table.from_pylist([{k: v for k, v in t.items() if not k.startswith("_")}

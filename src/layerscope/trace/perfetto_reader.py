@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from layerscope.errors import TraceError
 from layerscope.trace.chrome_reader import nest
-from layerscope.trace.protobuf_wire import as_double, as_signed, iter_fields
+from layerscope.trace.protobuf_wire import as_double, as_signed, decode_fields, next_field
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
 log = logging.getLogger(__name__)
@@ -53,20 +53,26 @@ class _Sequence:
     clock_id: int | None = None
     default_track: int | None = None
     incremental: dict[int, int] = field(default_factory=dict)  # clock id -> last value
+    #: decoded debug annotations by their bytes (shapes repeat across layers and steps)
+    annotations: dict[bytes, tuple[str, Any]] = field(default_factory=dict)
 
 
-def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
-    return list(iter_fields(buf))
+_fields = decode_fields
+iter_fields = decode_fields
 
 
-def _decode_annotation(buf: bytes, seq: _Sequence) -> tuple[str, Any]:
+def _decode_annotation(buf: bytes, seq: _Sequence, missing: list[int] | None = None) -> tuple[str, Any]:
+    """``(name, value)`` of a DebugAnnotation; iids not (yet) interned are added to ``missing``."""
     name = ""
     value: Any = None
     arr: list[Any] = []
     entries: dict[str, Any] = {}
     for f, wt, v in iter_fields(buf):
         if f == 1 and wt == 0:
-            name = seq.debug_names.get(int(v), f"iid{int(v)}")  # type: ignore[arg-type]
+            known = seq.debug_names.get(int(v))  # type: ignore[arg-type]
+            if known is None and missing is not None:
+                missing.append(int(v))  # type: ignore[arg-type]
+            name = f"iid{int(v)}" if known is None else known
         elif f == 10 and isinstance(v, bytes):
             name = v.decode("utf-8", "replace")
         elif f == 2:
@@ -80,14 +86,18 @@ def _decode_annotation(buf: bytes, seq: _Sequence) -> tuple[str, Any]:
         elif f in (6, 9) and isinstance(v, bytes):
             value = v.decode("utf-8", "replace")
         elif f == 17:
-            value = seq.debug_strings.get(int(v), "")  # type: ignore[arg-type]
+            value = seq.debug_strings.get(int(v))  # type: ignore[arg-type]
+            if value is None:
+                value = ""
+                if missing is not None:
+                    missing.append(int(v))  # type: ignore[arg-type]
         elif f == 7:
             value = hex(int(v))  # type: ignore[arg-type]
         elif f == 12 and isinstance(v, bytes):
-            arr.append(_decode_annotation(v, seq)[1])
+            arr.append(_decode_annotation(v, seq, missing)[1])
             value = arr
         elif f == 11 and isinstance(v, bytes):
-            key, item = _decode_annotation(v, seq)
+            key, item = _decode_annotation(v, seq, missing)
             entries[key] = item
             value = entries
     return name, value
@@ -109,8 +119,11 @@ def read_perfetto(path: str | os.PathLike[str]) -> TraceTables:
             raise TraceError(f"{str(source)!r}: corrupt gzip: {exc}") from None
     warnings: list[str] = []
     reader = _Reader(warnings)
+    pos, end = 0, len(data)
     try:
-        for f, wt, v in iter_fields(data):
+        while pos < end:
+            # packets one at a time, so a damaged packet keeps those before it
+            f, wt, v, pos = next_field(data, pos, end)
             if f == 1 and wt == 2 and isinstance(v, bytes):
                 reader.packet(v)
             else:
@@ -267,26 +280,33 @@ class _Reader:
         debug: dict[str, Any] = {}
         value: float | None = None
         flows: list[tuple[int, bool]] = []
+        annotations = seq.annotations
+        # most frequent first: a slice carries many debug annotations
         for f, wt, v in iter_fields(buf):
-            if f == _TE_TYPE:
-                kind = int(v)  # type: ignore[arg-type]
-            elif f == _TE_TRACK_UUID:
-                track = int(v)  # type: ignore[arg-type]
-            elif f == _TE_NAME and isinstance(v, bytes):
-                name = v.decode("utf-8", "replace")
-            elif f == _TE_NAME_IID:
-                name = seq.names.get(int(v), name)  # type: ignore[arg-type]
+            if f == _TE_DEBUG and wt == 2:
+                decoded = annotations.get(v)  # type: ignore[arg-type]
+                if decoded is None:
+                    missing: list[int] = []
+                    decoded = _decode_annotation(v, seq, missing)  # type: ignore[arg-type]
+                    if not missing:  # an iid interned later must not stay unresolved
+                        annotations[v] = decoded  # type: ignore[index]
+                debug[decoded[0]] = decoded[1]
+            elif wt == 0 and f == _TE_TYPE:
+                kind = v  # type: ignore[assignment]
+            elif wt == 0 and f == _TE_TRACK_UUID:
+                track = v  # type: ignore[assignment]
+            elif wt == 0 and f == _TE_NAME_IID:
+                name = seq.names.get(v, name)  # type: ignore[arg-type]
+            elif wt == 0 and f == _TE_COUNTER:
+                value = float(as_signed(v))  # type: ignore[arg-type]
+            elif f == _TE_DOUBLE_COUNTER and wt == 1:
+                value = as_double(v)  # type: ignore[arg-type]
+            elif f == _TE_NAME and wt == 2:
+                name = v.decode("utf-8", "replace")  # type: ignore[union-attr]
             elif f == _TE_CATEGORY_IIDS:
                 cats.append(seq.categories.get(int(v), ""))  # type: ignore[arg-type]
-            elif f == _TE_CATEGORIES and isinstance(v, bytes):
-                cats.append(v.decode("utf-8", "replace"))
-            elif f == _TE_DEBUG and isinstance(v, bytes):
-                key, item = _decode_annotation(v, seq)
-                debug[key] = item
-            elif f == _TE_COUNTER:
-                value = float(as_signed(int(v)))  # type: ignore[arg-type]
-            elif f == _TE_DOUBLE_COUNTER and wt == 1:
-                value = as_double(int(v))  # type: ignore[arg-type]
+            elif f == _TE_CATEGORIES and wt == 2:
+                cats.append(v.decode("utf-8", "replace"))  # type: ignore[union-attr]
             elif f in (_TE_FLOW, _TE_FLOW_OLD):
                 flows.append((int(v), False))  # type: ignore[arg-type]
             elif f in (_TE_TERM, _TE_TERM_OLD):
