@@ -28,14 +28,18 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     meas = hw.calibration.measurements
     assert meas.threads >= 1 and meas.torch_version and meas.device == "cpu"
     assert len(meas.gemm) == 6 and set(meas.gemm.dtype) == {DType.FP32}
-    assert set(meas.stream.kernel) == {"copy", "scale"} and len(meas.empty_op_s) == 3
+    assert set(meas.stream.kernel) == {"copy", "scale", "gemv"} and len(meas.empty_op_s) == 3
     assert {"add", "mul", "rmsnorm", "softmax"} == set(meas.vector.kernel)
     assert steps[-1] == (steps[-1][1], steps[-1][1], "done") and steps[0][0] == 0
     # Any CPU does 0.1 GFLOP/s .. 100 TFLOP/s of fp32 GEMM, moves 0.1 .. 2000 GB/s, dispatches in < 1 ms.
     assert 1e8 < hw.peak_flops(DType.FP32) < 1e14
     assert 1e8 < hw.memory_bandwidth_bytes_per_s < 2e12
     assert 0 < hw.launch_overhead_s < 1e-3
-    assert hw.efficiency.matmul_half_flops[DType.FP32] >= 0
+    # The per-M table at the grid's M > 1, and main memory at the GEMV weight-streaming rate.
+    assert [m for m, _ in hw.matmul_rows(DType.FP32)] == [64.0, 256.0]
+    assert hw.calibration.fit.weight_stream is not None
+    assert hw.memory_bandwidth_bytes_per_s == pytest.approx(hw.calibration.fit.weight_stream.bandwidth_bytes_per_s)
+    assert hw.execution.kernels == "hf-eager" and hw.execution.activations_in_cache
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
     again = load_hardware(path)

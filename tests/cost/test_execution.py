@@ -155,3 +155,29 @@ def test_unknown_kernels_in_a_spec_is_a_clear_error():
 
     with pytest.raises(HardwareSpecError, match="execution"):
         _hw(kernels="xla")
+
+
+def test_matmul_rows_table_sets_the_gemm_rate_by_row_count():
+    # fp32 peak 100 GFLOP/s; measured 40% of peak at M = 16 and 80% at M = 256. A 64-row GEMM
+    # (halfway in log M) runs at 60%; a GEMV (M = 1) and the attention's products are unaffected.
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[16, 0.4], [256, 0.8]]}}})
+    g = _layer("fp32", input_len=64)
+    q = g.index["layers.0.self_attn.q_proj"]
+    t = time_graph(g, hw)
+    assert t.compute_s[q] == pytest.approx(g.ops[q].flops / (100e9 * 0.6))
+    attn = g.index["layers.0.self_attn.attn"]
+    assert t.compute_s[attn] == pytest.approx(time_graph(g, _hw()).compute_s[attn])
+    big = _layer("fp32", input_len=4096)
+    assert time_graph(big, hw).compute_s[q] == pytest.approx(big.ops[q].flops / (100e9 * 0.8))
+    d = _layer("fp32", phase="decode", context_len=64)
+    qd = d.index["layers.0.self_attn.q_proj"]
+    assert time_graph(d, hw).compute_s[qd] == pytest.approx(d.ops[qd].flops / 100e9)
+
+
+def test_a_bad_rows_table_is_refused():
+    from layerscope.errors import HardwareSpecError
+
+    with pytest.raises(HardwareSpecError, match="matmul_rows"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[256, 0.8], [16, 0.4]]}}})
+    with pytest.raises(HardwareSpecError, match="matmul_rows"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[16, 1.4]]}}})

@@ -17,6 +17,7 @@ from layerscope.hardware.fit import (
     fit_matmul,
     fit_measurements,
     hockney_time_s,
+    matmul_rows_efficiency,
 )
 from layerscope.units import DType
 
@@ -190,15 +191,34 @@ def test_calibrated_spec_reproduces_the_machine_and_round_trips(tmp_path) -> Non
     hw = calibrated_spec(synthetic(), name="synthetic", description="test", kind="cpu", engine_count=2,
                          memory_levels=levels, llc_bytes=LLC)
     assert hw.achievable_flops_per_s(DType.BF16) == pytest.approx(400e9)
-    assert hw.matmul_half_flops(DType.BF16) == pytest.approx(1e9)
-    assert hw.matmul_half_flops(DType.FP16) == pytest.approx(1e9)  # fp16 falls back to the bf16 unit
+    # The measured per-M table replaces W½ in the spec; the Hockney fit stays in the record.
+    assert hw.matmul_half_flops(DType.BF16) == 0.0
+    assert hw.calibration is not None
+    assert hw.calibration.fit.matmul[DType.BF16].half_flops == pytest.approx(1e9)
+    rows = hw.matmul_rows(DType.BF16)
+    assert rows == hw.matmul_rows(DType.FP16)  # fp16 falls back to the bf16 unit
+    assert [m for m, _ in rows] == sorted({m for m in hw.calibration.measurements.gemm.m if m > 1})
+    assert all(0 < f <= 1 for _, f in rows)
     assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(20e9)
     assert hw.level("l3").bandwidth_bytes_per_s == pytest.approx(150e9)
     assert hw.launch_overhead_s == pytest.approx(5e-6)
-    assert "Hockney" in hw.efficiency.matmul_half_flops_source
+    assert "per GEMM row count" in hw.efficiency.matmul_rows_source
     assert hw.source("engines.peak_flops_per_s.fp32").startswith("calibrated")
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
     again = load_hardware(path)
     assert again == hw
     assert again.calibration is not None and len(again.calibration.measurements.gemm) == 28
+
+
+def test_matmul_rows_efficiency_by_hand() -> None:
+    # Two shapes at M = 4 and one at M = 64 on a 100 GFLOP/s peak, 1 us overhead: the median
+    # of the achieved/peak ratios per M; M = 1 (GEMV) is left out; ratios above 1 are capped.
+    gemm = GemmTable(dtype=[DType.FP32] * 4, m=[1, 4, 4, 64], n=[1024, 1024, 2048, 1024], k=[1024] * 4,
+                     time_s=[1e-3, 2 * 4 * 1024 * 1024 / 50e9 + 1e-6, 2 * 4 * 2048 * 1024 / 25e9 + 1e-6,
+                             2 * 64 * 1024 * 1024 / 200e9 + 1e-6],
+                     median_s=[1e-3] * 4)
+    rows = matmul_rows_efficiency(gemm, DType.FP32, 100e9, 1e-6)
+    assert [m for m, _ in rows] == [4.0, 64.0]
+    assert rows[0][1] == pytest.approx((0.5 + 0.25) / 2)
+    assert rows[1][1] == 1.0

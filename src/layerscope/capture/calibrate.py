@@ -73,7 +73,7 @@ FULL_GRID = CalibrationGrid(
     vector_elements=(16 * _KIB, 64 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB, 16384 * _KIB),
 )
 QUICK_GRID = CalibrationGrid(
-    gemm_m=(1, 4, 16, 64, 256, 1024),
+    gemm_m=(1, 4, 16, 64, 128, 256, 512, 1024),
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
     stream_step=4,
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
@@ -162,6 +162,26 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         tables.add(tables.stream, kernel=kernel, moved_bytes=2.0 * a.numel() * 4, footprint_bytes=2.0 * a.numel() * 4,
                    time_s=timing.best_s, median_s=timing.median_s)
 
+    def gemv(nbytes: int) -> None:
+        # Weight streaming as a decode step does it: y = x W^T over 2048-wide fp32 matrices whose
+        # total (nbytes) is far beyond the LLC, so every call reads its matrix from main memory.
+        k = 2048
+        n = 2048
+        count = max(2, -(-nbytes // (n * k * 4)))
+        weights = [torch.randn(n, k, device=dev) for _ in range(count)]
+        x = torch.randn(1, k, device=dev)
+        linear = torch.nn.functional.linear
+
+        def run() -> None:
+            for w in weights:
+                linear(x, w)
+
+        timing = timer.time(run, t)
+        total = float(count * n * k * 4)
+        # Per call: one matrix read (the vectors are negligible); the footprint is the whole set.
+        tables.add(tables.stream, kernel="gemv", moved_bytes=float(n * k * 4), footprint_bytes=total,
+                   time_s=timing.best_s / count, median_s=timing.median_s / count)
+
     def vector(kernel: str, elements: int) -> None:
         width = min(grid.vector_width, elements)
         rows = elements // width
@@ -193,6 +213,9 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     for nbytes in stream_sizes:
         for kernel in ("copy", "scale"):
             tasks.append((f"{kernel} {nbytes / _MIB:.3g} MiB", partial(stream, kernel, nbytes)))
+    if device == "cpu":
+        for factor in (4, 8):
+            tasks.append((f"gemv stream {factor}x LLC", partial(gemv, int(factor * llc))))
     for elements in grid.vector_elements:
         for kernel in ("add", "mul", "rmsnorm", "softmax"):
             tasks.append((f"{kernel} {elements} elements", partial(vector, kernel, elements)))

@@ -51,9 +51,28 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
     vector_rate = hw.achievable_vector_flops_per_s()
     rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
+    if hw.efficiency.matmul_rows:
+        rate = rate * _matmul_rows_fraction(features, hw)
     if not hw.efficiency.matmul_half_flops:
         return features.flops / rate
     return (features.flops + _matmul_half_flops(features, hw)) / rate
+
+
+def _matmul_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: the measured fraction of peak at its row count M (``efficiency.matmul_rows``),
+    interpolated linearly in log M and held at the table's ends; 1 for GEMVs (M = 1), ops without
+    weights (attention's products run other kernels) and non-matrix ops."""
+    fraction = np.ones(len(features.kinds))
+    m = features.gemm_mnkb[:, 0].astype(np.float64)
+    applies = features.uses_matrix_units & (m > 1) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
+    for code, dt in enumerate(DTYPE_ORDER):
+        rows = hw.matmul_rows(dt)
+        sel = applies & (features.dtype_code == code)
+        if rows and sel.any():
+            ms = np.log([r[0] for r in rows])
+            fr = np.array([r[1] for r in rows])
+            fraction[sel] = np.interp(np.log(m[sel]), ms, fr)
+    return fraction
 
 
 def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
@@ -62,10 +81,16 @@ def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
 
     Hockney & Jesshope, *Parallel Computers 2* (1988), §1.3.3: rate(W) = r∞ · W / (W + W½), so the
     time of W FLOPs is (W + W½) / r∞ — a fixed cost of W½ / r∞ per GEMM on top of the roofline's
-    W / r∞. Fitted per dtype by ``layerscope calibrate`` (``hardware/fit.py``).
+    W / r∞. Fitted per dtype by ``layerscope calibrate`` (``hardware/fit.py``) on GEMMs with M > 1.
+
+    Matrix-vector products (M = 1: a decode step's projections, per-head decode attention) run
+    BLAS's GEMV kernels, which stream the matrix and are not on the GEMM kernels' efficiency
+    curve, so they get no W½ term: a 2048x2048 fp32 GEMV measured 0.21 ms here, where the GEMM
+    curve (W½ = 117 MFLOP at 168 GFLOP/s) would charge 0.75 ms.
     """
     halves = np.array([hw.matmul_half_flops(dt) for dt in DTYPE_ORDER])
-    return np.where(features.uses_matrix_units & (features.flops > 0), halves[features.dtype_code], 0.0)
+    gemm = features.uses_matrix_units & (features.flops > 0) & (features.gemm_mnkb[:, 0] > 1)
+    return np.where(gemm, halves[features.dtype_code], 0.0)
 
 
 @dataclass(frozen=True)

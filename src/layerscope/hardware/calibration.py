@@ -168,6 +168,11 @@ class CalibrationFit(BaseModel):
     """Cache-resident footprints; None when the data shows no faster level."""
     vector: VectorFit
     overhead: OverheadFit
+    weight_stream: BandwidthFit | None = None
+    """Main-memory bandwidth of GEMV weight streaming (``y = x W^T`` over matrices far beyond the
+    LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""
+    matmul_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
+    """Per dtype, (M, achieved rate / peak) for M > 1: the median over the grid's N x K shapes."""
 
 
 class CalibrationRecord(BaseModel):

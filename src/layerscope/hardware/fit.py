@@ -27,7 +27,7 @@ distinct sizes in a range, times that do not grow with the work) raise :class:`H
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from layerscope.hardware.calibration import (
     GemmTable,
     MatmulFit,
     OverheadFit,
+    StreamTable,
     VectorFit,
 )
 from layerscope.hardware.spec import HardwareKind, HardwareSpec
@@ -260,7 +261,7 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory."""
     if not llc_bytes > 0:
         raise HardwareSpecError(f"llc_bytes must be > 0 to tell cache from main memory, got {llc_bytes!r}")
-    stream = meas.stream
+    stream, gemv = _split_stream(meas.stream)
     if not meas.empty_op_s:
         raise HardwareSpecError("no empty-op timings: cannot fit the per-op overhead")
     empty_op_s = float(np.median(meas.empty_op_s))
@@ -293,7 +294,46 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     vec = meas.vector
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
-    return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead)
+    weight_stream = None
+    if gemv is not None:
+        weight_stream = fit_bandwidth(gemv.moved_bytes, gemv.footprint_bytes, gemv.time_s,
+                                      min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
+                                      intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
+    rows = {dt: matmul_rows_efficiency(meas.gemm, dt, fit.peak_flops_per_s, o) for dt, fit in matmul.items()}
+    return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
+                          weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r})
+
+
+def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
+    """The copy/scale rows, and the GEMV weight-streaming rows (None when there are none)."""
+    kernels = list(stream.kernel)
+    if "gemv" not in kernels:
+        return stream, None
+
+    def pick(keep: Callable[[str], bool]) -> StreamTable:
+        idx = [i for i, k in enumerate(kernels) if keep(k)]
+        return StreamTable(**{col: [getattr(stream, col)[i] for i in idx] for col in StreamTable.model_fields})
+
+    return pick(lambda k: k != "gemv"), pick(lambda k: k == "gemv")
+
+
+def matmul_rows_efficiency(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,
+                           overhead_s: float) -> list[tuple[float, float]]:
+    """(M, efficiency) for each M > 1 of ``dtype``'s GEMMs: the median over the N x K shapes of the
+    achieved rate ``2MNK / (t - overhead)`` over ``peak_flops_per_s``, capped at 1.
+
+    BLAS efficiency on a CPU depends mostly on M, the rows sharing each packed panel of the weight
+    matrix (Goto & van de Geijn, ACM TOMS 34(3), 2008: packing B costs N·K and is amortized over
+    M), and not monotonically (kernel choices change with M), so the measured curve is kept as a
+    table rather than fitted to a formula.
+    """
+    dtypes = [d.value if isinstance(d, DType) else str(d) for d in gemm.dtype]
+    by_m: dict[int, list[float]] = {}
+    for d, m, n, k, t in zip(dtypes, gemm.m, gemm.n, gemm.k, gemm.time_s, strict=True):
+        if d != dtype.value or m <= 1 or t <= overhead_s:
+            continue
+        by_m.setdefault(int(m), []).append(2.0 * m * n * k / (t - overhead_s) / peak_flops_per_s)
+    return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
@@ -310,14 +350,19 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
     levels = [dict(level) for level in memory_levels]
     if not levels:
         raise HardwareSpecError("calibrated_spec: memory_levels needs at least the main memory")
-    levels[-1]["bandwidth_bytes_per_s"] = fit.memory.bandwidth_bytes_per_s
+    # Main memory: the GEMV weight-streaming rate when measured (what decode projections and
+    # lm_head achieve; STREAM copy/scale stays in the record), else the copy/scale fit.
+    main_bw = fit.weight_stream if fit.weight_stream is not None else fit.memory
+    levels[-1]["bandwidth_bytes_per_s"] = main_bw.bandwidth_bytes_per_s
     sources = {
         "engines.count": "torch.get_num_threads()" if meas.device == "cpu" else "CUDA multi_processor_count",
         "engines.clock_hz": "placeholder (peaks are measured, not derived from the clock)",
         "engines.vector_flops_per_s": f"calibrated: {what}; fit of max(F/V, bytes/BW) + overhead to "
                                       "norm/softmax/elementwise kernels",
         f"memory.{levels[-1]['name']}.bandwidth_bytes_per_s":
-            f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond {DRAM_FOOTPRINT_FACTOR:g}x LLC (STREAM)",
+            (f"calibrated: {what}; GEMV weight streaming t = t0 + bytes/BW over matrices beyond "
+             f"{DRAM_FOOTPRINT_FACTOR:g}x LLC" if fit.weight_stream is not None else
+             f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond {DRAM_FOOTPRINT_FACTOR:g}x LLC (STREAM)"),
         "launch_overhead_s": f"calibrated: {what}; max(empty-op time, cache-resident time-vs-bytes intercept)",
     }
     caches = [lvl for lvl in levels[:-1] if not lvl.get("per_engine")]
@@ -342,9 +387,13 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         "efficiency": {
             "matmul": 1.0, "matmul_source": note, "vector": 1.0, "vector_source": note,
             "memory": 1.0, "memory_source": note,
-            "matmul_half_flops": {dt.value: f.half_flops for dt, f in fit.matmul.items()},
+            # The measured per-M table, where there is one, replaces Hockney's W½ (it subsumes it).
+            "matmul_half_flops": {dt.value: f.half_flops for dt, f in fit.matmul.items() if dt not in fit.matmul_rows},
             "matmul_half_flops_source": f"calibrated: {what}; Hockney & Jesshope (1988) half-performance work "
                                         "n_1/2 fitted per dtype",
+            "matmul_rows": {dt.value: rows for dt, rows in fit.matmul_rows.items()},
+            "matmul_rows_source": f"calibrated: {what}; achieved / peak rate per GEMM row count M (median over "
+                                  "the grid's N x K), interpolated in log M" if fit.matmul_rows else "",
         },
         # Measured through PyTorch eager, so it predicts what HF eager modules run (one kernel per
         # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC.

@@ -643,6 +643,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     efficiency = data["efficiency"]
     if not efficiency["matmul_half_flops"] and not efficiency["matmul_half_flops_source"]:
         del efficiency["matmul_half_flops"], efficiency["matmul_half_flops_source"]
+    if not efficiency["matmul_rows"] and not efficiency["matmul_rows_source"]:
+        del efficiency["matmul_rows"], efficiency["matmul_rows_source"]
     if data["calibration"] is None:
         del data["calibration"]
     if spec.execution.is_default:

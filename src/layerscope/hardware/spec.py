@@ -23,6 +23,8 @@ from layerscope.units import DType, parse_dtype
 
 HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
 FlopsPath = Literal["matrix", "tf32", "vector"]
+#: (M, fraction of peak) pairs of a measured GEMM-efficiency table, M ascending.
+RowsTable = tuple[tuple[float, float], ...]
 
 _UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
 
@@ -165,11 +167,30 @@ class EfficiencySpec(BaseModel):
     empty mapping, the default) mean no shape dependence. Keyed by the dtype whose peak is used
     after the fallback rules; the tf32 and vector paths use the ``fp32`` entry."""
     matmul_half_flops_source: str = ""
+    matmul_rows: dict[DType, RowsTable] = Field(default_factory=dict)
+    """Measured GEMM efficiency by row count, per matrix dtype: ``(M, fraction of peak)`` pairs
+    with M > 1, ascending. A GEMM with weights and M > 1 rows runs at ``peak · fraction``,
+    interpolated linearly in log M and held at the ends; GEMVs (M = 1) and absent dtypes are not
+    affected. Written by ``layerscope calibrate``; empty (the default) means no such table."""
+    matmul_rows_source: str = ""
 
-    @field_validator("matmul_per_dtype", "matmul_half_flops", mode="before")
+    @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
+
+    @field_validator("matmul_rows")
+    @classmethod
+    def _rows_table(cls, value: dict[DType, RowsTable]) -> dict[DType, RowsTable]:
+        for dtype, rows in value.items():
+            ms = [m for m, _ in rows]
+            if not rows or ms != sorted(set(ms)) or ms[0] <= 1:
+                raise ValueError(f"efficiency.matmul_rows.{dtype.value}: needs (M, fraction) pairs with M > 1, "
+                                 f"strictly ascending; got M = {ms}")
+            bad = [f for _, f in rows if not 0 < f <= 1]
+            if bad:
+                raise ValueError(f"efficiency.matmul_rows.{dtype.value}: fractions must be in (0, 1], got {bad}")
+        return value
 
     @field_validator("matmul_half_flops")
     @classmethod
@@ -369,6 +390,14 @@ class HardwareSpec(BaseModel):
             return 0.0
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
         return halves.get(resolved.dtype or DType.FP32, 0.0)
+
+    def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
+        """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
+        table = self.efficiency.matmul_rows
+        if not table:
+            return ()
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return table.get(resolved.dtype or DType.FP32, ())
 
     def peak_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Dense peak FLOP/s of matrix arithmetic in ``dtype``, after the fallback rules."""
