@@ -217,7 +217,8 @@ def test_matmul_rows_efficiency_by_hand() -> None:
     gemm = GemmTable(dtype=[DType.FP32] * 4, m=[1, 4, 4, 64], n=[1024, 1024, 2048, 1024], k=[1024] * 4,
                      time_s=[1e-3, 2 * 4 * 1024 * 1024 / 50e9 + 1e-6, 2 * 4 * 2048 * 1024 / 25e9 + 1e-6,
                              2 * 64 * 1024 * 1024 / 200e9 + 1e-6],
-                     median_s=[1e-3] * 4)
+                     median_s=[1e-3, 2 * 4 * 1024 * 1024 / 50e9 + 1e-6, 2 * 4 * 2048 * 1024 / 25e9 + 1e-6,
+                               2 * 64 * 1024 * 1024 / 200e9 + 1e-6])
     rows = matmul_rows_efficiency(gemm, DType.FP32, 100e9, 1e-6)
     assert [m for m, _ in rows] == [4.0, 64.0]
     assert rows[0][1] == pytest.approx((0.5 + 0.25) / 2)
