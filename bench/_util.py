@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
+
+from layerscope.hardware.host import cpu_name
 
 
 def cpu_model() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), for the machine line of RESULTS.md."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU's model name, for the machine line of RESULTS.md."""
+    return cpu_name()
 
 
 def median_s(fn: Callable[[], object], repeat: int) -> float:

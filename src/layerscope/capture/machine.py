@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from layerscope.capture.build import require_torch
 from layerscope.errors import CaptureError
+from layerscope.hardware.host import cpu_name
 from layerscope.hardware.spec import HardwareSpec
 
 log = logging.getLogger(__name__)
@@ -113,15 +114,6 @@ def _time_add(torch: Any, dev: Any, elements: int, min_time_s: float, timer: Tim
     return _best_s(partial(torch.add, a, b, out=out), min_time_s, timer)
 
 
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo, else what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "CPU"
 
 
 def cache_levels() -> list[dict[str, Any]]:

@@ -1,0 +1,17 @@
+"""Facts about the machine this process runs on that need no torch (for spec names and bench lines)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` says, else ``"CPU"``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
