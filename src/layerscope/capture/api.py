@@ -37,7 +37,7 @@ from layerscope.capture.source import ModelSource, resolve_model
 from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
 from layerscope.errors import CaptureError, LayerscopeError, OutputError
 from layerscope.model.spec import ModelSpec
-from layerscope.units import atomic_write
+from layerscope.units import DType, atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,19 @@ def _model_spec(config: dict[str, Any], name: str) -> ModelSpec | None:
     except LayerscopeError as exc:
         logger.info("no ModelSpec for %s (%s); module names use the default base-model prefixes", name, exc)
         return None
+
+
+def instantiate(source: ModelSource, config: Any, config_dict: dict[str, Any], dtype: DType, *, device: str,
+                seed: int, load: bool, empty: Any = None) -> Any:
+    """The HF model of ``source`` on ``device``: its checkpoint when ``load``, else ``empty`` (the
+    meta-device model of ``config``, built here when not given) with weights drawn from ``seed``."""
+    if load:
+        assert source.weights_dir is not None
+        return load_pretrained(source.weights_dir, config, dtype, device)
+    model = empty if empty is not None else build_empty(config, dtype)
+    init_std = float(config_dict.get("initializer_range", DEFAULT_INIT_STD))
+    materialize_random(model, device=device, seed=seed, init_std=init_std)
+    return model
 
 
 def _write_trace(raw_path: Path, out: Path, metadata: dict[str, Any], inputs: tuple[Path, ...]) -> dict[str, Any]:
@@ -229,16 +242,12 @@ def capture(
     if source is not None:
         check_memory(estimate, available_memory_bytes(device), device=device, layers=built_layers)
         if weights == "loaded":
-            assert source.weights_dir is not None
-            del empty
-            hf_model = load_pretrained(source.weights_dir, config, parsed_dtype, device)
-        else:
-            if source.weights_dir is None and not random_weights:
-                logger.warning("%s: no weights found (config only); building it with random weights "
-                               "(seed %d)", name, seed)
-            init_std = float(config_dict.get("initializer_range", DEFAULT_INIT_STD))
-            materialize_random(empty, device=device, seed=seed, init_std=init_std)
-            hf_model = empty
+            empty = None  # free the meta-device skeleton before the checkpoint loads
+        elif source.weights_dir is None and not random_weights:
+            logger.warning("%s: no weights found (config only); building it with random weights "
+                           "(seed %d)", name, seed)
+        hf_model = instantiate(source, config, config_dict, parsed_dtype, device=device, seed=seed,
+                               load=weights == "loaded", empty=empty)
 
     plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
                    warmup=warmup, iterations=iterations, cache=str(cache), seed=seed)

@@ -6,22 +6,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from layerscope.capture.annotate import ModuleAnnotator
-from layerscope.capture.api import _check_args, _check_device, _check_positions, _model_spec
-from layerscope.capture.build import (
-    DEFAULT_INIT_STD,
-    build_empty,
-    capture_dtype,
-    hf_config,
-    load_pretrained,
-    materialize_random,
-    prepare_config,
-    require_torch,
-)
+from layerscope.capture.api import _check_args, _check_device, _check_positions, _model_spec, instantiate
+from layerscope.capture.build import capture_dtype, hf_config, prepare_config, require_torch
 from layerscope.capture.recorder import Recorder
-from layerscope.capture.runner import RunPlan, _one_iteration
+from layerscope.capture.runner import RunPlan, _one_iteration, prompt_ids
 from layerscope.capture.source import resolve_model
 from layerscope.records.schema import RecordSet
 
@@ -57,19 +47,12 @@ def record_workloads(
     spec = _model_spec(config_dict, source.name)
     _check_positions(spec, prompt_len + decode_steps)
     config = hf_config(config_dict)
-    if load:
-        assert source.weights_dir is not None
-        hf_model: Any = load_pretrained(source.weights_dir, config, parsed, device)
-    else:
-        hf_model = build_empty(config, parsed)
-        init_std = float(config_dict.get("initializer_range", DEFAULT_INIT_STD))
-        materialize_random(hf_model, device=device, seed=seed, init_std=init_std)
+    hf_model = instantiate(source, config, config_dict, parsed, device=device, seed=seed, load=load)
     plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, warmup=0,
                    iterations=1, cache="dynamic", seed=seed)
     records = RecordSet({"batch": batch, "prompt_len": prompt_len, "decode_steps": decode_steps, "device": device,
                          "weights": "loaded" if load else "random"})
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, int(config.vocab_size), (batch, prompt_len), generator=generator).to(device)
+    input_ids = prompt_ids(torch, int(config.vocab_size), plan)
     with torch.inference_mode(), Recorder(records, source="capture") as rec:
         rec.attach(hf_model, spec)
         records.meta["model"] = source.name

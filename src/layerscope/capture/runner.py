@@ -96,6 +96,12 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
             _sync(torch, device)
 
 
+def prompt_ids(torch: Any, vocab: int, plan: RunPlan) -> Any:
+    """The prompt of a run: ``[batch, prompt_len]`` token ids drawn from ``plan.seed``, on its device."""
+    generator = torch.Generator().manual_seed(plan.seed)
+    return torch.randint(0, vocab, (plan.batch, plan.prompt_len), generator=generator).to(plan.device)
+
+
 def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Path) -> ModuleAnnotator:
     """Run ``plan`` on ``model`` and write the profiler's Chrome JSON trace to ``trace_path``.
 
@@ -107,9 +113,7 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
     import transformers
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    vocab = int(model.config.vocab_size)
-    generator = torch.Generator().manual_seed(plan.seed)
-    input_ids = torch.randint(0, vocab, (plan.batch, plan.prompt_len), generator=generator).to(plan.device)
+    input_ids = prompt_ids(torch, int(model.config.vocab_size), plan)
 
     activities = [ProfilerActivity.CPU]
     if plan.device.startswith("cuda"):
