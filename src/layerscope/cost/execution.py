@@ -67,6 +67,10 @@ PlanRow = tuple[float, float, float]
 ONE_KERNEL: PlanRow = (1.0, 1.0, 1.0)
 
 
+def _one_kernel(op: Op) -> PlanRow:
+    return ONE_KERNEL
+
+
 def _act_bytes_per_element(op: Op) -> float:
     t = op.inputs[0] if op.inputs else op.outputs[0]
     return t.dtype.bits / 8
@@ -140,7 +144,7 @@ def _fused(ops: Sequence[Op]) -> KernelPlan:
 
 
 def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
-    rows = np.array([HF_EAGER_RULES.get(op.kind, lambda _op: ONE_KERNEL)(op) for op in ops],
+    rows = np.array([HF_EAGER_RULES.get(op.kind, _one_kernel)(op) for op in ops],
                     dtype=np.float64).reshape(len(ops), 3)
     return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy())
 

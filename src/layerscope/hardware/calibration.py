@@ -35,7 +35,8 @@ class _Table(BaseModel):
 
 
 class GemmTable(_Table):
-    """``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``: 2·m·n·k FLOPs, (m·k + k·n + m·n) elements moved."""
+    """``C[m, n] = A[m, k] @ W[n, k]^T`` (``F.linear``) in ``dtype``: 2·m·n·k FLOPs, (m·k + k·n + m·n)
+    elements moved."""
 
     dtype: list[DType] = Field(default_factory=list)
     m: list[int] = Field(default_factory=list)
