@@ -17,7 +17,8 @@ from layerscope.workload import make_workload
 MIB = 1024**2
 #: A few seconds on two cores: two GEMM widths, three m, fp32 only, stream arrays 16 KiB .. 4x LLC in x8 steps.
 TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), dtypes=("fp32",), stream_step=8,
-                       vector_elements=(16 * 1024, 256 * 1024), min_time_s=0.01, empty_op_samples=3)
+                       vector_elements=(16 * 1024, 256 * 1024), min_time_s=0.01, empty_op_samples=3,
+                       cold_op_samples=5)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -39,7 +40,11 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert [m for m, _ in hw.matmul_rows(DType.FP32)] == [64.0, 256.0]
     assert hw.calibration.fit.weight_stream is not None
     assert hw.memory_bandwidth_bytes_per_s == pytest.approx(hw.calibration.fit.weight_stream.bandwidth_bytes_per_s)
-    assert hw.execution.kernels == "hf-eager" and hw.execution.activations_in_cache
+    assert hw.execution.kernels == "hf-eager" and hw.execution.activations_in_cache and hw.execution.cold_outputs
+    # The spec charges the cold per-kernel time measured after a weight stream, never less than the hot one.
+    assert len(meas.cold_op_s) == 5
+    assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s)
+    assert hw.launch_overhead_s >= 0.5 * hw.calibration.fit.overhead.empty_op_s
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
     again = load_hardware(path)

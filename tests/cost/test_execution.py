@@ -104,6 +104,39 @@ def test_resident_activations_move_at_cache_bandwidth():
     assert tq.memory_s[q] >= g.ops[q].weight_bytes / 10e9
 
 
+def test_cold_outputs_cross_main_memory_twice_by_hand():
+    # Norm as above with cold outputs: of the 28N eager bytes, the output's 4N are not cache-resident
+    # (24N at 100 GB/s), and the output crosses main memory twice (write-allocate): 8N at 10 GB/s.
+    g = _layer("fp32", input_len=64)
+    i = g.index["layers.0.input_layernorm"]
+    n = 64 * 2048
+    hw = _hw(kernels="hf-eager", activations_in_cache=True, cold_outputs=True)
+    t = time_graph(g, hw).time_s[i]
+    assert t == pytest.approx(24 * n / 100e9 + (8 * n + g.ops[i].weight_bytes) / 10e9 + 6 * 5e-6)
+    # Without the cache, everything from main memory plus the read for ownership: 32N.
+    t_dram = time_graph(g, _hw(kernels="hf-eager", cold_outputs=True)).time_s[i]
+    assert t_dram == pytest.approx((32 * n + g.ops[i].weight_bytes) / 10e9 + 6 * 5e-6)
+
+
+def test_output_share_is_written_over_read_plus_written():
+    g = _layer("fp32", input_len=64)
+    plan = kernel_plan("hf-eager", g.ops)
+    for i, op in enumerate(g.ops):
+        total = op.act_read_bytes + op.act_write_bytes
+        assert plan.out_share[i] == pytest.approx(op.act_write_bytes / total if total else 0.0)
+    # A residual add reads two tensors and writes one.
+    assert plan.out_share[g.index["layers.0.residual_attn"]] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("model", ["roofline", "tiling", "hierarchical"])
+def test_cold_outputs_never_make_an_op_faster(model):
+    g = _layer("fp32", input_len=128)
+    warm = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True), model).time_s
+    cold = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True, cold_outputs=True), model).time_s
+    assert np.all(cold >= warm * (1 - 1e-12))
+    assert cold.sum() > warm.sum()
+
+
 def test_activations_larger_than_the_cache_stay_in_main_memory():
     g = _layer("fp32", input_len=8192)  # a 64 MiB hidden state does not fit the 32 MiB L3
     i = g.index["layers.0.input_layernorm"]

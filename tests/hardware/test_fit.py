@@ -202,6 +202,7 @@ def test_calibrated_spec_reproduces_the_machine_and_round_trips(tmp_path) -> Non
     assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(20e9)
     assert hw.level("l3").bandwidth_bytes_per_s == pytest.approx(150e9)
     assert hw.launch_overhead_s == pytest.approx(5e-6)
+    assert hw.execution.cold_outputs and hw.execution.activations_in_cache
     assert "per GEMM row count" in hw.efficiency.matmul_rows_source
     assert hw.source("engines.peak_flops_per_s.fp32").startswith("calibrated")
     path = tmp_path / "hw.yaml"
@@ -209,6 +210,22 @@ def test_calibrated_spec_reproduces_the_machine_and_round_trips(tmp_path) -> Non
     again = load_hardware(path)
     assert again == hw
     assert again.calibration is not None and len(again.calibration.measurements.gemm) == 28
+
+
+def test_cold_op_times_set_the_spec_overhead_and_leave_the_fits_alone() -> None:
+    # The microbenchmark fits keep the hot overhead; the spec charges the median cold per-kernel time.
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    meas = synthetic().model_copy(update={"cold_op_s": [9e-6, 8e-6, 30e-6]})
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.launch_overhead_s == pytest.approx(9e-6)
+    assert hw.calibration is not None
+    overhead = hw.calibration.fit.overhead
+    assert overhead.launch_overhead_s == pytest.approx(5e-6) and overhead.cold_op_s == pytest.approx(9e-6)
+    assert "after weights streamed" in hw.source("launch_overhead_s")
+    warm = fit_measurements(synthetic(), llc_bytes=LLC)
+    cold = fit_measurements(meas, llc_bytes=LLC)
+    assert cold.matmul == warm.matmul and cold.vector == warm.vector and cold.memory == warm.memory
 
 
 def test_matmul_rows_efficiency_by_hand() -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 import platform
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, torch_device
+from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
 from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
@@ -65,6 +67,8 @@ class CalibrationGrid:
     min_time_s: float = 0.2
     """Time spent repeating each measurement (at least 3 calls after a warm-up)."""
     empty_op_samples: int = 9
+    cold_op_samples: int = 60
+    """Eager RMSNorms timed one at a time right after a weight stream (CPU only)."""
 
 
 FULL_GRID = CalibrationGrid(
@@ -79,6 +83,7 @@ QUICK_GRID = CalibrationGrid(
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
     min_time_s=0.05,
     empty_op_samples=5,
+    cold_op_samples=30,
 )
 
 
@@ -88,6 +93,7 @@ class _Tables:
     stream: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in StreamTable.model_fields})
     vector: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in VectorTable.model_fields})
     empty_op_s: list[float] = field(default_factory=list)
+    cold_op_s: list[float] = field(default_factory=list)
 
     @staticmethod
     def add(table: dict[str, list[Any]], **row: Any) -> None:
@@ -221,7 +227,30 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         for _ in range(grid.empty_op_samples):
             tables.empty_op_s.append(timer.time(partial(torch.add, a, a, out=out), t / 10).best_s)
 
+    def cold_ops() -> None:
+        # Inside a model every small op follows weights streaming through the caches, which evicts
+        # the interpreter's objects, the dispatcher's tables and the allocator's free lists: the
+        # same one-row RMSNorm took 14 µs in a hot loop and 94 µs right after four cold 2048x2048
+        # GEMVs on the reference CPU. Time it that way, one call per weight stream.
+        k = n = 2048
+        count = max(2, -(-int(2 * llc) // (n * k * 4)))
+        weights = [torch.randn(n, k, device=dev) for _ in range(count)]
+        xv = torch.randn(1, k, device=dev)
+        x = torch.randn(1, grid.vector_width, device=dev)
+        w = torch.ones(grid.vector_width, device=dev)
+        linear = torch.nn.functional.linear
+        _rmsnorm(torch, x, w)
+        for _ in range(grid.cold_op_samples):
+            for wt in weights:
+                linear(xv, wt)
+            start = time.perf_counter()
+            _rmsnorm(torch, x, w)
+            tables.cold_op_s.append((time.perf_counter() - start) / RMSNORM_EAGER_FP32_KERNELS)
+        del weights
+
     tasks.append(("empty op", empty_op))
+    if device == "cpu":
+        tasks.append(("cold small ops", cold_ops))
     for nbytes in stream_sizes:
         for kernel in ("copy", "scale"):
             tasks.append((f"{kernel} {nbytes / _MIB:.3g} MiB", partial(stream, kernel, nbytes)))
@@ -246,7 +275,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     meas = CalibrationMeasurements(
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
         gemm=GemmTable(**tables.gemm), stream=StreamTable(**tables.stream), vector=VectorTable(**tables.vector),
-        empty_op_s=tables.empty_op_s)
+        empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s)
     return meas, levels, llc
 
 

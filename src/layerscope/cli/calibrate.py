@@ -88,7 +88,9 @@ def _render(spec: Any, out: Path) -> None:
         t.add_row(f"GEMM {dt.value} peak (r∞)", fmt_si(mm.peak_flops_per_s, "FLOP/s"),
                   f"{mm.compute_bound_points} compute-bound GEMMs", f"{r.rms_rel_error:.0%}", str(r.outliers))
         t.add_row(f"GEMM {dt.value} half size (W½)", fmt_si(mm.half_flops, "FLOP"), "", "", "")
-    for label, bw in (("main-memory bandwidth", fit.memory), ("cache bandwidth", fit.cache)):
+    for label, bw in (("main-memory bandwidth (copy/scale)", fit.memory),
+                      ("main-memory bandwidth (GEMV weights; the spec's)", fit.weight_stream),
+                      ("cache bandwidth", fit.cache)):
         if bw is not None:
             t.add_row(label, fmt_si(bw.bandwidth_bytes_per_s, "B/s"),
                       f"footprints {fmt_si(bw.min_footprint_bytes, 'B')}..{fmt_si(bw.max_footprint_bytes, 'B')}",
@@ -97,6 +99,9 @@ def _render(spec: Any, out: Path) -> None:
     t.add_row("vector rate", fmt_si(v.vector_flops_per_s, "FLOP/s"), ", ".join(v.per_kernel_flops_per_s) or "-",
               f"{v.residuals.rms_rel_error:.0%}", str(v.residuals.outliers))
     o = fit.overhead
-    t.add_row("per-op overhead", fmt_time_s(o.launch_overhead_s),
+    t.add_row("per-op overhead (hot)", fmt_time_s(o.launch_overhead_s),
               f"empty op {fmt_time_s(o.empty_op_s)}, intercept {fmt_time_s(o.intercept_s)}", "", "")
+    if o.cold_op_s is not None:
+        t.add_row("per-kernel overhead in a model (the spec's)", fmt_time_s(o.cold_op_s),
+                  "eager RMSNorm right after a weight stream", "", "")
     con.print(t)

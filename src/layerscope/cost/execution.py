@@ -51,16 +51,32 @@ from layerscope.graph.ops import Op
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """Per op: kernel launches and multipliers on activation and KV-cache bytes."""
+    """Per op: kernel launches, multipliers on activation and KV-cache bytes, and the output share.
+
+    ``out_share`` is the fraction of the op's own (fused) activation bytes that is its output,
+    the tensor its last kernel writes and the next op reads; it does not depend on the profile.
+    """
 
     launches: np.ndarray
     act_factor: np.ndarray
     kv_factor: np.ndarray
+    out_share: np.ndarray
 
     @classmethod
-    def identity(cls, n: int) -> KernelPlan:
-        return cls(np.ones(n), np.ones(n), np.ones(n))
+    def identity(cls, ops: Sequence[Op]) -> KernelPlan:
+        n = len(ops)
+        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops))
 
+
+def output_share(ops: Sequence[Op]) -> np.ndarray:
+    """Per op: written activation bytes / activation bytes read and written (0 for ops without any)."""
+    written = np.fromiter((op.act_write_bytes for op in ops), dtype=np.float64, count=len(ops))
+    total = written + np.fromiter((op.act_read_bytes for op in ops), dtype=np.float64, count=len(ops))
+    return np.divide(written, total, out=np.zeros_like(total), where=total > 0)
+
+
+#: Kernels of Hugging Face's RMSNorm in fp32 (the casts are no-ops): pow, mean, add, rsqrt, mul, mul.
+RMSNORM_EAGER_FP32_KERNELS = 6
 
 #: One row of a plan: (launches, activation-byte factor, KV-byte factor).
 PlanRow = tuple[float, float, float]
@@ -83,7 +99,7 @@ def _eager_norm(op: Op) -> PlanRow:
     n = op.outputs[0].numel
     fused = op.act_read_bytes + op.act_write_bytes
     if a == 4:
-        eager, launches = (20 + 2 * a) * n, 6.0
+        eager, launches = (20 + 2 * a) * n, float(RMSNORM_EAGER_FP32_KERNELS)
     else:
         eager, launches = (28 + 4 * a) * n, 8.0
     return launches, eager / fused if fused else 1.0, 1.0
@@ -140,13 +156,14 @@ HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
 
 
 def _fused(ops: Sequence[Op]) -> KernelPlan:
-    return KernelPlan.identity(len(ops))
+    return KernelPlan.identity(ops)
 
 
 def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
     rows = np.array([HF_EAGER_RULES.get(op.kind, _one_kernel)(op) for op in ops],
                     dtype=np.float64).reshape(len(ops), 3)
-    return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy())
+    return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy(),
+                      out_share=output_share(ops))
 
 
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).

@@ -102,6 +102,8 @@ class _Execution:
     resident_bytes: np.ndarray | None
     """Activation bytes served by the last on-chip level (None: everything from main memory)."""
     cache_bw: float = 0.0
+    write_allocate_bytes: np.ndarray | None = None
+    """Extra main-memory bytes: the read for ownership of each output written to a cold buffer."""
 
 
 _DEFAULT_EXECUTION = _Execution(None, None)
@@ -114,6 +116,12 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     With ``activations_in_cache``, an op whose activation bytes (its inputs and outputs) fit the
     last on-chip level that has a bandwidth reads and writes them there (the cache-aware roofline
     of Ilic, Pratas & Sousa, IEEE CAL 2014: each level's traffic at that level's bandwidth).
+    With ``cold_outputs``, the op's output (its own output bytes, once, whatever its kernels
+    write in between) goes to a buffer that is not cached: it is never cache-resident, and a
+    write-allocate cache reads each line for ownership before writing it back, so those bytes
+    cross main memory twice. Measured on the reference CPU (2 cores, 32 MiB L3): a 1 MiB
+    ``x + x`` takes 14 µs when its output buffer is reused hot and 112 µs when it is a fresh one;
+    2 x 1 MiB at the 20 GB/s measured main-memory bandwidth is 105 µs.
     """
     execution = hw.execution
     if execution.is_default or not features.ops:
@@ -124,6 +132,7 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     footprint = features.act_bytes
     scaled = features.with_work(features.flops, features.weight_bytes, features.act_bytes * plan.act_factor,
                                 features.kv_bytes * plan.kv_factor)
+    cold = features.act_bytes * plan.out_share if execution.cold_outputs else None
     resident = None
     cache_bw = 0.0
     if execution.activations_in_cache:
@@ -132,16 +141,20 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
             level = caches[-1]
             capacity = level.capacity_bytes * (hw.engines.count if level.per_engine else 1)
             cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
-            resident = np.where(footprint <= capacity, scaled.act_bytes, 0.0)
-    return scaled, _Execution(plan.launches, resident, cache_bw)
+            in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
+            resident = np.where(footprint <= capacity, in_cache, 0.0)
+    return scaled, _Execution(plan.launches, resident, cache_bw, cold)
 
 
 def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution) -> np.ndarray:
-    """Main-memory time of ``bytes_``, less the cache-resident bytes, which move at cache bandwidth."""
+    """Main-memory time of ``bytes_`` (plus any read-for-ownership bytes), less the cache-resident
+    bytes, which move at cache bandwidth."""
+    bw = hw.achievable_bandwidth_bytes_per_s()
+    extra = 0.0 if run.write_allocate_bytes is None else run.write_allocate_bytes / bw
     if run.resident_bytes is None:
-        return bytes_ / hw.achievable_bandwidth_bytes_per_s()
+        return bytes_ / bw + extra
     resident = np.minimum(run.resident_bytes, bytes_)
-    return (bytes_ - resident) / hw.achievable_bandwidth_bytes_per_s() + resident / run.cache_bw
+    return (bytes_ - resident) / bw + resident / run.cache_bw + extra
 
 
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
@@ -291,6 +304,8 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         if is_main and run.resident_bytes is not None:
             # Cache-resident activations never reach main memory (they still cross the inner levels).
             traffic = traffic - np.minimum(run.resident_bytes, traffic)
+        if is_main and run.write_allocate_bytes is not None:
+            traffic = traffic + run.write_allocate_bytes
         if bw:
             level_times.append(traffic / bw)
         if is_main:

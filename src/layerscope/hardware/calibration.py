@@ -89,6 +89,9 @@ class CalibrationMeasurements(BaseModel):
     vector: VectorTable = Field(default_factory=VectorTable)
     empty_op_s: list[float] = Field(default_factory=list)
     """Repeated timings of an add on one-element tensors: the dispatch cost of an op with no work."""
+    cold_op_s: list[float] = Field(default_factory=list)
+    """Per-kernel times of an eager RMSNorm on one row, each timed right after weights streamed
+    past the last-level cache (as a decode step runs it): what a small op costs inside a model."""
 
 
 class FitStats(BaseModel):
@@ -153,6 +156,15 @@ class OverheadFit(BaseModel):
     intercept_s: float
     """Intercept of time vs bytes of the cache-resident bandwidth kernels (dispatch + thread fork/join)."""
     launch_overhead_s: float = Field(ge=0)
+    """The fixed cost the fits of the (hot, repeated) microbenchmarks use."""
+    cold_op_s: float | None = Field(default=None, ge=0)
+    """Median per-kernel time of small eager ops right after a weight stream (instructions, dispatch
+    tables and allocator state evicted): the per-kernel cost inside a model; None when not measured."""
+
+    @property
+    def in_model_s(self) -> float:
+        """The per-kernel overhead a spec should charge: the cold one when measured."""
+        return self.cold_op_s if self.cold_op_s is not None else self.launch_overhead_s
 
 
 class CalibrationFit(BaseModel):
@@ -191,5 +203,6 @@ class CalibrationRecord(BaseModel):
         out["measured"] = {"device": meas.device, "device_name": meas.device_name, "threads": meas.threads,
                            "torch_version": meas.torch_version, "quick": meas.quick,
                            "gemm_points": len(meas.gemm), "stream_points": len(meas.stream),
-                           "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s)}
+                           "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s),
+                           "cold_op_points": len(meas.cold_op_s)}
         return out

@@ -273,7 +273,8 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
         cache = None  # too few cache-resident sizes: the overhead is the empty op's
     intercept_s = cache.intercept_s if cache is not None else empty_op_s
     overhead = OverheadFit(empty_op_s=empty_op_s, intercept_s=intercept_s,
-                           launch_overhead_s=max(empty_op_s, intercept_s))
+                           launch_overhead_s=max(empty_op_s, intercept_s),
+                           cold_op_s=float(np.median(meas.cold_op_s)) if meas.cold_op_s else None)
     memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
                            min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                            intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
@@ -365,7 +366,10 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
             (f"calibrated: {what}; GEMV weight streaming t = t0 + bytes/BW over matrices beyond "
              f"{DRAM_FOOTPRINT_FACTOR:g}x LLC" if fit.weight_stream is not None else
              f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond {DRAM_FOOTPRINT_FACTOR:g}x LLC (STREAM)"),
-        "launch_overhead_s": f"calibrated: {what}; max(empty-op time, cache-resident time-vs-bytes intercept)",
+        "launch_overhead_s": (
+            f"calibrated: {what}; median per-kernel time of an eager RMSNorm timed right after weights "
+            "streamed past the LLC (cold, as inside a model)" if fit.overhead.cold_op_s is not None else
+            f"calibrated: {what}; max(empty-op time, cache-resident time-vs-bytes intercept)"),
     }
     caches = [lvl for lvl in levels[:-1] if not lvl.get("per_engine")]
     if fit.cache is not None and caches:
@@ -385,7 +389,7 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                     "peak_flops_per_s": {dt.value: f.peak_flops_per_s for dt, f in fit.matmul.items()},
                     "vector_flops_per_s": fit.vector.vector_flops_per_s},
         "memory": levels,
-        "launch_overhead_s": fit.overhead.launch_overhead_s,
+        "launch_overhead_s": fit.overhead.in_model_s,
         "efficiency": {
             "matmul": 1.0, "matmul_source": note, "vector": 1.0, "vector_source": note,
             "memory": 1.0, "memory_source": note,
@@ -398,10 +402,13 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                   "the grid's N x K), interpolated in log M" if fit.matmul_rows else "",
         },
         # Measured through PyTorch eager, so it predicts what HF eager modules run (one kernel per
-        # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC.
+        # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC, but
+        # each op's output goes to a freshly allocated, cache-cold buffer (write-allocate).
         "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
+                      "cold_outputs": kind == "cpu",
                       "source": f"calibrated: {what}; PyTorch eager kernels"
-                                + ("; activations resident in the last-level cache" if kind == "cpu" else "")},
+                                + ("; activations resident in the last-level cache, outputs written to cold "
+                                   "buffers" if kind == "cpu" else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
     }, origin="calibrated spec")

@@ -229,12 +229,18 @@ class ExecutionSpec(BaseModel):
     :mod:`layerscope.cost.execution`). ``activations_in_cache``: activations whose footprint fits
     the last on-chip level with a bandwidth are read and written there rather than in main memory
     (a CPU running one op after another on megabyte-sized tensors; off by default).
+    ``cold_outputs``: each op writes its output into a newly allocated buffer that is not in
+    any cache (eager PyTorch on a CPU: the allocator hands out memory last touched before the
+    weights streamed through), so the output crosses main memory twice, once read for ownership
+    and once written back (write-allocate caches; McCalpin's STREAM notes count the extra read).
+    Off by default; ``layerscope calibrate`` turns it on for CPUs.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kernels: ExecutionKernels = "fused"
     activations_in_cache: bool = False
+    cold_outputs: bool = False
     source: str = "assumption: fused kernels, activations in main memory"
 
     @property
