@@ -81,6 +81,31 @@ def test_join_rule_by_hand() -> None:
     assert p.to_dict()["ops_joined"] == 6
 
 
+def test_instrumentation_is_subtracted_per_child_call_by_hand() -> None:
+    # One call of every module, 0.1 s of hooks per call, charged to the parent that made the call.
+    calls = dict.fromkeys(MEASURED, 1.0)
+    calls["layers.0.self_attn.q_proj"] = 2.0  # two calls inside self_attn
+    p = join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls, call_overhead_s=0.1)
+    rows = {r.name: r.measured_s for r in p.rows}
+    assert rows["layers.0.self_attn.q_proj"] == pytest.approx(2.0)  # a leaf keeps its inclusive time
+    assert rows["layers.0.self_attn"] == pytest.approx(6.0 - 2.0 - 0.2)
+    assert rows["layers.0"] == pytest.approx(10.0 - 6.0 - 3.0 - 0.2)
+    assert rows["layers.0.mlp"] == pytest.approx(3.0 - 0.1)  # folded act_fn's call too
+    assert rows[FORWARD] == pytest.approx(12.0 - 1.0 - 10.0 - 0.3)  # embed, rotary_emb, layers.0
+    assert p.instrumentation_s == pytest.approx(0.8) and p.call_overhead_s == 0.1
+    sa = next(r for r in p.rows if r.name == "layers.0.self_attn")
+    assert sa.instrumentation_s == pytest.approx(0.2) and sa.raw_error == pytest.approx(2.0 / 4.0 - 1)
+    assert p.forward.measured_s == pytest.approx(11.2)
+    unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
+    assert sum(rows.values()) + unmodelled == pytest.approx(p.forward.measured_s)
+    # No overhead: the raw join.
+    raw = join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls)
+    plain = join_phase("prefill", PREDICTED, MEASURED, 12.0)
+    assert [r.measured_s for r in raw.rows] == [r.measured_s for r in plain.rows]
+    with pytest.raises(AnalysisError, match="call_overhead_s"):
+        join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls, call_overhead_s=-1.0)
+
+
 def test_one_sided_time_is_listed_and_accounted() -> None:
     predicted = [op for op in PREDICTED if op.name not in ("layers.0.residual_attn", "lm_head")]
     p = join_phase("prefill", predicted, MEASURED, 12.0)
@@ -116,6 +141,21 @@ def test_captured_times_per_phase_and_iteration(tmp_path: Path) -> None:
     assert got.ranges == pytest.approx({"prefill": 500e-6, "decode_step_0": 200e-6})
     assert got.modules["prefill"] == pytest.approx({"layers.0": 300e-6, "layers.0.mlp": 110e-6})
     assert got.modules["decode_step_0"] == pytest.approx({"layers.0": 150e-6})
+    assert got.calls["prefill"] == {"layers.0": 1.0, "layers.0.mlp": 1.0}
+    assert got.call_overhead_s == 0.0  # no sibling ranges: nothing to measure the hooks by
+
+
+def test_call_overhead_is_the_smallest_median_sibling_gap(tmp_path: Path) -> None:
+    events = []
+    for it, t0 in enumerate((0.0, 1000.0)):
+        # siblings under layers.0: norm -> attn (gap 12 + it us), attn -> mlp (gap 40 us)
+        events += [_x(f"ProfilerStep#{it}", t0, 900), _x("prefill", t0 + 1, 500), _x("layers.0", t0 + 2, 400),
+                   _x("layers.0.norm", t0 + 3, 50), _x("layers.0.attn", t0 + 65 + it, 100),
+                   _x("layers.0.mlp", t0 + 205 + it, 100)]
+    got = captured_times(write_trace(tmp_path / "cap.json", events))
+    assert got.call_overhead_s == pytest.approx(12.5e-6)
+    assert got.calls["prefill"] == {"layers.0": 1.0, "layers.0.norm": 1.0, "layers.0.attn": 1.0, "layers.0.mlp": 1.0}
+    assert got.instrumentation_s("prefill") == pytest.approx(4 * 12.5e-6)
     with pytest.raises(AnalysisError, match="prefill"):
         captured_times(write_trace(tmp_path / "none.json", [_x("layers.0", 0, 1)]))
 
@@ -150,6 +190,7 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
         assert {u.name for u in p.only_measured} >= {"rotary_emb", "layers.0.mlp.act_fn"}
         unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
         assert sum(row.measured_s for row in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
+        assert p.call_overhead_s > 0 and p.instrumentation_s > 0
         assert p.median_abs_error is not None and p.p90_abs_error >= p.median_abs_error
     doc = json.loads((out / "validation.json").read_text())
     assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)

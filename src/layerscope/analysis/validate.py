@@ -36,6 +36,19 @@ them (``Op.module``: ``layers.0.self_attn`` for ``layers.0.self_attn.rope``). So
    ``only_predicted``. Nothing is dropped: the rows and both lists together account for every
    predicted op and every captured module.
 
+Instrumentation
+---------------
+Each annotated module call costs the capture the hooks that open and close its range (and the
+module call around them), about 11 µs a call on the reference CPU with caches cold. That time
+falls outside the child's range, inside its parent's: it inflates every ``self`` row by
+(calls of its children) x (cost per call) and does not exist in an uninstrumented run. The cost
+per call is measured in the trace itself: between two sibling module ranges with no code between
+them (``post_attention_layernorm`` → ``mlp``) the gap is the instrumentation alone, so the
+estimate is the smallest median gap over the pairs of consecutive siblings (a lower bound: a gap
+with code in it is longer). ``validate`` subtracts it per child call from each node's measured
+time, and per call from the forward; ``correct_instrumentation=False`` keeps the raw times. The
+estimate and the total subtracted are reported per phase.
+
 Times are per recorded iteration (a phase's ranges summed, divided by the iterations); decode
 sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's
 whole forward. Errors are signed, ``(predicted − measured) / measured``; the median and p90 of
@@ -129,10 +142,17 @@ class OpRow:
     predicted_ops: tuple[str, ...]
     folded: tuple[str, ...] = ()
     """Captured child modules with nothing predicted, whose time is counted in ``measured_s``."""
+    instrumentation_s: float = 0.0
+    """Hook time of its children's calls, subtracted from ``measured_s`` (the raw time is the sum)."""
 
     @property
     def error(self) -> float:
         return _error(self.predicted_s, self.measured_s)
+
+    @property
+    def raw_error(self) -> float:
+        """The error against the measured time with the instrumentation left in."""
+        return _error(self.predicted_s, self.measured_s + self.instrumentation_s)
 
     @property
     def abs_error(self) -> float:
@@ -141,6 +161,7 @@ class OpRow:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "rule": self.rule, "predicted_s": self.predicted_s,
                 "measured_s": self.measured_s, "error": _finite_or_none(self.error),
+                "instrumentation_s": self.instrumentation_s, "raw_error": _finite_or_none(self.raw_error),
                 "predicted_ops": list(self.predicted_ops), "folded": list(self.folded)}
 
 
@@ -208,6 +229,10 @@ class PhaseValidation:
     """Sum of every predicted op of the phase vs the phase's measured ranges."""
     steps: tuple[ForwardError, ...] = ()
     """Each forward of the phase (one for prefill, one per decode step)."""
+    call_overhead_s: float = 0.0
+    """Instrumentation per annotated module call subtracted from the measured times (0: raw)."""
+    instrumentation_s: float = 0.0
+    """The instrumentation time subtracted from the phase's forward (calls x ``call_overhead_s``)."""
 
     @property
     def median_abs_error(self) -> float | None:
@@ -216,6 +241,11 @@ class PhaseValidation:
     @property
     def p90_abs_error(self) -> float | None:
         return abs_error_stats([r.error for r in self.rows])[1]
+
+    @property
+    def raw_median_abs_error(self) -> float | None:
+        """The median |error| with the instrumentation left in the measured times."""
+        return abs_error_stats([r.raw_error for r in self.rows])[0]
 
     @property
     def weighted_abs_error(self) -> float | None:
@@ -256,7 +286,8 @@ class PhaseValidation:
                     self.forward.error),
                 "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
                 "weighted_abs_error": self.weighted_abs_error, "only_predicted": len(self.only_predicted),
-                "only_measured": len(self.only_measured)}
+                "only_measured": len(self.only_measured), "call_overhead_s": self.call_overhead_s,
+                "instrumentation_s": self.instrumentation_s, "raw_median_abs_error": self.raw_median_abs_error}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "forward": self.forward.to_dict(), "steps": [s.to_dict() for s in self.steps],
@@ -279,18 +310,36 @@ def _anchor(path: str, captured: Mapping[str, float]) -> str:
 
 
 def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[str, float], forward_s: float,
-               steps: Sequence[ForwardError] = ()) -> PhaseValidation:
+               steps: Sequence[ForwardError] = (), *, calls: Mapping[str, float] | None = None,
+               call_overhead_s: float = 0.0) -> PhaseValidation:
     """Join one phase's predicted ops with its captured modules by the rule in the module docstring.
 
     ``measured`` maps each captured module to its inclusive time (s); ``forward_s`` is the
-    phase's own measured time (the root's inclusive time).
+    phase's own measured time (the root's inclusive time). With ``calls`` (module → calls) and
+    ``call_overhead_s``, each node's measured time loses ``call_overhead_s`` per call of its
+    children and the forward per call of any module (see "Instrumentation" above); ``steps``
+    are taken as given.
     """
+    if call_overhead_s < 0:
+        raise AnalysisError(f"call_overhead_s must be >= 0, got {call_overhead_s!r}")
+    calls = calls or {}
     captured = {k: float(v) for k, v in measured.items() if k != FORWARD}
     parent = {m: _anchor(_parent_path(m), captured) for m in captured}
     children: dict[str, list[str]] = {}
     for m in captured:  # dict order: the capture's order
         children.setdefault(parent[m], []).append(m)
+    instrumentation_s = call_overhead_s * float(sum(calls.get(m, 0.0) for m in captured))
     inclusive = {**captured, FORWARD: float(forward_s)}
+
+    def hooks_s(node: str) -> float:
+        # the calls of the node's children, and of everything under a folded child (kept in its time)
+        pending, n_calls = list(children.get(node, [])), 0.0
+        while pending:
+            child = pending.pop()
+            n_calls += calls.get(child, 0.0)
+            if child not in kept:
+                pending.extend(children.get(child, []))
+        return call_overhead_s * n_calls
 
     anchored: dict[str, list[PredictedOp]] = {}
     only_predicted: list[Unmatched] = []
@@ -317,7 +366,8 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
         folded = tuple(c for c in kids if c not in kept)
         for c in folded:
             only_measured.append(Unmatched(c, inclusive[c], f"nothing predicted; folded into {node}", node))
-        measured_s = inclusive[node] - sum(inclusive[c] for c in kept_kids)
+        node_hooks_s = hooks_s(node)
+        measured_s = inclusive[node] - sum(inclusive[c] for c in kept_kids) - node_hooks_s
         ops = anchored.get(node, [])
         if not ops:
             if measured_s > 0:
@@ -331,10 +381,12 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
         rows.append(OpRow(
             name=node, kind="+".join(sorted({op.kind for op in ops})), rule="self" if kept_kids else "module",
             predicted_s=predicted_s, measured_s=measured_s, predicted_ops=tuple(op.name for op in ops), folded=folded,
+            instrumentation_s=node_hooks_s,
         ))
     total_predicted = float(sum(op.time_s for op in predicted))
     return PhaseValidation(phase, tuple(rows), tuple(only_predicted), tuple(only_measured),
-                           ForwardError(phase, total_predicted, float(forward_s)), tuple(steps))
+                           ForwardError(phase, total_predicted, float(forward_s) - instrumentation_s), tuple(steps),
+                           call_overhead_s, instrumentation_s)
 
 
 @dataclass(frozen=True)
@@ -346,6 +398,15 @@ class CapturedTimes:
     ranges: dict[str, float]
     """Phase range → its own time."""
     iterations: int
+    calls: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Phase range → module op name → calls per iteration."""
+    call_overhead_s: float = 0.0
+    """Instrumentation per module call: the smallest median gap between consecutive sibling ranges
+    (0 when the trace has no sibling ranges)."""
+
+    def instrumentation_s(self, phase_range: str) -> float:
+        """Instrumentation inside one phase range per iteration: its module calls x the cost per call."""
+        return self.call_overhead_s * float(sum(self.calls.get(phase_range, {}).values()))
 
 
 def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> CapturedTimes:
@@ -359,23 +420,37 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
         WITH ann AS (SELECT ts, dur, name FROM slice WHERE category = '{category}' AND dur >= 0
                      AND name IS NOT NULL),
              ph AS (SELECT ts, dur, name FROM ann WHERE regexp_full_match(name, 'prefill|decode_step_[0-9]+'))
-        SELECT ph.name AS phase, ann.name AS name, SUM(ann.dur) AS dur_ns
+        SELECT ph.name AS phase, ann.name AS name, SUM(ann.dur) AS dur_ns, COUNT(*) AS n
         FROM ann JOIN ph ON ann.ts >= ph.ts AND ann.ts < ph.ts + ph.dur
         WHERE NOT regexp_full_match(ann.name, 'prefill|decode_step_[0-9]+|ProfilerStep#[0-9]+')
         GROUP BY 1, 2"""
+    # Gaps between consecutive sibling module ranges (same parent slice), per (previous, next) pair.
+    gaps_sql = f"""
+        WITH m AS (SELECT ts, dur, name, parent_id FROM slice WHERE category = '{category}' AND dur >= 0
+                   AND name IS NOT NULL AND parent_id IS NOT NULL
+                   AND NOT regexp_full_match(name, 'prefill|decode_step_[0-9]+|ProfilerStep#[0-9]+')),
+             g AS (SELECT name, ts - LAG(ts + dur) OVER (PARTITION BY parent_id ORDER BY ts) AS gap,
+                          LAG(name) OVER (PARTITION BY parent_id ORDER BY ts) AS prev FROM m)
+        SELECT MIN(med) AS gap_ns FROM (SELECT MEDIAN(gap) AS med FROM g WHERE prev IS NOT NULL AND gap >= 0
+                                        GROUP BY prev, name)"""
     with TraceDB(trace, use_cache=False) as db:
         ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
             f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
             "AND regexp_full_match(name, 'prefill|decode_step_[0-9]+') GROUP BY name")}
         rows = db.records(sql)
+        gap = db.records(gaps_sql)
+    gap_ns = gap[0]["gap_ns"] if gap and gap[0]["gap_ns"] is not None else 0.0
     iterations = ranges.get("prefill", (0, 0.0))[0]
     if iterations < 1:
         raise AnalysisError(f"{os.fspath(trace)}: no 'prefill' range of category {category!r}; "
                             "is it a layerscope capture?")
     modules: dict[str, dict[str, float]] = {name: {} for name in ranges}
+    calls: dict[str, dict[str, float]] = {name: {} for name in ranges}
     for r in sorted(rows, key=lambda r: (r["phase"], r["name"])):
         modules[r["phase"]][r["name"]] = float(r["dur_ns"]) / 1e9 / iterations
-    return CapturedTimes(modules, {k: d / 1e9 / iterations for k, (_, d) in ranges.items()}, iterations)
+        calls[r["phase"]][r["name"]] = float(r["n"]) / iterations
+    return CapturedTimes(modules, {k: d / 1e9 / iterations for k, (_, d) in ranges.items()}, iterations,
+                         calls, float(gap_ns) / 1e9)
 
 
 def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:
@@ -513,12 +588,15 @@ def validate(
     random_weights: bool = False,
     seed: int = 0,
     out_dir: str | os.PathLike[str] = "out/validate",
+    correct_instrumentation: bool = True,
 ) -> ValidationResult:
     """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
 
     Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
     (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
-    ``hardware.yaml``. Raises :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
+    ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
+    module annotations (module docstring, "Instrumentation"). Raises
+    :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
     from layerscope.capture.build import capture_dtype, require_torch
@@ -559,19 +637,24 @@ def validate(
                   seed=seed, out=out / "captured.json.gz")
     traces["captured"] = cap.trace_path
     measured = captured_times(cap.trace_path, device=device)
+    per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
+
+    def range_s(name: str) -> float:  # a phase range's time, less its instrumentation when correcting
+        return measured.ranges.get(name, 0.0) - (measured.instrumentation_s(name) if correct_instrumentation else 0.0)
 
     prefill_ops = [op for _, op in _predicted_ops(sims[0])]
-    prefill_s = measured.ranges.get("prefill", 0.0)
-    phases = [join_phase("prefill", prefill_ops, measured.modules.get("prefill", {}), prefill_s,
-                         [ForwardError("prefill", sum(op.time_s for op in prefill_ops), prefill_s)])]
+    phases = [join_phase("prefill", prefill_ops, measured.modules.get("prefill", {}),
+                         measured.ranges.get("prefill", 0.0),
+                         [ForwardError("prefill", sum(op.time_s for op in prefill_ops), range_s("prefill"))],
+                         calls=measured.calls.get("prefill", {}), call_overhead_s=per_call_s)]
     if decode_steps:
         decode_ops = _predicted_ops(sims[1])
         names = [f"decode_step_{t}" for t in range(decode_steps)]
-        steps = [ForwardError(s, sum(op.time_s for step, op in decode_ops if step == s), measured.ranges.get(s, 0.0))
-                 for s in names]
+        steps = [ForwardError(s, sum(op.time_s for step, op in decode_ops if step == s), range_s(s)) for s in names]
         phases.append(join_phase(
             "decode", _sum_by_name(op for _, op in decode_ops),
-            _sum_modules(measured.modules.get(s, {}) for s in names), sum(s.measured_s for s in steps), steps))
+            _sum_modules(measured.modules.get(s, {}) for s in names), sum(measured.ranges.get(s, 0.0) for s in names),
+            steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s))
 
     result = ValidationResult(
         model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,

@@ -32,6 +32,8 @@ def validate_cmd(
     random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
     out: Path = typer.Option(Path("out/validate"), "--out", "-o", help="Directory for the traces and validation.json."),
     top: int = typer.Option(40, "--top", help="Op rows shown per phase (largest measured first)."),
+    raw_times: bool = typer.Option(False, "--raw-times",
+                                   help="Keep the annotation hooks' time in the measured times (not subtracted)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
@@ -44,7 +46,8 @@ def validate_cmd(
     tokens = prompt_len if prompt_len is not None else context if context is not None else 128
     result = validate(model, hardware, layers=layers, dtype=dtype, batch=batch, prompt_len=tokens,
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
-                      device=device, random_weights=random_weights, out_dir=out)
+                      device=device, random_weights=random_weights, out_dir=out,
+                      correct_instrumentation=not raw_times)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -94,6 +97,9 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     con.print(f"[bold]{phase.phase} forward[/]: predicted {fmt_time_s(f.predicted_s)}, measured "
               f"{fmt_time_s(f.measured_s)}, error {_pct(f.error)}; per-op median |error| {med}, p90 {p90} "
               f"over {len(phase.rows)} ops")
+    if phase.call_overhead_s > 0:
+        con.print(f"  instrumentation subtracted: {fmt_time_s(phase.call_overhead_s)} per module call "
+                  f"(smallest median gap between sibling ranges), {fmt_time_s(phase.instrumentation_s)} in all")
     if len(phase.steps) > 1:
         con.print("  steps: " + ", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps))
     for u in phase.only_predicted:
