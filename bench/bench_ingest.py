@@ -13,7 +13,8 @@ alternating, and the best time of each is kept (the machine may be shared). File
 
 layerscope ingest = ``TraceDB(path)`` with a cold (empty) Parquet cache: parse, trace_processor
 tables, registered in DuckDB and queryable (the cache is written in the background and not
-timed; ``read_trace`` alone is reported too); "cached" = a second ``TraceDB`` open reading the
+timed; ``read_trace`` alone is reported too; "reader" says whether the in-memory msgspec path or
+the DuckDB path read the file); "cached" = a second ``TraceDB`` open reading the
 Parquet cache; report times are each report of
 ``layerscope.analysis.reports.REPORTS`` after ingest. HTA ingest = ``TraceAnalysis(trace_dir=…)``
 (HolisticTraceAnalysis, run by ``--hta-python``, e.g. a venv with ``pip install
@@ -46,7 +47,7 @@ SECTION = "## ingest and analysis"
 _LAYERSCOPE_CHILD = r"""
 import json, os, resource, sys, time
 path, mode = sys.argv[1], sys.argv[2]
-import layerscope.trace.chrome_reader, layerscope.analysis.reports  # imports are not ingest
+import layerscope.trace.chrome_reader, layerscope.trace.chrome_fast, layerscope.analysis.reports  # imports
 from layerscope.trace.readers import read_trace
 t0 = time.perf_counter()
 out = {}
@@ -57,6 +58,10 @@ if mode == "ingest":
     out["slices"] = db.scalar("SELECT COUNT(*) FROM slice")
     out["events_flows"] = db.scalar("SELECT COUNT(*) FROM flow")
     db.close()
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # which reader ran (asked again, after the timing and the peak): msgspec fast path or DuckDB
+    fast = layerscope.trace.chrome_fast.read_chrome_json_fast(__import__("pathlib").Path(path))
+    out["path"] = "msgspec" if fast is not None else "duckdb"
 elif mode == "parse":
     tables = read_trace(path)
     out["seconds"] = time.perf_counter() - t0
@@ -77,7 +82,7 @@ elif mode == "reports":
              "GROUP BY name ORDER BY total_ms DESC LIMIT 50")
     times["trace_processor recipe (top 50 by total)"] = time.perf_counter() - t
     out["reports"] = times
-out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out.setdefault("peak_rss_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print(json.dumps(out))
 """
 
@@ -218,13 +223,13 @@ def _write(rows: list[dict[str, Any]], cold: dict[str, Any], cached: dict[str, A
              "in the same run; peak RSS of that process (imports included). The x9 and "
              f"x{round(nb / 109_123)} traces are gpu-training-control repeated with shifted timestamps (made, not "
              "recorded).", "",
-             "| trace | events | layerscope s | `read_trace` s | layerscope peak MiB | HTA s | HTA peak MiB "
-             "| speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| trace | events | reader | layerscope s | `read_trace` s | layerscope peak MiB | HTA s "
+             "| HTA peak MiB | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ours, hta = r["ours"], r.get("hta")
         if "error" in ours:
-            lines.append(f"| {r['label']} | {r['events']:,} | error: {ours['error']} | | | | | |")
+            lines.append(f"| {r['label']} | {r['events']:,} | | error: {ours['error']} | | | | | |")
             continue
         if hta and "error" not in hta:
             hta_s, hta_m = f"{hta['seconds']:.2f}", f"{hta['peak_rss_mib']:.0f}"
@@ -232,8 +237,8 @@ def _write(rows: list[dict[str, Any]], cold: dict[str, Any], cached: dict[str, A
         else:
             hta_s, hta_m, ratio = ("not run" if hta is None else f"error: {hta['error'][:60]}"), "", ""
         parse = r.get("parse", {})
-        parse_s = f"{parse['seconds']:.2f}" if "seconds" in parse else ""
-        lines.append(f"| {r['label']} | {r['events']:,} | {ours['seconds']:.2f} | {parse_s} | "
+        parse_s = f"{parse['seconds']:.3f}" if "seconds" in parse else ""
+        lines.append(f"| {r['label']} | {r['events']:,} | {ours.get('path', '')} | {ours['seconds']:.3f} | {parse_s} | "
                      f"{ours['peak_rss_mib']:.0f} | {hta_s} | {hta_m} | {ratio} |")
     by_events = {r["events"]: r["ours"] for r in rows if "error" not in r["ours"]}
     control, million = by_events.get(109_123), next((o for n, o in by_events.items() if 900_000 < n < 1_100_000), None)
@@ -260,7 +265,7 @@ def _write(rows: list[dict[str, Any]], cold: dict[str, Any], cached: dict[str, A
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     section = "\n".join(lines)
     pattern = re.compile(re.escape(SECTION) + r"\n.*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(lambda _m: section.rstrip("\n"), text) if pattern.search(text) else (
+    text = pattern.sub(lambda _m: section.rstrip("\n") + "\n", text) if pattern.search(text) else (
         text.rstrip("\n") + "\n\n" + section)
     from layerscope.units import atomic_write
 

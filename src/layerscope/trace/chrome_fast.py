@@ -1,0 +1,700 @@
+"""In-memory fast path for Chrome/Kineto JSON: msgspec decode, then numpy/pyarrow tables.
+
+How: the file is read and inflated whole (gzip through python-isal when installed); the
+``traceEvents`` array is located as the DuckDB path locates it (first ``"traceEvents"`` key,
+end found from the tail) and decoded by :mod:`msgspec` into small structs, one per event, with
+only the fields the tables use (unknown fields are skipped in C). ``args`` stays raw JSON text
+(:class:`msgspec.Raw`, never decoded) except for ``M`` and ``C`` events. Columns are taken from
+the structs with one list comprehension each and turned into numpy/Arrow arrays; everything after
+that reuses the DuckDB path's table logic in :mod:`layerscope.trace.chrome_reader`
+(:func:`~layerscope.trace.chrome_reader.ids_for`, :func:`~layerscope.trace.chrome_reader.nest`
+through :func:`~layerscope.trace.chrome_reader.order_and_nest`,
+:func:`~layerscope.trace.chrome_reader.python_slices`,
+:func:`~layerscope.trace.chrome_reader.bind_flows`,
+:func:`~layerscope.trace.chrome_reader.counters`), fed with the same rows in the same order.
+
+Why: for traces up to ~1M events the DuckDB path's cost is mostly fixed per statement (a
+temporary file, a JSON parse into a table, ~15 queries); here the whole ingest is one C parse
+plus vectorized work, several times faster. Holding the text costs memory, so files whose
+inflated text exceeds :data:`MAX_TEXT_BYTES` go to the DuckDB path, which streams.
+
+Scope: every phase the DuckDB path reads (X, B/E, i/I/R, M, C, s/t/f, b/e/n; other phases only
+name threads, as there). Anything unusual returns ``None`` so the caller falls back to DuckDB,
+which handles everything and gives the same tables: a gzip stream that is truncated, corrupt or
+multi-member; JSON msgspec rejects (truncated, non-object items, NaN); a field of an unexpected
+JSON type (``name`` not a string, ``pid`` a float, ``ts`` a bool, ``ph`` not a Trace Event
+Format phase); a time string that is not a plain decimal number (``"1e3"``, ``" 12"``,
+``"soon"``: DuckDB's casts have their own rules for those); a time whose µs × 1000 overflows
+int64; invalid UTF-8 inside ``args``; a nested ``"ts"`` key in output ``args`` when fractional
+timestamps switch on the DuckDB path's ``ts`` quoting (which quotes those too).
+
+Times follow the DuckDB path's casts exactly: ints × 1000; text (a JSON string, or under ``ts``
+quoting a number's own digits) through DECIMAL(38,6) and ROUND, both half away from zero; a JSON
+float through its double, as DuckDB reads it (double → shortest decimal → DECIMAL).
+
+The one intended difference: ``arg_sets.json`` holds the file's own text of ``args`` (wrapped as
+``{"args": …}``), where DuckDB re-serializes it (no whitespace, ``5.3`` for ``5.300000``, escapes
+resolved), and the rows are in id order (DuckDB's path leaves them in its output order). The
+documents are equal as JSON, so the ``args`` view and every report see the same values;
+re-serializing ~10 MB of args would cost more than all of this path's table building.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from decimal import ROUND_HALF_UP, Decimal
+from operator import itemgetter
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from layerscope.trace.chrome_reader import (
+    _EVENTS_KEY,
+    _FRACTION_PROBE_BYTES,
+    _FRACTIONAL_TS,
+    _HEADER_LIMIT_BYTES,
+    _INFLATE,
+    _LEADING,
+    _WS,
+    _find_array_end,
+    _loads_object,
+    apply_metadata,
+    bind_flows,
+    counters,
+    ids_for,
+    order_and_nest,
+    other_tables,
+    python_slices,
+    skipped_warnings,
+    slice_table,
+)
+
+log = logging.getLogger(__name__)
+
+#: Inflated JSON text above this size goes to the DuckDB path. This path costs ~2 µs per event on
+#: one core; DuckDB's costs ~1.6 µs per event on two cores plus ~0.25 s fixed, so it wins past
+#: ~700k events (~200 MB of Kineto JSON), and it streams where this path holds the text, the
+#: decoded events and the columns at once (~6× the text at peak: 880 MiB at 545k events).
+MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "192")) << 20
+_TAIL_BYTES = 1 << 23
+_MAX_US = (2**63 - 1) // 1000
+_PLAIN_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
+_ARRAY_OPENING = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
+_ARGS_SEPARATOR = b'}\x00{"args":'
+_ARGS_PREFIX = int(np.frombuffer(b'{"ar', dtype=np.int32)[0])
+#: String-view arrays (pyarrow >= 16) point at the args texts in place.
+_STRING_VIEW = hasattr(pa, "string_view")
+
+
+class _Unsupported(Exception):
+    """The input needs the DuckDB path."""
+
+
+#: Every phase of the Trace Event Format; another ``ph`` fails the decode (and DuckDB takes over).
+#: A literal costs no string allocation per event.
+_Phase = Literal["X", "B", "E", "i", "I", "R", "M", "C", "s", "t", "f", "b", "e", "n", "S", "T", "p", "F",
+                 "P", "N", "O", "D", "V", "v", "c", "(", ")"]
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of one trace event that the tables use; others are skipped while parsing.
+
+    Types are strict (a float ``pid`` fails the decode, and the DuckDB path takes over). Times
+    keep their JSON type: DuckDB reads a number as a double and a string as exact text, and so
+    does :func:`_times`.
+    """
+
+    # in Kineto's key order (msgspec looks for the field after the last one matched first)
+    ph: _Phase | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | str | None = None
+    dur: int | float | str | None = None
+    args: msgspec.Raw = msgspec.Raw()
+    id: int | str | None = None
+    bp: str | None = None
+    s: str | None = None
+    tts: int | float | str | None = None
+    tdur: int | float | str | None = None
+
+
+class _QuotedEvent(_Event, gc=False):
+    """Under ts quoting (the DuckDB path quotes every ``"ts"`` number once fractional ones show
+    up), a float ``ts`` arrives as its own digits: untyped, so ``float_hook=str`` applies."""
+
+    ts: Any = None
+
+
+_DECODERS: dict[bool, msgspec.json.Decoder[list[_Event]]] = {
+    False: msgspec.json.Decoder(list[_Event]),
+    True: msgspec.json.Decoder(list[_QuotedEvent], float_hook=str),
+}
+
+
+# phase kinds
+_OTHER, _X, _B, _E, _INSTANT, _M, _S, _T, _F, _C, _AB, _AE, _AN = range(13)
+_KIND = {"X": _X, "B": _B, "E": _E, "i": _INSTANT, "I": _INSTANT, "R": _INSTANT, "M": _M, "s": _S,
+         "t": _T, "f": _F, "C": _C, "b": _AB, "e": _AE, "n": _AN}
+
+
+def read_chrome_json_fast(path: Path) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]] | None:
+    """Tables, top-level metadata and warnings of the trace at ``path``, or ``None``.
+
+    ``None`` means "use the DuckDB path": the file is too big to hold, or uses something this
+    path does not reproduce exactly (see the module docstring). Never raises for bad input.
+    """
+    try:
+        text = _read_text(path)
+        if text is None:
+            return None
+        return _parse(text)
+    except _Unsupported as exc:
+        log.debug("%s: fast JSON path not used (%s)", path, exc)
+        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, pa.ArrowException, orjson.JSONDecodeError,
+            ValueError, OverflowError, OSError, MemoryError) as exc:
+        log.debug("%s: fast JSON path not used (%s: %s)", path, type(exc).__name__, exc)
+        return None
+
+
+# --------------------------------------------------------------------------- bytes
+
+
+def _read_text(path: Path) -> bytes | None:
+    """The whole JSON text: a plain file, or one complete gzip member (else ``None``)."""
+    with open(path, "rb") as handle:
+        magic = handle.read(2)
+        size = handle.seek(0, os.SEEK_END)
+        if magic == b"\x1f\x8b" and size >= 18:
+            handle.seek(-4, os.SEEK_END)
+            # ISIZE, the inflated size modulo 4 GiB (max_length below catches the rest)
+            if int.from_bytes(handle.read(4), "little") > MAX_TEXT_BYTES:
+                return None
+        elif size > MAX_TEXT_BYTES:
+            return None
+        handle.seek(0)
+        data = handle.read()
+    if magic != b"\x1f\x8b":
+        return data
+    inflater = _INFLATE.decompressobj(31)
+    try:
+        text = inflater.decompress(data, MAX_TEXT_BYTES + 1)
+    except _INFLATE.error:
+        return None
+    if not inflater.eof or inflater.unused_data or len(text) > MAX_TEXT_BYTES:
+        return None  # truncated, multi-member or trailing bytes, too big: the DuckDB path
+    return text
+
+
+def _parse(text: bytes) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]:
+    """Locate the events array as the DuckDB path does, decode it, build the tables."""
+    lead = _LEADING.match(text).end()  # type: ignore[union-attr]
+    first = text[lead:lead + 1]
+    metadata: dict[str, Any] = {}
+    if first == b"[":
+        start, top_level_array = lead + 1, True
+    elif first == b"{":
+        key = text.find(_EVENTS_KEY)
+        if key < 0:
+            raise _Unsupported("no traceEvents key")
+        if key > _HEADER_LIMIT_BYTES:
+            raise _Unsupported("traceEvents too far in")
+        opening = _ARRAY_OPENING.match(text, key + len(_EVENTS_KEY))
+        if opening is None:
+            raise _Unsupported("traceEvents is not an array")
+        bracket = opening.end() - 1
+        start, top_level_array = bracket + 1, False
+        header = _loads_object(text[lead:key].rstrip(_WS).rstrip(b",") + b"}")
+        if header is not None:
+            metadata.update(header)
+    else:
+        raise _Unsupported("not a JSON object or array")
+    tail_offset = _tail_offset(text, start)
+    found = _find_array_end(text[tail_offset:], top_level_array)
+    if found is None:
+        raise _Unsupported("events array not closed")
+    end = tail_offset + found[0]
+    metadata.update(found[1])
+    quoted = _FRACTIONAL_TS.search(text, start, start + _FRACTION_PROBE_BYTES) is not None
+    if quoted and text.find(b'"ts":', end) >= 0:
+        raise _Unsupported("a 'ts' key after the events array would be quoted")
+    events = _DECODERS[quoted].decode(memoryview(text)[start - 1:end + 1])
+    if not events:
+        raise _Unsupported("no events")
+    warnings: list[str] = []
+    tables = _Builder(events, quoted, warnings).tables()
+    return tables, metadata, warnings
+
+
+def _tail_offset(text: bytes, start: int) -> int:
+    """Where the DuckDB path's tail begins, or later where that gives the same array end.
+
+    ``_find_array_end`` looks at the 256 rightmost ``]`` of the tail (≥ 8 MiB there); a shorter
+    window holding at least 256 of them looks at the same ones, and copies far less.
+    """
+    window = max(start, len(text) - (1 << 16))
+    if text.count(b"]", window) >= 256:
+        return window
+    return max(start, len(text) - _TAIL_BYTES)
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value.__class__ is str:
+        return value
+    if value.__class__ is int:
+        return str(value)
+    raise _Unsupported(f"a value of type {type(value).__name__}")
+
+
+def _typed_array(values: list[Any]) -> pa.Array:
+    """Ints (and ``None``) as int64, else everything as text (ints in decimal)."""
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([_text(v) for v in values], pa.string())
+
+
+def _times(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """µs values → (int64 ns, valid), exactly as the DuckDB path's ``_TIME_NS`` casts them.
+
+    ints: × 1000. Text (a JSON string, or a float's own digits under ts quoting): through
+    DECIMAL(38,6). Floats (JSON numbers DuckDB reads as doubles): through the double's shortest
+    decimal text, as DuckDB's double → VARCHAR → DECIMAL.
+    """
+    n = len(values)
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    if not kinds:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if not kinds <= {int, float, str}:
+        raise _Unsupported(f"times of type {sorted(k.__name__ for k in kinds)}")
+    if len(kinds) == 1:
+        (kind,) = kinds
+        return _times_of(kind, values)
+    ns = np.zeros(n, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
+    for kind in kinds:
+        part, ok = _times_of(kind, [v if v.__class__ is kind else None for v in values])
+        ns[ok] = part[ok]
+        valid |= ok
+    return ns, valid
+
+
+def _times_of(kind: type, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    arr = pa.array(values, {int: pa.int64(), float: pa.float64(), str: pa.string()}[kind])
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    if kind is int:
+        us = arr.fill_null(0).to_numpy()
+        if int(np.abs(us).max()) > _MAX_US:
+            raise _Unsupported("a time overflows int64 ns")
+        return us * 1000, valid
+    if kind is float:
+        return _float_times(arr.fill_null(0.0).to_numpy()), valid
+    return _text_times(arr, valid), valid
+
+
+def _round_half_away(x: np.ndarray, div: np.ndarray | int) -> np.ndarray:
+    mag = np.abs(x)
+    q, r = np.divmod(mag, div)
+    q += 2 * r >= div
+    return np.where(x < 0, -q, q)
+
+
+def _decimal_ns(micros: Decimal) -> int:
+    """DuckDB's ``ROUND(CAST(µs AS DECIMAL(38,6)) * 1000)``: both roundings half away from zero."""
+    six = micros.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+    return int((six * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _float_times(us: np.ndarray) -> np.ndarray:
+    """Doubles → ns as DuckDB does (through their shortest decimal text).
+
+    ``us * 1000`` rounded half away from zero is that, except near a .5: DuckDB rounds the
+    shortest decimal (to 6 decimals, then to ns), which moves a value by up to 0.0005 ns, and the
+    product is off by up to ~1.5 ulp (2e-5 ns below 2^36 ns, ~69 s). Values within 0.001 ns of a
+    .5, or beyond 2^36 ns, take the exact decimal path (a handful: Kineto durations have 3
+    decimals; timestamps with decimals are quoted text, not floats).
+    """
+    x = us * 1000.0
+    ns = np.where(x < 0, np.ceil(x - 0.5), np.floor(x + 0.5))
+    exact = (np.abs(np.abs(x - np.trunc(x)) - 0.5) < 1e-3) | (np.abs(x) >= 2.0**36)
+    out = np.where(exact, 0.0, ns).astype(np.int64)
+    for i in np.flatnonzero(exact).tolist():
+        value = float(us[i])
+        if not abs(value) < _MAX_US:
+            raise _Unsupported("a time overflows int64 ns")
+        out[i] = _decimal_ns(Decimal(repr(value)))
+    return out
+
+
+def _has_byte(arr: pa.Array, chars: bytes) -> bool:
+    """Whether any of ``chars`` occurs in the bytes of a string array (nulls' bytes included)."""
+    data = arr.buffers()[2]
+    if data is None:
+        return False
+    view = np.frombuffer(data, dtype=np.uint8)
+    return bool(np.isin(view, np.frombuffer(chars, dtype=np.uint8)).any())
+
+
+def _text_times(arr: pa.Array, valid: np.ndarray) -> np.ndarray:
+    """Decimal texts → ns through DECIMAL(38,6) (rounded half away from zero), × 1000, rounded.
+
+    Only ``-?digits(.digits)?`` is accepted (DuckDB's casts also take ``" 12"``, ``"0x10"``,
+    ``"1e3"``… and those go to it); the digits without the dot are one int64.
+    """
+    dot = pc.find_substring(arr, ".").fill_null(-1).to_numpy().astype(np.int64)
+    length = pc.binary_length(arr).fill_null(0).to_numpy().astype(np.int64)
+    negative = pc.starts_with(arr, "-").fill_null(False).to_numpy(zero_copy_only=False)
+    has_dot = dot >= 0
+    # a digit on both sides of the dot; hex ('0x…') would pass the int64 cast
+    if ((has_dot & ((dot < 1 + negative) | (dot > length - 2))).any()
+            or _has_byte(arr, b"xX")):
+        raise _Unsupported("a time that is not a plain decimal number")
+    digits = pc.replace_substring(arr, ".", "", max_replacements=1) if has_dot.any() else arr
+    try:
+        unscaled = pc.cast(digits, pa.int64()).fill_null(0).to_numpy()  # rejects a second dot, signs, spaces
+    except pa.ArrowInvalid:
+        raise _Unsupported("a time that is not a plain decimal number") from None
+    unscaled = np.where(valid, unscaled, 0)
+    frac = np.where(has_dot, length - dot - 1, 0)
+    if frac.max() > 18:
+        raise _Unsupported("a time with more than 18 decimals")
+    scale = 10 ** np.maximum(3 - frac, 0)  # up to 3 decimals: exact
+    if (np.abs(unscaled) > (2**63 - 1) // scale).any():
+        raise _Unsupported("a time overflows int64 ns")
+    ns = unscaled * scale
+    if frac.max() <= 3:
+        return ns
+    mid = (frac > 3) & (frac <= 6)  # DECIMAL(38,6) holds it: × 1000 then ROUND is one rounding
+    ns[mid] = _round_half_away(unscaled[mid], 10 ** (frac[mid] - 3))
+    fine = frac > 6  # rounded to 6 decimals first, then to ns
+    ns[fine] = _round_half_away(_round_half_away(unscaled[fine], 10 ** (frac[fine] - 6)), 1000)
+    return ns
+
+
+def _text_codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Per value, the index of its text (``None`` → ``"0"``, ints in decimal) in first-seen order.
+
+    The DuckDB path reads pid/tid as text, so ``7`` and ``"7"`` are one key.
+    """
+    code_of: dict[Any, int] = {}
+    texts: dict[str, int] = {}
+    for value in dict.fromkeys(values):
+        text = "0" if value is None else value if value.__class__ is str else str(value)
+        code_of[value] = texts.setdefault(text, len(texts))
+    codes = np.fromiter(map(code_of.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, list(texts)
+
+
+def _first_seen(keys: np.ndarray, size: int) -> np.ndarray:
+    """Distinct values of ``keys`` (ints in ``[0, size)``) in order of first appearance."""
+    if size <= 4 * len(keys) + 1024:
+        first = np.full(size, len(keys), dtype=np.int64)
+        np.minimum.at(first, keys, np.arange(len(keys), dtype=np.int64))
+        present = np.flatnonzero(first < len(keys))
+        return present[np.argsort(first[present], kind="stable")]
+    uniq, index = np.unique(keys, return_index=True)
+    return uniq[np.argsort(index, kind="stable")]
+
+
+def _text_ranks(values: list[Any]) -> np.ndarray:
+    """Dense ranks of the values' texts (ints in decimal) in byte order, as DuckDB orders VARCHAR."""
+    arr = _typed_array(values)
+    if arr.type != pa.string():
+        arr = arr.cast(pa.string())
+    return pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
+
+
+def _arg_json(texts: tuple[bytes, np.ndarray, np.ndarray, np.ndarray],
+              rows: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+    """For the slices in id order (candidates ``rows``): whether each has args, and the texts.
+
+    A string-view array points at the texts in place; the cast packs them into plain strings.
+    """
+    data, starts, lengths, has = texts
+    has_args = has[rows]
+    chosen = rows[has_args]
+    if not _STRING_VIEW:  # pyarrow < 16: slice the texts one by one
+        view = memoryview(data)
+        return has_args, pa.array([view[a:a + n] for a, n in zip(starts[chosen].tolist(), lengths[chosen].tolist(),
+                                                                   strict=True)], pa.binary()).cast(pa.string())
+    views = np.empty((len(chosen), 4), dtype=np.int32)
+    views[:, 0] = lengths[chosen]
+    views[:, 1] = _ARGS_PREFIX  # the first 4 bytes of every text (all are longer than 12)
+    views[:, 2] = 0
+    views[:, 3] = starts[chosen]
+    json = pa.Array.from_buffers(pa.string_view(), len(chosen), [None, pa.py_buffer(views), pa.py_buffer(data)])
+    return has_args, json.cast(pa.string())
+
+
+def _pick(items: list[Any], index: np.ndarray) -> tuple[Any, ...]:
+    """``items`` at ``index``, in one C call."""
+    if len(index) > 1:
+        return itemgetter(*index.tolist())(items)  # type: ignore[no-any-return]
+    return tuple(items[i] for i in index.tolist())
+
+
+def _ranks(strings: pa.DictionaryArray) -> np.ndarray:
+    """Per element, the rank of its string in byte order, nulls last (DuckDB's ORDER BY)."""
+    values = strings.dictionary.to_pylist()
+    rank = np.empty(len(values) + 1, dtype=np.int64)
+    rank[sorted(range(len(values)), key=values.__getitem__)] = np.arange(len(values))
+    rank[len(values)] = len(values)
+    return rank[strings.indices.fill_null(len(values)).to_numpy()]
+
+
+class _Builder:
+    """Tables from decoded events; each method mirrors one step of ``chrome_reader._build``."""
+
+    def __init__(self, events: list[_Event], quoted: bool, warnings: list[str]) -> None:
+        self.events = events
+        self.n = len(events)
+        self.warnings = warnings
+        phases = pa.array([e.ph for e in events], pa.string()).dictionary_encode()
+        kind_of = np.array([_KIND.get(p, _OTHER) for p in phases.dictionary.to_pylist()] + [_OTHER],
+                           dtype=np.int8)
+        self.kind = kind_of[phases.indices.fill_null(len(phases.dictionary)).to_numpy()]
+        self.ts, self.ts_ok = _times([e.ts for e in events])
+        self.dur, self.dur_ok = _times([e.dur for e in events])
+        tts = [e.tts for e in events]
+        tdur = [e.tdur for e in events]
+        self.tts = _times(tts) if tts.count(None) < self.n else None
+        self.tdur = _times(tdur) if tdur.count(None) < self.n else None
+        self.names = [e.name for e in events]
+        self.cats = [e.cat for e in events]
+        self.name_arr = pa.array(self.names, pa.string()).dictionary_encode()
+        self.cat_arr = pa.array(self.cats, pa.string()).dictionary_encode()
+        self.args = [e.args for e in events]
+        self.quoted = quoted
+
+    def _is(self, *kinds: int) -> np.ndarray:
+        return np.isin(self.kind, kinds) if len(kinds) > 1 else self.kind == kinds[0]
+
+    def _parsed_args(self, i: int) -> Any:
+        raw = bytes(self.args[i])
+        if self.quoted and b'"ts":' in raw:
+            raise _Unsupported("a nested 'ts' key in args under ts quoting")
+        return orjson.loads(raw) if raw else None
+
+    def _pid(self, i: int) -> str:
+        return self.pid_texts[self.pid_code[i]]
+
+    def _tts_at(self, i: int) -> int | None:
+        return int(self.tts[0][i]) if self.tts is not None and self.tts[1][i] else None
+
+    def tables(self) -> dict[str, pa.Table]:
+        kind, ts_ok = self.kind, self.ts_ok
+        is_x = kind == _X
+        skipped_warnings(int(np.count_nonzero(~ts_ok & (kind != _M))),
+                         int(np.count_nonzero(is_x & self.dur_ok & (self.dur < 0))),
+                         int(np.count_nonzero(is_x & ~self.dur_ok & ts_ok)), self.warnings)
+        self._threads()
+        self._tracks()
+        extra = self._extra()
+        slices = self._slices(extra)
+        counter = self._counters()
+        return {**other_tables(self.ids, self.track_rows), **slices, "counter": counter}
+
+    # ----------------------------------------------------------------------- threads and tracks
+
+    def _threads(self) -> None:
+        events = self.events
+        pid_code, self.pid_texts = _text_codes([e.pid for e in events])
+        tid_code, self.tid_texts = _text_codes([e.tid for e in events])
+        ntid = len(self.tid_texts)
+        pair = pid_code * ntid + tid_code
+        meta = self.kind == _M
+        firsts = _first_seen(pair * 2 + meta, 2 * len(self.pid_texts) * ntid)
+        self.ids = ids_for((self.pid_texts[k // 2 // ntid], self.tid_texts[k // 2 % ntid], bool(k & 1))
+                           for k in firsts.tolist())
+        self.pid_code = pid_code
+        self.tid_code = tid_code
+        apply_metadata(self.ids, ((self.pid_texts[pid_code[i]], self.tid_texts[tid_code[i]], self.names[i],
+                                   self._parsed_args(i)) for i in np.flatnonzero(meta).tolist()))
+        # per event, its thread (-1 for a pair seen only on metadata events)
+        pairs = np.unique(firsts // 2)
+        utid_of = np.array([self.ids.threads.get((self.pid_texts[p // ntid], self.tid_texts[p % ntid]), -1)
+                            for p in pairs.tolist()], dtype=np.int64)
+        self.utid = utid_of[np.searchsorted(pairs, pair)]
+
+    def _tracks(self) -> None:
+        kind = self.kind
+        instants = np.flatnonzero(kind == _INSTANT)
+        scopes = [self.events[i].s for i in instants.tolist()]
+        scoped = np.array([s in ("g", "p") for s in scopes], dtype=bool)
+        self.instants, self.scoped = instants, scoped
+        on_thread = self._is(_X, _B, _E)
+        on_thread[instants[~scoped]] = True
+        slice_utids = np.unique(self.utid[on_thread & self.ts_ok])
+        self.track_rows: list[dict[str, Any]] = []
+        self.thread_track: dict[int, int] = {}
+        track_of_utid = np.full(len(self.ids.thread_rows) + 1, -1, dtype=np.int64)
+        for utid in slice_utids.tolist():
+            self.thread_track[utid] = len(self.track_rows)
+            track_of_utid[utid] = len(self.track_rows)
+            self.track_rows.append({"id": len(self.track_rows), "name": None, "type": "thread", "utid": utid,
+                                    "upid": self.ids.thread_rows[utid]["upid"], "parent_id": None, "unit": None})
+        self.ev_track = np.where(self.utid >= 0, track_of_utid[self.utid], -1)
+
+    def _by_time(self, mask: np.ndarray) -> list[int]:
+        idx = np.flatnonzero(mask & self.ts_ok)
+        return idx[np.lexsort((idx, self.ts[idx]))].tolist()
+
+    def _extra(self) -> dict[str, list[Any]]:
+        """B/E, process/global instants and async events through the DuckDB path's own loop."""
+        ev, names, cats, ts, pid = self.events, self.names, self.cats, self.ts, self._pid
+        # ``i`` stands in for the args: the slices' texts are taken by event index later
+        begin_end = [(i, ev[i].ph, int(ts[i]), names[i], cats[i], pid(i), self.tid_texts[self.tid_code[i]], i,
+                      self._tts_at(i)) for i in self._by_time(self._is(_B, _E))]
+        scoped = self.instants[self.scoped]
+        scoped_instants = [(i, int(ts[i]), names[i], cats[i], pid(i), ev[i].s, i)
+                           for i in scoped[self.ts_ok[scoped]].tolist()]
+        async_events = [(i, ev[i].ph, int(ts[i]), names[i], cats[i], pid(i), _text(ev[i].id), i)
+                        for i in self._by_time(self._is(_AB, _AE, _AN))]
+        return python_slices(self.ids, self.thread_track, self.track_rows, self.warnings, begin_end,
+                             scoped_instants, async_events)
+
+    # ----------------------------------------------------------------------- slices, args, flows
+
+    def _slices(self, extra: dict[str, list[Any]]) -> dict[str, pa.Table]:
+        kind, ts_ok = self.kind, self.ts_ok
+        x_rows = np.flatnonzero((kind == _X) & ts_ok & self.dur_ok & (self.dur >= 0))
+        inst = self.instants[~self.scoped]
+        inst_rows = inst[ts_ok[inst]]
+        m = len(extra["seq"])
+        seq = np.concatenate((x_rows, inst_rows, np.array(extra["seq"], dtype=np.int64)))
+        ts = np.concatenate((self.ts[x_rows], self.ts[inst_rows], np.array(extra["ts"], dtype=np.int64)))
+        dur = np.concatenate((self.dur[x_rows], np.zeros(len(inst_rows), dtype=np.int64),
+                              np.array(extra["dur"], dtype=np.int64)))
+        track = np.concatenate((self.ev_track[x_rows], self.ev_track[inst_rows],
+                                np.array(extra["track_id"], dtype=np.int64)))
+        # Nesting is numpy (sorts and searches that release the GIL): it runs in a thread while
+        # this one joins the args texts and prepares the flow events, which need no nesting.
+        nested: dict[str, Any] = {}
+        nest_warnings: list[str] = []
+
+        def nest_slices() -> None:
+            try:
+                nested["result"] = order_and_nest(seq, ts, dur, track, nest_warnings)
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                nested["error"] = exc
+
+        worker = threading.Thread(target=nest_slices, name="layerscope-nest", daemon=True)
+        worker.start()
+        try:
+            texts = self._arg_texts(seq)
+            flow_events = self._flow_events()
+        finally:
+            worker.join()
+        if "error" in nested:
+            raise nested["error"]
+        rows, depth, parent = nested["result"]
+        self.warnings.extend(nest_warnings)
+        kept = seq[rows]
+        take = pa.array(kept)
+        track_arr, ts_arr, dur_arr = track[rows], ts[rows], dur[rows]
+        if self.tts is None:
+            thread_ts = pa.nulls(len(rows), pa.int64())
+        else:
+            tts, ok = self.tts
+            cand_ok = np.concatenate((ok[x_rows], ok[inst_rows],
+                                      np.array([v is not None for v in extra["tts"]], dtype=bool)))
+            cand = np.concatenate((tts[x_rows], tts[inst_rows],
+                                   np.array([v or 0 for v in extra["tts"]], dtype=np.int64)))
+            thread_ts = pa.array(cand[rows], mask=~cand_ok[rows])
+        if self.tdur is None:
+            thread_dur = pa.nulls(len(rows), pa.int64())
+        else:
+            tdur, ok = self.tdur
+            size = len(inst_rows) + m
+            cand_ok = np.concatenate((ok[x_rows], np.zeros(size, dtype=bool)))
+            cand = np.concatenate((tdur[x_rows], np.zeros(size, dtype=np.int64)))
+            thread_dur = pa.array(cand[rows], mask=~cand_ok[rows])
+        has_args, arg_json = _arg_json(texts, rows)
+        table = slice_table(ts_arr, dur_arr, track_arr, self.cat_arr.take(take), self.name_arr.take(take), depth,
+                            parent, has_args, thread_ts, thread_dur)
+        arg_sets = pa.table({"arg_set_id": np.flatnonzero(has_args).astype(np.int64), "json": arg_json})
+        flow = bind_flows(*flow_events, track_arr, ts_arr, dur_arr, parent)
+        return {"slice": table, "arg_sets": arg_sets, "flow": flow}
+
+    def _arg_texts(self, seq: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
+
+        One join writes every text followed by a NUL (which cannot occur in JSON text). Returns
+        the buffer, each text's start and length, and whether it has args (a non-empty object).
+        """
+        pieces = _pick(self.args, seq)
+        data = _ARGS_SEPARATOR.join((b"", *pieces, b""))
+        if len(data) >= 2**31:
+            raise _Unsupported("args text over 2 GiB")
+        a = np.frombuffer(data, dtype=np.uint8)
+        nul = np.flatnonzero(a == 0)
+        starts = nul[:-1] + 1  # each text: '{"args":' + piece + '}'
+        lengths = nul[1:] - starts
+        piece = starts + 8
+        has = (lengths > 11) & (a[piece] == ord("{"))  # a piece of at least 3 bytes, an object
+        # an object with only whitespace inside is DuckDB's '{}': no args
+        obj = np.flatnonzero(has)
+        pos = piece[obj] + 1
+        busy = np.flatnonzero(a[pos] <= 32)  # JSON whitespace: the only bytes <= 32 outside strings
+        while len(busy):
+            pos[busy] += 1
+            busy = busy[a[pos[busy]] <= 32]
+        has[obj[a[pos] == ord("}")]] = False
+        if self.quoted and data.find(b'"ts":') >= 0:
+            raise _Unsupported("a nested 'ts' key in args under ts quoting")
+        if not data.isascii():
+            try:
+                data.decode()  # UTF-8 (msgspec does not check the strings it skips)
+            except UnicodeDecodeError:
+                raise _Unsupported("invalid UTF-8 in args") from None
+        return data, starts, lengths, has
+
+    def _flow_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The flow events as :func:`~layerscope.trace.chrome_reader.bind_flows` takes them."""
+        kind = self.kind
+        cand = np.flatnonzero(self._is(_S, _T, _F) & self.ts_ok)
+        idents = [e.id for e in _pick(self.events, cand)]
+        has_id = np.array([v is not None for v in idents], dtype=bool)
+        idx = cand[has_id]
+        if len(idx) == 0:
+            none = np.zeros(0, dtype=np.int64)
+            return none.astype(bool), none.astype(bool), none.astype(bool), none, none, none
+        take = pa.array(idx)
+        keys = np.stack((_ranks(self.cat_arr.take(take)), _ranks(self.name_arr.take(take)),
+                         _text_ranks([v for v in idents if v is not None])))
+        composite = np.lexsort(keys[::-1])
+        sorted_keys = keys[:, composite]
+        new = np.concatenate(([True], (sorted_keys[:, 1:] != sorted_keys[:, :-1]).any(axis=0)))
+        key = np.empty(len(idx), dtype=np.int64)
+        key[composite] = np.cumsum(new)
+        ts = self.ts[idx]
+        order = np.lexsort((idx, ts, key))
+        idx, key, ts = idx[order], key[order], ts[order]
+        k = kind[idx]
+        bps = [e.bp for e in _pick(self.events, idx[k == _F])]
+        enclosing = k != _F
+        enclosing[k == _F] = np.array([bp == "e" for bp in bps], dtype=bool)
+        return k == _F, k == _S, enclosing, ts, self.ev_track[idx], key
+
+    def _counters(self) -> pa.Table:
+        rows = [(int(self.ts[i]), self.names[i], self._pid(i), _text(self.events[i].id), self._parsed_args(i))
+                for i in self._by_time(self.kind == _C)]
+        return counters(self.ids, self.track_rows, self.warnings, rows)
