@@ -389,6 +389,10 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
                            call_overhead_s, instrumentation_s)
 
 
+#: The names of a capture's phase ranges (``prefill``, ``decode_step_K``), as a DuckDB regex.
+_PHASE_RANGE_RE = "prefill|decode_step_[0-9]+"
+
+
 @dataclass(frozen=True)
 class CapturedTimes:
     """A captured trace's module times per phase range, per recorded iteration (seconds)."""
@@ -415,20 +419,21 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
     from layerscope.analysis.engine import TraceDB
 
     category = "user_annotation" if device == "cpu" else "gpu_user_annotation"
+    phase_re, not_module_re = _PHASE_RANGE_RE, f"{_PHASE_RANGE_RE}|ProfilerStep#[0-9]+"
     # A range belongs to the phase range that contains its start (one clock; phases never overlap).
     sql = f"""
         WITH ann AS (SELECT ts, dur, name FROM slice WHERE category = '{category}' AND dur >= 0
                      AND name IS NOT NULL),
-             ph AS (SELECT ts, dur, name FROM ann WHERE regexp_full_match(name, 'prefill|decode_step_[0-9]+'))
+             ph AS (SELECT ts, dur, name FROM ann WHERE regexp_full_match(name, '{phase_re}'))
         SELECT ph.name AS phase, ann.name AS name, SUM(ann.dur) AS dur_ns, COUNT(*) AS n
         FROM ann JOIN ph ON ann.ts >= ph.ts AND ann.ts < ph.ts + ph.dur
-        WHERE NOT regexp_full_match(ann.name, 'prefill|decode_step_[0-9]+|ProfilerStep#[0-9]+')
+        WHERE NOT regexp_full_match(ann.name, '{not_module_re}')
         GROUP BY 1, 2"""
     # Gaps between consecutive sibling module ranges (same parent slice), per (previous, next) pair.
     gaps_sql = f"""
         WITH m AS (SELECT ts, dur, name, parent_id FROM slice WHERE category = '{category}' AND dur >= 0
                    AND name IS NOT NULL AND parent_id IS NOT NULL
-                   AND NOT regexp_full_match(name, 'prefill|decode_step_[0-9]+|ProfilerStep#[0-9]+')),
+                   AND NOT regexp_full_match(name, '{not_module_re}')),
              g AS (SELECT name, ts - LAG(ts + dur) OVER (PARTITION BY parent_id ORDER BY ts) AS gap,
                           LAG(name) OVER (PARTITION BY parent_id ORDER BY ts) AS prev FROM m)
         SELECT MIN(med) AS gap_ns FROM (SELECT MEDIAN(gap) AS med FROM g WHERE prev IS NOT NULL AND gap >= 0
@@ -436,7 +441,7 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
     with TraceDB(trace, use_cache=False) as db:
         ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
             f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
-            "AND regexp_full_match(name, 'prefill|decode_step_[0-9]+') GROUP BY name")}
+            f"AND regexp_full_match(name, '{phase_re}') GROUP BY name")}
         rows = db.records(sql)
         gap = db.records(gaps_sql)
     gap_ns = gap[0]["gap_ns"] if gap and gap[0]["gap_ns"] is not None else 0.0
