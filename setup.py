@@ -1,10 +1,13 @@
 """Installs ``layerscope-trace.pth`` next to the package in site-packages (regular and editable
 installs): the hook that lets ``LAYERSCOPE_TRACE=1 python script.py`` trace a script that never
-imports layerscope. Everything else is configured in pyproject.toml."""
+imports layerscope; and builds the optional C scanner for trace JSON
+(``layerscope.trace._chrome_scan``): where no C compiler is available the build of that one
+extension is skipped and the pure-Python readers are used. Everything else is configured in
+pyproject.toml."""
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
@@ -37,4 +40,7 @@ cmdclass: dict[str, type] = {"build_py": BuildPyWithPth}
 # should a future setuptools drop it, editable installs still work, only without the .pth file.
 if hasattr(editable_wheel, "_run_build_commands"):
     cmdclass["editable_wheel"] = EditableWheelWithPth
-setup(cmdclass=cmdclass)
+# optional=True: a failed compile is a warning, not a failed install (chrome_fast falls back to msgspec)
+CHROME_SCAN = Extension("layerscope.trace._chrome_scan", sources=["src/layerscope/trace/_chrome_scan.c"],
+                        optional=True)
+setup(cmdclass=cmdclass, ext_modules=[CHROME_SCAN])

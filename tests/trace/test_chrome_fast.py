@@ -1,6 +1,9 @@
 """The in-memory fast path for Chrome/Kineto JSON (layerscope/trace/chrome_fast.py) against the
 DuckDB path (``read_chrome_json(path, fast=False)``): same tables, rows, warnings and metadata.
 
+Every test runs twice: with the C scanner (layerscope/trace/_chrome_scan.c) producing the
+columns, and with msgspec's decoder (``LAYERSCOPE_JSON_NATIVE=0``), its fallback.
+
 The one intended difference is ``arg_sets``: the fast path keeps the file's own JSON text of
 ``args`` (DuckDB re-serializes it) and lists the arg sets in id order (DuckDB in its output
 order); the documents are compared as parsed JSON, by arg set id, and the ``args`` view of
@@ -30,6 +33,28 @@ from layerscope.trace.tables import SCHEMAS, TraceTables
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 REAL = sorted(DATA.glob("*.json.gz"))
+
+#: the decoder of the running test, and the column sources the fast path built during it
+_RUN: dict[str, Any] = {"decoder": "", "sources": []}
+
+
+@pytest.fixture(autouse=True, params=["native", "msgspec"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test with the C scanner, then with msgspec (the scanner switched off)."""
+    if request.param == "native" and chrome_fast._chrome_scan is None:
+        pytest.skip("the C scanner is not built (no C compiler at install)")
+    if request.param == "msgspec":
+        monkeypatch.setenv("LAYERSCOPE_JSON_NATIVE", "0")
+    sources: list[str] = []
+    real_builder = chrome_fast._Builder
+
+    def builder(columns: Any, quoted: bool, warnings: list[str]) -> Any:
+        sources.append(type(columns).__name__)
+        return real_builder(columns, quoted, warnings)
+
+    monkeypatch.setattr(chrome_fast, "_Builder", builder)
+    _RUN.update(decoder=request.param, sources=sources)
+    return str(request.param)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -65,6 +90,10 @@ def assert_same_tables(fast: TraceTables, slow: TraceTables) -> None:
 def fast_and_slow(path: Path, *, must_be_fast: bool = True) -> tuple[TraceTables, TraceTables]:
     if must_be_fast:
         assert read_chrome_json_fast(path) is not None, "the fast path fell back"
+        # the scanner needs Arrow string views (pyarrow >= 16)
+        native = _RUN["decoder"] == "native" and chrome_fast._STRING_VIEW
+        expected = "_ScannedColumns" if native else "_DecodedColumns"
+        assert _RUN["sources"][-1] == expected, f"columns from {_RUN['sources'][-1]}"
     fast = read_chrome_json(path)
     slow = read_chrome_json(path, fast=False)
     assert_same_tables(fast, slow)

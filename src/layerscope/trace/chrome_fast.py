@@ -77,6 +77,11 @@ from layerscope.trace.chrome_reader import (
     slice_table,
 )
 
+try:  # the C scanner, built at install time where a compiler is available (setup.py)
+    from layerscope.trace import _chrome_scan
+except ImportError:  # pragma: no cover - exercised on installs without a compiler
+    _chrome_scan = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 
 #: Inflated JSON text above this size goes to the DuckDB path. This path costs ~2 µs per event on
@@ -87,6 +92,10 @@ MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "192")) << 20
 _TAIL_BYTES = 1 << 23
 _MAX_US = (2**63 - 1) // 1000
 _PLAIN_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
+#: Events text from this size on is scanned in two chunks on two threads.
+_SPLIT_MIN_BYTES = 1 << 20
+#: Between two events: where the second chunk may start (the first chunk's scan checks it).
+_EVENT_GAP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ARRAY_OPENING = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
 _ARGS_SEPARATOR = b'}\x00{"args":'
 _ARGS_PREFIX = int(np.frombuffer(b'{"ar', dtype=np.int32)[0])
@@ -228,12 +237,58 @@ def _parse(text: bytes) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]
     quoted = _FRACTIONAL_TS.search(text, start, start + _FRACTION_PROBE_BYTES) is not None
     if quoted and text.find(b'"ts":', end) >= 0:
         raise _Unsupported("a 'ts' key after the events array would be quoted")
-    events = _DECODERS[quoted].decode(memoryview(text)[start - 1:end + 1])
-    if not events:
+    columns: _Columns | None = _scan_columns(text, start, end, quoted)
+    if columns is None:
+        events = _DECODERS[quoted].decode(memoryview(text)[start - 1:end + 1])
+        columns = _DecodedColumns(events)
+    if columns.n == 0:
         raise _Unsupported("no events")
     warnings: list[str] = []
-    tables = _Builder(events, quoted, warnings).tables()
+    tables = _Builder(columns, quoted, warnings).tables()
     return tables, metadata, warnings
+
+
+def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _Columns | None:
+    """The C scanner's columns of the events in ``text[start:end]``, or ``None`` (use msgspec).
+
+    ``None`` when the scanner is not built, is switched off (``LAYERSCOPE_JSON_NATIVE=0``), or
+    meets something it leaves to msgspec (see _chrome_scan.c). Texts of a MiB or more are
+    scanned in two chunks on two threads (the scanner releases the GIL): the second starts at an
+    event boundary found after the middle, which the first chunk's scan proves (it must end
+    with a comma after a complete event); where it does not, the text is scanned whole.
+    """
+    if _chrome_scan is None or not _STRING_VIEW or os.environ.get("LAYERSCOPE_JSON_NATIVE", "1") == "0":
+        return None
+    chunks: list[Any] | None = None
+    if end - start >= _SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1:
+        gap = _EVENT_GAP.search(text, start + (end - start) // 2, end)
+        if gap is not None:
+            split = gap.end() - 1
+            tail: list[Any] = []
+
+            def scan_tail() -> None:
+                try:
+                    tail.append(_chrome_scan.scan(text, split, end, 2, quoted, 2))
+                except BaseException as exc:  # re-raised below, in the caller's thread
+                    tail.append(exc)
+
+            worker = threading.Thread(target=scan_tail, name="layerscope-scan", daemon=True)
+            worker.start()
+            try:
+                head = _chrome_scan.scan(text, start, split, 1, quoted, 1)
+            finally:
+                worker.join()
+            if isinstance(tail[0], BaseException):
+                raise tail[0]
+            if not isinstance(head, str):  # the split point starts an event
+                chunks = [head, tail[0]]
+    if chunks is None:
+        chunks = [_chrome_scan.scan(text, start, end, 0, quoted, 1)]
+    reasons = [c for c in chunks if isinstance(c, str)]
+    if reasons:
+        log.debug("C scanner left the events to msgspec (%s)", reasons[0])
+        return None
+    return _ScannedColumns(text, chunks)
 
 
 def _tail_offset(text: bytes, start: int) -> int:
@@ -460,13 +515,54 @@ def _ranks(strings: pa.DictionaryArray) -> np.ndarray:
     return rank[strings.indices.fill_null(len(values)).to_numpy()]
 
 
-class _Builder:
-    """Tables from decoded events; each method mirrors one step of ``chrome_reader._build``."""
+class _Columns:
+    """The per-event columns the tables are built from, whichever decoder produced them.
 
-    def __init__(self, events: list[_Event], quoted: bool, warnings: list[str]) -> None:
+    Numpy/Arrow columns for every event (phase kind, times, names, categories, pid/tid codes),
+    and accessors for the fields only some events need (taken by event index).
+    """
+
+    n: int
+    kind: np.ndarray
+    ts: np.ndarray
+    ts_ok: np.ndarray
+    dur: np.ndarray
+    dur_ok: np.ndarray
+    tts: tuple[np.ndarray, np.ndarray] | None
+    tdur: tuple[np.ndarray, np.ndarray] | None
+    name_arr: pa.DictionaryArray
+    cat_arr: pa.DictionaryArray
+    pid_code: np.ndarray
+    pid_texts: list[str]
+    tid_code: np.ndarray
+    tid_texts: list[str]
+
+    def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
+        raise NotImplementedError
+
+    def idents(self, index: np.ndarray) -> list[int | str | None]:
+        raise NotImplementedError
+
+    def raw_args(self, i: int) -> bytes:
+        """The raw JSON text of event ``i``'s ``args`` (``b""`` when it has none)."""
+        raise NotImplementedError
+
+    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
+
+        One join writes every text followed by a NUL (which cannot occur in JSON text):
+        ``_ARGS_SEPARATOR.join((b"", *texts, b""))``. Returns the buffer, each text's start and
+        length, and whether it has args (a non-empty object).
+        """
+        raise NotImplementedError
+
+
+class _DecodedColumns(_Columns):
+    """Columns from msgspec's decoded structs (one list comprehension per field)."""
+
+    def __init__(self, events: list[_Event]) -> None:
         self.events = events
         self.n = len(events)
-        self.warnings = warnings
         phases = pa.array([e.ph for e in events], pa.string()).dictionary_encode()
         kind_of = np.array([_KIND.get(p, _OTHER) for p in phases.dictionary.to_pylist()] + [_OTHER],
                            dtype=np.int8)
@@ -478,17 +574,215 @@ class _Builder:
         self.tts = _times(tts) if tts.count(None) < self.n else None
         self.tdur = _times(tdur) if tdur.count(None) < self.n else None
         self.names = [e.name for e in events]
-        self.cats = [e.cat for e in events]
         self.name_arr = pa.array(self.names, pa.string()).dictionary_encode()
-        self.cat_arr = pa.array(self.cats, pa.string()).dictionary_encode()
+        self.cat_arr = pa.array([e.cat for e in events], pa.string()).dictionary_encode()
         self.args = [e.args for e in events]
+        self.pid_code, self.pid_texts = _text_codes([e.pid for e in events])
+        self.tid_code, self.tid_texts = _text_codes([e.tid for e in events])
+
+    def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
+        if field == "name":
+            return list(_pick(self.names, index))
+        return [getattr(e, field) for e in _pick(self.events, index)]
+
+    def idents(self, index: np.ndarray) -> list[int | str | None]:
+        return [e.id for e in _pick(self.events, index)]
+
+    def raw_args(self, i: int) -> bytes:
+        return bytes(self.args[i])
+
+    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
+
+        One join writes every text followed by a NUL (which cannot occur in JSON text). Returns
+        the buffer, each text's start and length, and whether it has args (a non-empty object).
+        """
+        data = _ARGS_SEPARATOR.join((b"", *_pick(self.args, seq), b""))
+        if len(data) >= 2**31:
+            raise _Unsupported("args text over 2 GiB")
+        a = np.frombuffer(data, dtype=np.uint8)
+        nul = np.flatnonzero(a == 0)
+        starts = nul[:-1] + 1  # each text: '{"args":' + piece + '}'
+        lengths = nul[1:] - starts
+        piece = starts + 8
+        has = (lengths > 11) & (a[piece] == ord("{"))  # a piece of at least 3 bytes, an object
+        # an object with only whitespace inside is DuckDB's '{}': no args
+        obj = np.flatnonzero(has)
+        pos = piece[obj] + 1
+        busy = np.flatnonzero(a[pos] <= 32)  # JSON whitespace: the only bytes <= 32 outside strings
+        while len(busy):
+            pos[busy] += 1
+            busy = busy[a[pos[busy]] <= 32]
+        has[obj[a[pos] == ord("}")]] = False
+        if quoted and data.find(b'"ts":') >= 0:
+            raise _Unsupported("a nested 'ts' key in args under ts quoting")
+        if not data.isascii():
+            try:
+                data.decode()  # UTF-8 (msgspec does not check the strings it skips)
+            except UnicodeDecodeError:
+                raise _Unsupported("invalid UTF-8 in args") from None
+        return data, starts, lengths, has
+
+
+#: ``_chrome_scan.scan`` tag values (``_TAG_NS``: a time's exact ns, in the int column)
+_TAG_NONE, _TAG_INT, _TAG_FLOAT, _TAG_STR, _TAG_NS = range(5)
+#: index of each field in the scanner's tags/ints (pid, tid, id, times) and views (strings first)
+_TAGGED = {"pid": 0, "tid": 1, "id": 2, "ts": 3, "dur": 4, "tts": 5, "tdur": 6}
+_VIEWED = {"cat": 0, "name": 1, "bp": 2, "s": 3, "pid": 4, "tid": 5, "id": 6, "ts": 7, "dur": 8, "tts": 9,
+           "tdur": 10}
+_PH_KIND = np.full(256, _OTHER, dtype=np.int8)
+for _ph, _k in _KIND.items():
+    _PH_KIND[ord(_ph)] = _k
+
+
+class _ScannedColumns(_Columns):
+    """Columns from the C scanner (:mod:`layerscope.trace._chrome_scan`), one or two chunks.
+
+    Strings are Arrow string views into the JSON text (or a chunk's side buffer, for escaped
+    strings); times arrive as exact ns where the text makes that simple; nothing is decoded per
+    event in Python.
+    """
+
+    def __init__(self, text: bytes, chunks: list[tuple[Any, ...]]) -> None:
+        self.text = text
+        self.chunks = chunks
+        self.n = sum(c[0] for c in chunks)
+        self._data = [pa.py_buffer(text), *(pa.py_buffer(c[8] if len(memoryview(c[8])) else b"") for c in chunks)]
+        self._views: dict[int, np.ndarray] = {}
+        self.ph = self._column(lambda c: c[1], np.uint8)
+        self.tags = [self._column(lambda c, k=k: c[2][k], np.uint8) for k in range(len(_TAGGED))]  # type: ignore[misc]
+        self.ints = [self._column(lambda c, k=k: c[3][k], np.int64) for k in range(len(_TAGGED))]  # type: ignore[misc]
+        self.has = [self._column(lambda c, k=k: c[5][k], np.bool_) for k in range(4)]  # type: ignore[misc]
+        self.args_off = self._column(lambda c: c[6], np.int32)
+        self.args_len = self._column(lambda c: c[7], np.int32)
+        self.args_obj = self._column(lambda c: c[9], np.bool_)
+        self.kind = _PH_KIND[self.ph]
+        self.ts, self.ts_ok = self._times("ts")
+        self.dur, self.dur_ok = self._times("dur")
+        self.tts = self._times("tts") if self.tags[_TAGGED["tts"]].any() else None
+        self.tdur = self._times("tdur") if self.tags[_TAGGED["tdur"]].any() else None
+        self.name_arr = self._dictionary("name")
+        self.cat_arr = self._dictionary("cat")
+        self.pid_code, self.pid_texts = self._text_codes("pid")
+        self.tid_code, self.tid_texts = self._text_codes("tid")
+
+    def _column(self, get: Any, dtype: Any) -> np.ndarray:
+        parts = [np.frombuffer(get(c), dtype=dtype) for c in self.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _view(self, field: str) -> np.ndarray:
+        """The field's 16-byte string views (uint8, 16 per event), joined across chunks once."""
+        k = _VIEWED[field]
+        if k not in self._views:
+            self._views[k] = self._column(lambda c: c[4][k], np.uint8)
+        return self._views[k]
+
+    def _strings(self, field: str, valid: np.ndarray | None, index: np.ndarray | None = None) -> pa.Array:
+        """The field's views (at ``index``, else all) as a string-view array, null where not ``valid``."""
+        views = self._view(field)
+        if index is not None:
+            views = np.ascontiguousarray(views.reshape(-1, 16)[index])
+        n = views.size // 16
+        validity = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.Array.from_buffers(pa.string_view(), n, [validity, pa.py_buffer(views), *self._data])
+
+    def _dictionary(self, field: str) -> pa.DictionaryArray:
+        """Dictionary-encoded plain strings (first-seen order, as ``pa.array(...).dictionary_encode()``)."""
+        encoded = self._strings(field, self.has[_VIEWED[field]]).dictionary_encode()
+        return pa.DictionaryArray.from_arrays(encoded.indices, encoded.dictionary.cast(pa.string()))
+
+    def _times(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """As :func:`_times` on the decoded values: the scanner's exact ns, else ints × 1000 and
+        floats and texts as DuckDB casts them."""
+        tag, ints = self.tags[_TAGGED[field]], self.ints[_TAGGED[field]]
+        valid = tag != _TAG_NONE
+        if (tag == _TAG_NS).sum() == int(valid.sum()):
+            return np.where(valid, ints, 0), valid
+        ns = np.where(tag == _TAG_NS, ints, 0)
+        if (tag == _TAG_INT).any():  # µs × 1000 overflows int64 (the scanner took the others)
+            raise _Unsupported("a time overflows int64 ns")
+        for kind in (_TAG_FLOAT, _TAG_STR):
+            rows = np.flatnonzero(tag == kind)
+            if len(rows) == 0:
+                continue
+            part = self._strings(field, None, rows).cast(pa.string())
+            if kind == _TAG_FLOAT:
+                ns[rows] = _float_times(pc.cast(part, pa.float64()).to_numpy())
+            else:
+                ns[rows] = _text_times(part, np.ones(len(rows), dtype=bool))
+        return ns, valid
+
+    def _text_codes(self, field: str) -> tuple[np.ndarray, list[str]]:
+        """As :func:`_text_codes`: per event the index of its text (ints in decimal, none → "0")."""
+        tag, ints = self.tags[_TAGGED[field]], self.ints[_TAGGED[field]]
+        is_str = tag == _TAG_STR
+        if not is_str.any():  # ints and none (the int column holds 0 there): codes of the ints
+            encoded = pa.array(ints).dictionary_encode()
+            return encoded.indices.to_numpy().astype(np.int64), [str(v) for v in encoded.dictionary.to_pylist()]
+        texts = pc.if_else(pa.array(is_str), self._strings(field, is_str).cast(pa.string()),
+                           pc.cast(pa.array(ints), pa.string()))
+        encoded = texts.dictionary_encode()
+        return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+
+    def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
+        if field == "ph":
+            return [chr(c) if c else None for c in self.ph[index].tolist()]
+        if field == "name" or field == "cat":
+            arr = self.name_arr if field == "name" else self.cat_arr
+            return arr.take(pa.array(index, pa.int64())).to_pylist()  # type: ignore[no-any-return]
+        return self._strings(field, self.has[_VIEWED[field]][index], index).to_pylist()  # type: ignore[no-any-return]
+
+    def idents(self, index: np.ndarray) -> list[int | str | None]:
+        k = _TAGGED["id"]
+        tag = self.tags[k][index]
+        out: list[int | str | None] = self.ints[k][index].tolist()
+        for j in np.flatnonzero(tag == _TAG_NONE).tolist():
+            out[j] = None
+        strs = np.flatnonzero(tag == _TAG_STR)
+        if len(strs):
+            for j, text in zip(strs.tolist(), self._strings("id", None, index[strs]).to_pylist(), strict=True):
+                out[j] = text
+        return out
+
+    def raw_args(self, i: int) -> bytes:
+        start = int(self.args_off[i])
+        return self.text[start:start + int(self.args_len[i])]
+
+    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+        seq = np.ascontiguousarray(seq, dtype=np.int64)
+        data = _chrome_scan.join_args(self.text, self.args_off, self.args_len, seq)
+        if len(data) >= 2**31:
+            raise _Unsupported("args text over 2 GiB")
+        pieces = self.args_len[seq].astype(np.int64)
+        step = pieces + len(_ARGS_SEPARATOR)
+        starts = 2 + np.cumsum(step) - step  # each text begins after a NUL
+        if quoted and data.find(b'"ts":') >= 0:
+            raise _Unsupported("a nested 'ts' key in args under ts quoting")
+        # the scanner checked the UTF-8 of every string
+        return data, starts, pieces + 9, self.args_obj[seq]
+
+
+class _Builder:
+    """Tables from the columns; each method mirrors one step of ``chrome_reader._build``."""
+
+    def __init__(self, columns: _Columns, quoted: bool, warnings: list[str]) -> None:
+        self.columns = columns
+        self.n = columns.n
+        self.warnings = warnings
+        self.kind = columns.kind
+        self.ts, self.ts_ok = columns.ts, columns.ts_ok
+        self.dur, self.dur_ok = columns.dur, columns.dur_ok
+        self.tts, self.tdur = columns.tts, columns.tdur
+        self.name_arr, self.cat_arr = columns.name_arr, columns.cat_arr
+        self.pid_code, self.pid_texts = columns.pid_code, columns.pid_texts
+        self.tid_code, self.tid_texts = columns.tid_code, columns.tid_texts
         self.quoted = quoted
 
     def _is(self, *kinds: int) -> np.ndarray:
         return np.isin(self.kind, kinds) if len(kinds) > 1 else self.kind == kinds[0]
 
     def _parsed_args(self, i: int) -> Any:
-        raw = bytes(self.args[i])
+        raw = self.columns.raw_args(i)
         if self.quoted and b'"ts":' in raw:
             raise _Unsupported("a nested 'ts' key in args under ts quoting")
         return orjson.loads(raw) if raw else None
@@ -515,19 +809,17 @@ class _Builder:
     # ----------------------------------------------------------------------- threads and tracks
 
     def _threads(self) -> None:
-        events = self.events
-        pid_code, self.pid_texts = _text_codes([e.pid for e in events])
-        tid_code, self.tid_texts = _text_codes([e.tid for e in events])
+        pid_code, tid_code = self.pid_code, self.tid_code
         ntid = len(self.tid_texts)
         pair = pid_code * ntid + tid_code
         meta = self.kind == _M
         firsts = _first_seen(pair * 2 + meta, 2 * len(self.pid_texts) * ntid)
         self.ids = ids_for((self.pid_texts[k // 2 // ntid], self.tid_texts[k // 2 % ntid], bool(k & 1))
                            for k in firsts.tolist())
-        self.pid_code = pid_code
-        self.tid_code = tid_code
-        apply_metadata(self.ids, ((self.pid_texts[pid_code[i]], self.tid_texts[tid_code[i]], self.names[i],
-                                   self._parsed_args(i)) for i in np.flatnonzero(meta).tolist()))
+        metas = np.flatnonzero(meta)
+        apply_metadata(self.ids, ((self.pid_texts[pid_code[i]], self.tid_texts[tid_code[i]], name,
+                                   self._parsed_args(i))
+                                  for i, name in zip(metas.tolist(), self.columns.strings("name", metas), strict=True)))
         # per event, its thread (-1 for a pair seen only on metadata events)
         pairs = np.unique(firsts // 2)
         utid_of = np.array([self.ids.threads.get((self.pid_texts[p // ntid], self.tid_texts[p % ntid]), -1)
@@ -537,7 +829,7 @@ class _Builder:
     def _tracks(self) -> None:
         kind = self.kind
         instants = np.flatnonzero(kind == _INSTANT)
-        scopes = [self.events[i].s for i in instants.tolist()]
+        scopes = self.columns.strings("s", instants)
         scoped = np.array([s in ("g", "p") for s in scopes], dtype=bool)
         self.instants, self.scoped = instants, scoped
         on_thread = self._is(_X, _B, _E)
@@ -559,15 +851,23 @@ class _Builder:
 
     def _extra(self) -> dict[str, list[Any]]:
         """B/E, process/global instants and async events through the DuckDB path's own loop."""
-        ev, names, cats, ts, pid = self.events, self.names, self.cats, self.ts, self._pid
+        cols, ts, pid = self.columns, self.ts, self._pid
         # ``i`` stands in for the args: the slices' texts are taken by event index later
-        begin_end = [(i, ev[i].ph, int(ts[i]), names[i], cats[i], pid(i), self.tid_texts[self.tid_code[i]], i,
-                      self._tts_at(i)) for i in self._by_time(self._is(_B, _E))]
+        idx = np.array(self._by_time(self._is(_B, _E)), dtype=np.int64)
+        begin_end = [(i, ph, int(ts[i]), name, cat, pid(i), self.tid_texts[self.tid_code[i]], i, self._tts_at(i))
+                     for i, ph, name, cat in zip(idx.tolist(), cols.strings("ph", idx), cols.strings("name", idx),
+                                                 cols.strings("cat", idx), strict=True)]
         scoped = self.instants[self.scoped]
-        scoped_instants = [(i, int(ts[i]), names[i], cats[i], pid(i), ev[i].s, i)
-                           for i in scoped[self.ts_ok[scoped]].tolist()]
-        async_events = [(i, ev[i].ph, int(ts[i]), names[i], cats[i], pid(i), _text(ev[i].id), i)
-                        for i in self._by_time(self._is(_AB, _AE, _AN))]
+        idx = scoped[self.ts_ok[scoped]]
+        scoped_instants = [(i, int(ts[i]), name, cat, pid(i), scope, i)
+                           for i, name, cat, scope in zip(idx.tolist(), cols.strings("name", idx),
+                                                          cols.strings("cat", idx), cols.strings("s", idx),
+                                                          strict=True)]
+        idx = np.array(self._by_time(self._is(_AB, _AE, _AN)), dtype=np.int64)
+        async_events = [(i, ph, int(ts[i]), name, cat, pid(i), _text(ident), i)
+                        for i, ph, name, cat, ident in zip(idx.tolist(), cols.strings("ph", idx),
+                                                           cols.strings("name", idx), cols.strings("cat", idx),
+                                                           cols.idents(idx), strict=True)]
         return python_slices(self.ids, self.thread_track, self.track_rows, self.warnings, begin_end,
                              scoped_instants, async_events)
 
@@ -599,7 +899,7 @@ class _Builder:
         worker = threading.Thread(target=nest_slices, name="layerscope-nest", daemon=True)
         worker.start()
         try:
-            texts = self._arg_texts(seq)
+            texts = self.columns.arg_texts(seq, self.quoted)
             flow_events = self._flow_events()
         finally:
             worker.join()
@@ -634,44 +934,11 @@ class _Builder:
         flow = bind_flows(*flow_events, track_arr, ts_arr, dur_arr, parent)
         return {"slice": table, "arg_sets": arg_sets, "flow": flow}
 
-    def _arg_texts(self, seq: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
-
-        One join writes every text followed by a NUL (which cannot occur in JSON text). Returns
-        the buffer, each text's start and length, and whether it has args (a non-empty object).
-        """
-        pieces = _pick(self.args, seq)
-        data = _ARGS_SEPARATOR.join((b"", *pieces, b""))
-        if len(data) >= 2**31:
-            raise _Unsupported("args text over 2 GiB")
-        a = np.frombuffer(data, dtype=np.uint8)
-        nul = np.flatnonzero(a == 0)
-        starts = nul[:-1] + 1  # each text: '{"args":' + piece + '}'
-        lengths = nul[1:] - starts
-        piece = starts + 8
-        has = (lengths > 11) & (a[piece] == ord("{"))  # a piece of at least 3 bytes, an object
-        # an object with only whitespace inside is DuckDB's '{}': no args
-        obj = np.flatnonzero(has)
-        pos = piece[obj] + 1
-        busy = np.flatnonzero(a[pos] <= 32)  # JSON whitespace: the only bytes <= 32 outside strings
-        while len(busy):
-            pos[busy] += 1
-            busy = busy[a[pos[busy]] <= 32]
-        has[obj[a[pos] == ord("}")]] = False
-        if self.quoted and data.find(b'"ts":') >= 0:
-            raise _Unsupported("a nested 'ts' key in args under ts quoting")
-        if not data.isascii():
-            try:
-                data.decode()  # UTF-8 (msgspec does not check the strings it skips)
-            except UnicodeDecodeError:
-                raise _Unsupported("invalid UTF-8 in args") from None
-        return data, starts, lengths, has
-
     def _flow_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The flow events as :func:`~layerscope.trace.chrome_reader.bind_flows` takes them."""
         kind = self.kind
         cand = np.flatnonzero(self._is(_S, _T, _F) & self.ts_ok)
-        idents = [e.id for e in _pick(self.events, cand)]
+        idents = self.columns.idents(cand)
         has_id = np.array([v is not None for v in idents], dtype=bool)
         idx = cand[has_id]
         if len(idx) == 0:
@@ -689,12 +956,14 @@ class _Builder:
         order = np.lexsort((idx, ts, key))
         idx, key, ts = idx[order], key[order], ts[order]
         k = kind[idx]
-        bps = [e.bp for e in _pick(self.events, idx[k == _F])]
+        bps = self.columns.strings("bp", idx[k == _F])
         enclosing = k != _F
         enclosing[k == _F] = np.array([bp == "e" for bp in bps], dtype=bool)
         return k == _F, k == _S, enclosing, ts, self.ev_track[idx], key
 
     def _counters(self) -> pa.Table:
-        rows = [(int(self.ts[i]), self.names[i], self._pid(i), _text(self.events[i].id), self._parsed_args(i))
-                for i in self._by_time(self.kind == _C)]
+        idx = np.array(self._by_time(self.kind == _C), dtype=np.int64)
+        rows = [(int(self.ts[i]), name, self._pid(i), _text(ident), self._parsed_args(i))
+                for i, name, ident in zip(idx.tolist(), self.columns.strings("name", idx), self.columns.idents(idx),
+                                          strict=True)]
         return counters(self.ids, self.track_rows, self.warnings, rows)

@@ -193,7 +193,7 @@ def _inflate(handle: Any, warnings: list[str]) -> Iterator[bytes]:
         yield tail
 
 
-def _loads_object(text: bytes) -> dict[str, Any] | None:
+def _loads_object(text: bytes | memoryview) -> dict[str, Any] | None:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -208,29 +208,46 @@ def _last_non_ws(data: bytes, end: int) -> bytes:
     return data[i:i + 1] if i >= 0 else b""
 
 
+_REST_EMPTY_OR_CLOSE = re.compile(rb"[ \t\r\n]*\}?[ \t\r\n]*")
+_REST_CLOSE = re.compile(rb"[ \t\r\n]*\}[ \t\r\n]*")
+_REST_COMMA = re.compile(rb"[ \t\r\n]*,")
+
+
 def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, Any]] | None:
     """Position of the ``]`` closing the events array in ``tail`` and the fields after it.
 
     Candidates are ``]`` after which the rest of the document parses; trailing fields may hold
     arrays too (Kineto's ``"INFO": [...]``), so the leftmost candidate wins, preferring one that
-    follows an object (``}``) or opens an empty array.
+    follows an object (``}``) or opens an empty array. Nothing is copied per candidate: the rest
+    is matched in place, and a rest starting with ``,`` is parsed as ``{`` + what follows the
+    comma by swapping the comma for ``{`` in one mutable copy of the tail.
     """
     pos = len(tail)
     found: list[tuple[int, dict[str, Any]]] = []
+    mutable: bytearray | None = None
     for _ in range(256):
         pos = tail.rfind(b"]", 0, pos)
         if pos < 0:
             break
         if _last_non_ws(tail, pos) in (b",", b":", b"{", b""):
             continue
-        rest = tail[pos + 1:].strip(_WS)
         if top_level_array:
-            if rest in (b"", b"}"):
+            if _REST_EMPTY_OR_CLOSE.fullmatch(tail, pos + 1):
                 found.append((pos, {}))
-        elif rest == b"}":
+        elif _REST_CLOSE.fullmatch(tail, pos + 1):
             found.append((pos, {}))
-        elif rest.startswith(b","):
-            after = _loads_object(b"{" + rest[1:])
+        else:
+            comma = _REST_COMMA.match(tail, pos + 1)
+            if comma is None:
+                continue
+            if mutable is None:
+                mutable = bytearray(tail)
+            at = comma.end() - 1
+            mutable[at] = 0x7B  # '{'
+            try:
+                after = _loads_object(memoryview(mutable)[at:])
+            finally:
+                mutable[at] = 0x2C  # ','
             if after is not None:
                 found.append((pos, after))
     if not found:

@@ -1,0 +1,343 @@
+"""The C scanner for trace JSON (layerscope/trace/_chrome_scan.c) against msgspec's decoder.
+
+Whatever the scanner accepts must give the same columns as the msgspec structs it replaces
+(``_ScannedColumns`` vs ``_DecodedColumns`` in layerscope/trace/chrome_fast.py); whatever it
+does not reproduce exactly it must leave to msgspec (a reason string, never wrong columns), and
+no input may crash it. The tables built from its columns are compared with the DuckDB path in
+tests/trace/test_chrome_fast.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layerscope.trace import chrome_fast
+from layerscope.trace.chrome_fast import _DECODERS, _DecodedColumns, _ScannedColumns, _Unsupported
+
+scan_module = chrome_fast._chrome_scan
+pytestmark = pytest.mark.skipif(scan_module is None, reason="the C scanner is not built (no C compiler)")
+
+ALL, HEAD, TAIL = 0, 1, 2
+
+
+def test_scanner_is_built_where_a_compiler_is() -> None:
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert chrome_fast._chrome_scan is not None, "setup.py should have built layerscope.trace._chrome_scan"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _array(events: list[Any] | bytes) -> bytes:
+    return events if isinstance(events, bytes) else json.dumps(events, ensure_ascii=False).encode()
+
+
+def scanned(events: list[Any] | bytes, quoted: bool = False) -> _ScannedColumns | str:
+    text = _array(events)
+    result = scan_module.scan(text, 1, len(text) - 1, ALL, quoted, 1)
+    return result if isinstance(result, str) else _ScannedColumns(text, [result])
+
+
+def decoded(events: list[Any] | bytes, quoted: bool = False) -> _DecodedColumns:
+    return _DecodedColumns(_DECODERS[quoted].decode(_array(events)))
+
+
+def _all(columns: chrome_fast._Columns) -> np.ndarray:
+    return np.arange(columns.n, dtype=np.int64)
+
+
+def assert_same_columns(a: chrome_fast._Columns, b: chrome_fast._Columns) -> None:
+    idx = _all(a)
+    assert a.n == b.n
+    assert np.array_equal(a.kind, b.kind)
+    for name in ("ts", "ts_ok", "dur", "dur_ok"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    for name in ("tts", "tdur"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert np.array_equal(x[0][x[1]], y[0][y[1]]) and np.array_equal(x[1], y[1]), name
+    assert a.name_arr.to_pylist() == b.name_arr.to_pylist()
+    assert a.name_arr.dictionary.to_pylist() == b.name_arr.dictionary.to_pylist()
+    assert a.cat_arr.to_pylist() == b.cat_arr.to_pylist()
+    assert np.array_equal(a.pid_code, b.pid_code) and a.pid_texts == b.pid_texts
+    assert np.array_equal(a.tid_code, b.tid_code) and a.tid_texts == b.tid_texts
+    for field in ("ph", "name", "cat", "s", "bp"):
+        assert a.strings(field, idx) == b.strings(field, idx), field  # type: ignore[arg-type]
+    assert a.idents(idx) == b.idents(idx)
+    assert [a.raw_args(i) for i in idx.tolist()] == [b.raw_args(i) for i in idx.tolist()]
+    for quoted in (False, True):
+        try:
+            x_texts = a.arg_texts(idx, quoted)
+        except _Unsupported:
+            with pytest.raises(_Unsupported):
+                b.arg_texts(idx, quoted)
+            continue
+        y_texts = b.arg_texts(idx, quoted)
+        assert x_texts[0] == y_texts[0]
+        for x, y in zip(x_texts[1:], y_texts[1:], strict=True):
+            assert np.array_equal(x, y)
+
+
+def same_or_left_to_msgspec(events: list[Any] | bytes, quoted: bool = False) -> bool:
+    """The scanner's columns equal msgspec's, or it declined; ``True`` when it took the input."""
+    try:
+        expected: chrome_fast._Columns | Exception = decoded(events, quoted)
+    except (msgspec.DecodeError, msgspec.ValidationError, _Unsupported, ValueError, OverflowError) as exc:
+        expected = exc
+    try:
+        got = scanned(events, quoted)
+    except _Unsupported:
+        assert not isinstance(expected, chrome_fast._Columns) or True  # msgspec's columns may raise later too
+        return False
+    if isinstance(got, str):
+        return False
+    assert not isinstance(expected, Exception), f"scanner took input msgspec rejects ({expected!r})"
+    assert_same_columns(got, expected)
+    return True
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def test_kineto_event_fields() -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": "stream 7", "ts": 1661203462598738,
+         "dur": 19, "args": {"External id": 1, "Input Dims": [[2, 3], []]}},
+        {"ph": "f", "id": 12, "pid": 1102, "tid": 1262, "ts": 1712195495519695.812, "cat": "fwdbwd", "name": "fwdbwd",
+         "bp": "e"},
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": "17.25", "args": None},
+        {"name": "esc \"q\" \\ \n \u00e9 \U0001f600 \u0000", "cat": "ÿ", "ph": "C", "ts": -3, "id": "x",
+         "args": {"v": 1.5}},
+        {},
+    ]
+    got = scanned(events)
+    assert isinstance(got, _ScannedColumns)
+    assert_same_columns(got, decoded(events))
+    idx = _all(got)
+    assert got.strings("name", idx)[3] == "esc \"q\" \\ \n \u00e9 \U0001f600 \u0000"
+    assert got.strings("ph", idx) == ["X", "f", "i", "C", None]
+    # a JSON float: its double's shortest decimal (1712195495519695.8), as DuckDB reads it
+    assert got.ts.tolist() == [1661203462598738000, 1712195495519695800, 17250, -3000, 0]
+    assert got.ts_ok.tolist() == [True, True, True, True, False]
+    assert got.pid_texts == ["7", "1102", "", "0"]
+    assert got.idents(idx) == [None, 12, None, "x", None]
+    assert got.raw_args(2) == b"null" and got.raw_args(4) == b""
+    assert got.arg_texts(idx, False)[3].tolist() == [True, False, False, True, False]
+
+
+@pytest.mark.parametrize(("text", "quoted", "tag", "ns"), [
+    (b"1", False, 4, 1000),
+    (b"-5", False, 4, -5000),
+    (b"9223372036854775", False, 4, 9223372036854775000),
+    (b"9223372036854776", False, 1, None),  # µs x 1000 overflows: an int, the caller raises
+    (b"1.5", False, 4, 1500),
+    (b"0.001", False, 4, 1),
+    (b"-0.0", False, 4, 0),
+    (b"1.2345", False, 2, None),  # a fourth decimal: rounded by the caller as DuckDB does
+    (b"1e3", False, 2, None),
+    (b"123456789012.345", False, 4, 123456789012345),  # 15 digits: the text is the double's shortest
+    (b"1234567890123.456", False, 2, None),  # 16 digits: through the double
+    (b"1712195495519689.047", True, 4, 1712195495519689047),  # quoted: the text itself
+    (b"1712195495519689.0475", True, 3, None),
+    (b'"12.5"', False, 4, 12500),
+    (b'"12.3456"', False, 3, None),
+    (b'"1e3"', False, 3, None),
+    (b'" 12"', False, 3, None),
+    (b'"-"', False, 3, None),
+    (b'"9223372036854775807"', False, 3, None),
+])
+def test_time_tags(text: bytes, quoted: bool, tag: int, ns: int | None) -> None:
+    events = b'[{"ts": ' + text + b"}]"
+    result = scan_module.scan(events, 1, len(events) - 1, ALL, quoted, 1)
+    assert not isinstance(result, str)
+    assert np.frombuffer(result[2][3], np.uint8).tolist() == [tag]
+    if ns is not None:
+        assert np.frombuffer(result[3][3], np.int64).tolist() == [ns]
+
+
+@given(st.lists(st.integers(-10**17, 10**17) | st.floats(-1e12, 1e12, allow_nan=False)
+                | st.builds(lambda i, f: f"{i}.{f}" if f else str(i), st.integers(-10**13, 10**13),
+                            st.sampled_from(["", "5", "25", "125", "0625", "5000001", "123456789"])),
+                min_size=1, max_size=8), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_times_as_msgspec_reads_them(values: list[Any], quoted: bool) -> None:
+    events = [{"ph": "X", "ts": v, "dur": v} for v in values]
+    same_or_left_to_msgspec(events, quoted)
+
+
+# --------------------------------------------------------------------------- left to msgspec
+
+
+@pytest.mark.parametrize("text", [
+    b'[{"n\\u0061me": "x"}]',  # an escaped key of interest
+    b'[{"ph": "X", "ph": "B"}]',  # a duplicated key
+    b'[{"pid": 1.0}]',
+    b'[{"pid": 9223372036854775808}]',
+    b'[{"name": true}]',
+    b'[{"name": "\\ud800"}]',  # a lone surrogate
+    b'[{"name": "\\udc00\\ud800"}]',
+    b'[{"cat": "\xff"}]',  # invalid UTF-8, in a field and where msgspec skips it
+    b'[{"other": "\xc0\xaf"}]',
+    b'[{"args": {"x": "\xed\xa0\x80"}}]',
+    b'[{"args": ' + b"[" * 300 + b"]" * 300 + b"}]",
+    b'[{"ph": "X"},]',
+    b'[{"ph": "X"} {"ph": "B"}]',
+    b'[{"name": "a\tb"}]',  # a raw control character
+    b'[{"x": 01}]', b'[{"x": 1.}]', b'[{"x": -}]', b'[{"x": .5}]', b'[{"x": 1e}]', b'[{"x": tru}]',
+    b'[{"x": "\\q"}]', b'[{"x": "\\u12"}]',
+    b"[7]", b'[{"ph": "Q"}]', b'[{"ph": "XX"}]', b'[{"ph": ""}]', b'[{"ph": 1}]',
+    b'[{"ts": true}]', b'[{"ts": {"a": 1}}]', b'[{"id": 1.5}]', b'[{"s": 1}]',
+    b'[{"name": "unterminated}]', b'[{"name"}]', b'[{"name": }]',
+])
+def test_left_to_msgspec(text: bytes) -> None:
+    result = scanned(text)
+    assert isinstance(result, str) and result
+
+
+def test_quoted_ts_of_another_type_is_left_to_msgspec() -> None:
+    assert isinstance(scanned(b'[{"ts": [1.5]}]', quoted=True), str)
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=400, deadline=None)
+def test_random_bytes_never_crash(data: bytes) -> None:
+    text = b"[" + data + b"]"
+    for mode in (ALL, HEAD, TAIL):
+        result = scan_module.scan(text, 1, len(text) - 1, mode, False, 1)
+        assert isinstance(result, (str, tuple))
+
+
+_SNIPPET = _array([
+    {"ph": "X", "cat": "kernel", "name": "void gemm<128>(float*)", "pid": 0, "tid": "stream 7", "ts": 12.5,
+     "dur": 3, "args": {"grid": [1, 2, 3], "name": "é\"\\", "x": None, "y": True, "z": -1.5e-3}},
+    {"ph": "s", "id": "0x1", "pid": 1, "tid": 2, "ts": 13, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+])
+
+
+@given(st.lists(st.tuples(st.integers(1, len(_SNIPPET) - 2), st.integers(0, 255)), min_size=1, max_size=4))
+@settings(max_examples=400, deadline=None)
+def test_mutated_events_same_or_declined(edits: list[tuple[int, int]]) -> None:
+    text = bytearray(_SNIPPET)
+    for at, byte in edits:
+        text[at] = byte
+    same_or_left_to_msgspec(bytes(text))
+
+
+_SCALAR = (st.integers(-2**63, 2**63) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
+           | st.booleans() | st.none())
+
+
+_TIME = (st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.none()
+         | st.builds(lambda i, f: f"{i}.{f}" if f else str(i), st.integers(-10**16, 10**16),
+                     st.sampled_from(["", "5", "25", "125", "0625", "5000001"])))
+_JSON = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                           max_size=3), max_leaves=6)
+#: events with the types Kineto writes, mostly
+_TYPED_EVENT = st.fixed_dictionaries({}, optional={
+    "ph": st.sampled_from(list("XBEiIRMCstfbenP")) | st.none(), "cat": st.text(max_size=4) | st.none(),
+    "name": st.text(max_size=6) | st.none(), "bp": st.just("e"), "s": st.sampled_from(["g", "p", "t"]),
+    "pid": st.integers(-2**63, 2**63 - 1) | st.text(max_size=3) | st.none(),
+    "tid": st.integers(-3, 3) | st.text(max_size=3), "id": st.integers(0, 2**40) | st.text(max_size=3),
+    "ts": _TIME, "dur": _TIME, "tts": _TIME, "tdur": _TIME, "args": _JSON, "other": _JSON})
+#: anything in any field
+_WILD_EVENT = st.dictionaries(
+    st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s", "tts", "tdur", "o"]),
+    _SCALAR | st.sampled_from(["X", "B", "E", "i", "M", "C", "s", "f", "b", "e", "n"]) | _JSON, max_size=6)
+
+
+@given(st.lists(_TYPED_EVENT | _WILD_EVENT, min_size=1, max_size=6), st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_random_events_same_or_declined(events: list[dict[str, Any]], quoted: bool) -> None:
+    same_or_left_to_msgspec(events, quoted)
+
+
+# --------------------------------------------------------------------------- chunks on two threads
+
+
+def test_head_and_tail_chunks() -> None:
+    text = _array([{"ph": "X", "ts": 1}, {"ph": "B", "ts": 2}, {"ph": "E", "ts": 3}])
+    split = text.index(b'{"ph": "B"')
+    head = scan_module.scan(text, 1, split, HEAD, False, 1)
+    tail = scan_module.scan(text, split, len(text) - 1, TAIL, False, 2)
+    assert not isinstance(head, str) and not isinstance(tail, str)
+    assert (head[0], tail[0]) == (1, 2)
+    both = _ScannedColumns(text, [head, tail])
+    assert_same_columns(both, decoded(text))
+    # a split point inside an event is not a boundary: the head says so
+    inside = text.index(b'"ts": 2')
+    assert isinstance(scan_module.scan(text, 1, inside, HEAD, False, 1), str)
+    # the last event with nothing after it is not a head
+    assert isinstance(scan_module.scan(text, 1, len(text) - 1, HEAD, False, 1), str)
+
+
+def _nested_trace(count: int) -> bytes:
+    """Events whose args hold arrays of objects spread over lines (``},\\n{`` inside an event)."""
+    lines = [json.dumps({"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,
+                         "args": {"list": [{"a": i}, {"b": i}]}}).replace("}, {", "},\n  {") for i in range(count)]
+    return ("[" + ",\n".join(lines) + "]").encode()
+
+
+def test_split_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _nested_trace(400)
+    calls: list[int] = []
+    real_scan = scan_module.scan
+    monkeypatch.setattr(scan_module, "scan", lambda *a: calls.append(a[3]) or real_scan(*a))
+    monkeypatch.setattr(chrome_fast, "_SPLIT_MIN_BYTES", 1024)
+    columns = chrome_fast._scan_columns(text, 1, len(text) - 1, False)
+    assert isinstance(columns, _ScannedColumns)
+    assert len(columns.chunks) == 2 and sorted(calls) == [HEAD, TAIL]
+    assert_same_columns(columns, decoded(text))
+
+
+def test_split_inside_an_event_scans_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a candidate that lies inside an event's args (``},\n  {"b"``): the head scan disproves it
+    text = _nested_trace(400)
+    calls: list[int] = []
+    real_scan = scan_module.scan
+    monkeypatch.setattr(scan_module, "scan", lambda *a: calls.append(a[3]) or real_scan(*a))
+    monkeypatch.setattr(chrome_fast, "_SPLIT_MIN_BYTES", 1024)
+    monkeypatch.setattr(chrome_fast, "_EVENT_GAP", __import__("re").compile(rb'\},\n  \{"b"'))
+    columns = chrome_fast._scan_columns(text, 1, len(text) - 1, False)
+    assert isinstance(columns, _ScannedColumns)
+    assert len(columns.chunks) == 1 and sorted(calls) == [ALL, HEAD, TAIL]
+    assert_same_columns(columns, decoded(text))
+
+
+def test_a_bad_tail_after_a_good_split_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _nested_trace(400)
+    text = text.replace(b'"ts": 3990,', b'"ts": 3990 3,')  # broken in the last event
+    monkeypatch.setattr(chrome_fast, "_SPLIT_MIN_BYTES", 1024)
+    assert chrome_fast._scan_columns(text, 1, len(text) - 1, False) is None
+
+
+def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _array([{"ph": "X"}])
+    assert chrome_fast._scan_columns(text, 1, len(text) - 1, False) is not None
+    monkeypatch.setenv("LAYERSCOPE_JSON_NATIVE", "0")
+    assert chrome_fast._scan_columns(text, 1, len(text) - 1, False) is None
+
+
+# --------------------------------------------------------------------------- joining args
+
+
+def test_join_args_is_the_python_join() -> None:
+    text = b'xx{"a": 1}yy[2]zz{}'
+    offsets = np.array([2, 12, 17, 0], dtype=np.int32)
+    lengths = np.array([8, 3, 2, 0], dtype=np.int32)
+    rows = np.array([2, 0, 3, 1, 0], dtype=np.int64)
+    pieces = [text[o:o + n] for o, n in zip(offsets[rows].tolist(), lengths[rows].tolist(), strict=True)]
+    assert scan_module.join_args(text, offsets, lengths, rows) == chrome_fast._ARGS_SEPARATOR.join((b"", *pieces, b""))
+    assert scan_module.join_args(text, offsets, lengths, np.zeros(0, np.int64)) == chrome_fast._ARGS_SEPARATOR
+    with pytest.raises(IndexError):
+        scan_module.join_args(text, offsets, lengths, np.array([4], dtype=np.int64))
+    with pytest.raises(IndexError):
+        scan_module.join_args(text, np.array([15], np.int32), np.array([9], np.int32), np.array([0], np.int64))
