@@ -28,7 +28,7 @@ from layerscope.analysis.engine import TraceDB
 from layerscope.errors import TraceError
 from layerscope.trace import chrome_fast
 from layerscope.trace.chrome_fast import read_chrome_json_fast
-from layerscope.trace.chrome_reader import read_chrome_json
+from layerscope.trace.chrome_reader import _find_array_end, read_chrome_json
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -412,3 +412,23 @@ def test_random_like_numbers_roundtrip(tmp_path: Path) -> None:
     events = [{"ph": "X", "name": "a", "pid": 1, "tid": i, "ts": 1, "dur": v} for i, v in enumerate(values)]
     events += [{"ph": "X", "name": "b", "pid": 1, "tid": i, "ts": 1, "dur": str(v)} for i, v in enumerate(values)]
     fast_and_slow(_write(tmp_path, events))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([b"]", b" ", b"\n", b"}", b",", b'"a": 1', b"[", b"{"]), max_size=400),
+       st.integers(0, 40), st.integers(1 << 6, 1 << 9))
+def test_tail_window_finds_the_same_array_end(pieces: list[bytes], start: int, tail_bytes: int) -> None:
+    # the fast path's window vs the DuckDB path's tail (its last _TAIL_BYTES bytes)
+    text = b"".join(pieces) + b'], "x": [1]}'
+    start = min(start, len(text))
+    old = chrome_fast._TAIL_BYTES
+    chrome_fast._TAIL_BYTES = tail_bytes
+    try:
+        window = chrome_fast._tail_offset(text, start)
+        full = max(start, len(text) - tail_bytes)
+    finally:
+        chrome_fast._TAIL_BYTES = old
+    assert window >= full
+    a = _find_array_end(text[window:], False)
+    b = _find_array_end(text[full:], False)
+    assert (a and (a[0] + window, a[1])) == (b and (b[0] + full, b[1]))

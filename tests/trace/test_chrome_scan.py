@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -341,3 +342,33 @@ def test_join_args_is_the_python_join() -> None:
         scan_module.join_args(text, offsets, lengths, np.array([4], dtype=np.int64))
     with pytest.raises(IndexError):
         scan_module.join_args(text, np.array([15], np.int32), np.array([9], np.int32), np.array([0], np.int64))
+
+
+# --------------------------------------------------------------------------- after the events array
+
+
+@given(st.one_of(_JSON.map(lambda v: json.dumps({"k": v, "x": [1, {"y": "]"}]})[1:]),
+                 st.text(max_size=30), st.binary(max_size=30).map(lambda b: b.decode("latin-1"))))
+@settings(max_examples=400, deadline=None)
+def test_object_tail_agrees_with_orjson(rest: str) -> None:
+    # "," + rest is what follows a candidate "]"; 0 must mean orjson fails on "{" + rest
+    text = b"]," + rest.encode()
+    verdict = scan_module.object_tail(text, 1)
+    try:
+        parsed = orjson.loads(b"{" + text[2:])
+        ok = isinstance(parsed, dict)
+    except orjson.JSONDecodeError:
+        ok = False
+    if verdict == 0:
+        assert not ok
+    elif verdict == 1:
+        assert ok
+
+
+def test_object_tail_cases() -> None:
+    assert scan_module.object_tail(b'], "a": [1, 2], "b": {"c": "]"} }\n', 1) == 1
+    assert scan_module.object_tail(b"], }", 1) == 1  # an empty object
+    assert scan_module.object_tail(b'], "a": 1}, {"ph": "X"}]}', 1) == 0  # inside the events array
+    assert scan_module.object_tail(b'], "a": "\xff"}', 1) == -1  # left to orjson
+    with pytest.raises(ValueError):
+        scan_module.object_tail(b"],", 5)

@@ -820,6 +820,74 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(object_tail_doc,
+"object_tail(text, at) -> int\n\n"
+"Whether text[at:] with its first byte read as '{' is one JSON object and nothing but whitespace\n"
+"after it (how the fields after a trace's events array are parsed): 1 it is, 0 it is not\n"
+"(a syntax error), -1 unknown (something the scanner leaves to a full parser: deep nesting,\n"
+"invalid UTF-8, a lone surrogate).");
+
+static PyObject *object_tail(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer text;
+    Py_ssize_t at;
+    if (!PyArg_ParseTuple(args, "y*n", &text, &at)) return NULL;
+    if (at < 0 || at >= text.len) {
+        PyBuffer_Release(&text);
+        PyErr_SetString(PyExc_ValueError, "object_tail: position out of range");
+        return NULL;
+    }
+    Columns unused;
+    memset(&unused, 0, sizeof(unused));
+    const uint8_t *base = (const uint8_t *)text.buf, *end = base + text.len;
+    Scanner s = {base, end, 0, &unused, NULL};
+    Status st;
+    Py_BEGIN_ALLOW_THREADS
+    /* skip_value needs the '{' itself: walk the members as skip_value does after it */
+    const uint8_t *p = skip_ws(base + at + 1, end);
+    st = OK;
+    if (p < end && *p == '}') {
+        p++;
+    } else {
+        for (;;) {
+            const uint8_t *body;
+            Py_ssize_t length;
+            int escaped;
+            if (p >= end || *p != '"') {
+                s.reason = "expected a key";
+                st = E_SYNTAX;
+                break;
+            }
+            st = scan_string(&s, &p, &body, &length, &escaped);
+            if (st) break;
+            p = skip_ws(p, end);
+            if (p >= end || *p != ':') {
+                st = E_SYNTAX;
+                break;
+            }
+            p = skip_ws(p + 1, end);
+            st = skip_value(&s, &p, 1);
+            if (st) break;
+            p = skip_ws(p, end);
+            if (p < end && *p == ',') {
+                p = skip_ws(p + 1, end);
+                continue;
+            }
+            if (p < end && *p == '}') {
+                p++;
+                break;
+            }
+            st = E_SYNTAX;
+            break;
+        }
+    }
+    if (st == OK && skip_ws(p, end) != end) st = E_SYNTAX;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    columns_free(&unused);
+    return PyLong_FromLong(st == OK ? 1 : st == E_SYNTAX ? 0 : -1);
+}
+
 static const char ARGS_OPEN[] = "}\0{\"args\":"; /* 10 bytes: the separator the Python join uses */
 #define SEP_BYTES 10
 
@@ -873,6 +941,7 @@ done:
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"join_args", join_args, METH_VARARGS, join_args_doc},
+    {"object_tail", object_tail, METH_VARARGS, object_tail_doc},
     {NULL, NULL, 0, NULL},
 };
 

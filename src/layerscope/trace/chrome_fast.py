@@ -46,6 +46,7 @@ import os
 import re
 import threading
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
@@ -294,13 +295,19 @@ def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _Columns |
 def _tail_offset(text: bytes, start: int) -> int:
     """Where the DuckDB path's tail begins, or later where that gives the same array end.
 
-    ``_find_array_end`` looks at the 256 rightmost ``]`` of the tail (≥ 8 MiB there); a shorter
-    window holding at least 256 of them looks at the same ones, and copies far less.
+    ``_find_array_end`` looks at the 256 rightmost ``]`` of the tail (the last 8 MiB there) and
+    at the last non-whitespace byte before each; a window starting at that byte before the
+    256th ``]`` from the right sees the same, and copies far less.
     """
-    window = max(start, len(text) - (1 << 16))
-    if text.count(b"]", window) >= 256:
-        return window
-    return max(start, len(text) - _TAIL_BYTES)
+    floor = max(start, len(text) - _TAIL_BYTES)
+    pos = len(text)
+    for _ in range(256):
+        pos = text.rfind(b"]", floor, pos)
+        if pos < 0:
+            return floor
+    while pos > floor and text[pos - 1] in _WS:
+        pos -= 1
+    return max(floor, pos - 1)
 
 
 # --------------------------------------------------------------------------- columns
@@ -661,10 +668,28 @@ class _ScannedColumns(_Columns):
         self.dur, self.dur_ok = self._times("dur")
         self.tts = self._times("tts") if self.tags[_TAGGED["tts"]].any() else None
         self.tdur = self._times("tdur") if self.tags[_TAGGED["tdur"]].any() else None
-        self.name_arr = self._dictionary("name")
-        self.cat_arr = self._dictionary("cat")
-        self.pid_code, self.pid_texts = self._text_codes("pid")
-        self.tid_code, self.tid_texts = self._text_codes("tid")
+        # pyarrow's kernels release the GIL: tid's codes in a thread while pid's are taken here
+        tid: list[Any] = []
+        worker = threading.Thread(target=lambda: tid.append(self._text_codes("tid")), name="layerscope-codes",
+                                  daemon=True)
+        worker.start()
+        try:
+            self.pid_code, self.pid_texts = self._text_codes("pid")
+        finally:
+            worker.join()
+        if len(tid) != 1:
+            raise _Unsupported("tid codes failed")
+        self.tid_code, self.tid_texts = tid[0]
+
+    # Names and categories are needed whole only for the slice table and the flows, after the
+    # nesting has started in its thread: encoded then, in its shadow.
+    @cached_property
+    def name_arr(self) -> pa.DictionaryArray:  # type: ignore[override]
+        return self._dictionary("name")
+
+    @cached_property
+    def cat_arr(self) -> pa.DictionaryArray:  # type: ignore[override]
+        return self._dictionary("cat")
 
     def _column(self, get: Any, dtype: Any) -> np.ndarray:
         parts = [np.frombuffer(get(c), dtype=dtype) for c in self.chunks]
@@ -727,9 +752,6 @@ class _ScannedColumns(_Columns):
     def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
         if field == "ph":
             return [chr(c) if c else None for c in self.ph[index].tolist()]
-        if field == "name" or field == "cat":
-            arr = self.name_arr if field == "name" else self.cat_arr
-            return arr.take(pa.array(index, pa.int64())).to_pylist()  # type: ignore[no-any-return]
         return self._strings(field, self.has[_VIEWED[field]][index], index).to_pylist()  # type: ignore[no-any-return]
 
     def idents(self, index: np.ndarray) -> list[int | str | None]:
@@ -773,7 +795,6 @@ class _Builder:
         self.ts, self.ts_ok = columns.ts, columns.ts_ok
         self.dur, self.dur_ok = columns.dur, columns.dur_ok
         self.tts, self.tdur = columns.tts, columns.tdur
-        self.name_arr, self.cat_arr = columns.name_arr, columns.cat_arr
         self.pid_code, self.pid_texts = columns.pid_code, columns.pid_texts
         self.tid_code, self.tid_texts = columns.tid_code, columns.tid_texts
         self.quoted = quoted
@@ -899,6 +920,7 @@ class _Builder:
         worker = threading.Thread(target=nest_slices, name="layerscope-nest", daemon=True)
         worker.start()
         try:
+            names, cats = self.columns.name_arr, self.columns.cat_arr  # encoded here if lazily (scanner columns)
             texts = self.columns.arg_texts(seq, self.quoted)
             flow_events = self._flow_events()
         finally:
@@ -928,8 +950,8 @@ class _Builder:
             cand = np.concatenate((tdur[x_rows], np.zeros(size, dtype=np.int64)))
             thread_dur = pa.array(cand[rows], mask=~cand_ok[rows])
         has_args, arg_json = _arg_json(texts, rows)
-        table = slice_table(ts_arr, dur_arr, track_arr, self.cat_arr.take(take), self.name_arr.take(take), depth,
-                            parent, has_args, thread_ts, thread_dur)
+        table = slice_table(ts_arr, dur_arr, track_arr, cats.take(take), names.take(take), depth, parent, has_args,
+                            thread_ts, thread_dur)
         arg_sets = pa.table({"arg_set_id": np.flatnonzero(has_args).astype(np.int64), "json": arg_json})
         flow = bind_flows(*flow_events, track_arr, ts_arr, dur_arr, parent)
         return {"slice": table, "arg_sets": arg_sets, "flow": flow}
@@ -945,7 +967,7 @@ class _Builder:
             none = np.zeros(0, dtype=np.int64)
             return none.astype(bool), none.astype(bool), none.astype(bool), none, none, none
         take = pa.array(idx)
-        keys = np.stack((_ranks(self.cat_arr.take(take)), _ranks(self.name_arr.take(take)),
+        keys = np.stack((_ranks(self.columns.cat_arr.take(take)), _ranks(self.columns.name_arr.take(take)),
                          _text_ranks([v for v in idents if v is not None])))
         composite = np.lexsort(keys[::-1])
         sorted_keys = keys[:, composite]

@@ -70,6 +70,11 @@ import pyarrow.compute as pc
 from layerscope.errors import TraceError
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
+try:  # the optional C scanner (setup.py builds it where a compiler is available)
+    from layerscope.trace import _chrome_scan
+except ImportError:  # pragma: no cover - installs without a compiler
+    _chrome_scan = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 
 
@@ -193,7 +198,7 @@ def _inflate(handle: Any, warnings: list[str]) -> Iterator[bytes]:
         yield tail
 
 
-def _loads_object(text: bytes | memoryview) -> dict[str, Any] | None:
+def _loads_object(text: bytes | bytearray) -> dict[str, Any] | None:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -210,7 +215,8 @@ def _last_non_ws(data: bytes, end: int) -> bytes:
 
 _REST_EMPTY_OR_CLOSE = re.compile(rb"[ \t\r\n]*\}?[ \t\r\n]*")
 _REST_CLOSE = re.compile(rb"[ \t\r\n]*\}[ \t\r\n]*")
-_REST_COMMA = re.compile(rb"[ \t\r\n]*,")
+#: a comma then what can follow ``{`` in an object: a key, or ``}`` (anything else cannot parse)
+_REST_COMMA = re.compile(rb"[ \t\r\n]*,(?=[ \t\r\n]*[\"}])")
 
 
 def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, Any]] | None:
@@ -218,13 +224,12 @@ def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, 
 
     Candidates are ``]`` after which the rest of the document parses; trailing fields may hold
     arrays too (Kineto's ``"INFO": [...]``), so the leftmost candidate wins, preferring one that
-    follows an object (``}``) or opens an empty array. Nothing is copied per candidate: the rest
-    is matched in place, and a rest starting with ``,`` is parsed as ``{`` + what follows the
-    comma by swapping the comma for ``{`` in one mutable copy of the tail.
+    follows an object (``}``) or opens an empty array. The rest is matched in place; a rest
+    starting with ``,`` is parsed as ``{`` + what follows the comma, after the C scanner (when
+    built) has ruled out the many that are not one object to the end, without an exception each.
     """
     pos = len(tail)
     found: list[tuple[int, dict[str, Any]]] = []
-    mutable: bytearray | None = None
     for _ in range(256):
         pos = tail.rfind(b"]", 0, pos)
         if pos < 0:
@@ -240,14 +245,12 @@ def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, 
             comma = _REST_COMMA.match(tail, pos + 1)
             if comma is None:
                 continue
-            if mutable is None:
-                mutable = bytearray(tail)
             at = comma.end() - 1
-            mutable[at] = 0x7B  # '{'
-            try:
-                after = _loads_object(memoryview(mutable)[at:])
-            finally:
-                mutable[at] = 0x2C  # ','
+            if _chrome_scan is not None and _chrome_scan.object_tail(tail, at) == 0:
+                continue  # not an object to the end: what orjson would say, without raising
+            rest = bytearray(memoryview(tail)[at:])
+            rest[0] = 0x7B  # the comma read as '{'
+            after = _loads_object(rest)
             if after is not None:
                 found.append((pos, after))
     if not found:
