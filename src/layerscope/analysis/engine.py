@@ -130,8 +130,9 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
                 background: list[threading.Thread] | None = None) -> TraceTables:
     """Read a trace (any registered format), through the Parquet cache when allowed.
 
-    With ``background`` (a list), a cache miss writes the cache in a thread appended to it, so
-    the tables come back as soon as they are parsed; join the thread before relying on the cache.
+    With ``background`` (a list), a cache miss appends to it a thread that writes the cache, not
+    yet started, so the tables come back as soon as they are parsed: start it when convenient
+    (:class:`TraceDB` does once its tables are registered) and join it before relying on the cache.
     """
     source = Path(path)
     if not source.is_file():
@@ -149,10 +150,8 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
         _write_cache_logged(tables_read, target)
     else:
         # Parquet encoding and zstd run in Arrow's C++ without the GIL: it overlaps the queries
-        writer = threading.Thread(target=_write_cache_logged, args=(tables_read, target),
-                                  name="layerscope-trace-cache")
-        writer.start()
-        background.append(writer)
+        background.append(threading.Thread(target=_write_cache_logged, args=(tables_read, target),
+                                           name="layerscope-trace-cache"))
     return tables_read
 
 
@@ -225,13 +224,12 @@ class TraceDB:
             opener.join()
             if opener.con is not None:
                 opener.con.close()
-            self._join_writers()
             raise
         opener.join()
         self.metadata: dict[str, Any] = self.tables.metadata
         self.warnings: list[str] = self.tables.warnings
         if opener.con is None:
-            self._join_writers()
+            self._start_writers_and_join()
             raise AnalysisError(f"cannot open DuckDB: {opener.error}")
         self._con = opener.con
         try:
@@ -240,8 +238,12 @@ class TraceDB:
                 # ingest than it saves on the reports; replaces the opener's empty stand-in
                 self._con.register(f"__{name}", table)
         except duckdb.Error as exc:
+            self._writers.clear()  # the tables may be at fault: no cache of them
             self.close()
             raise AnalysisError(f"cannot load the trace tables into DuckDB: {exc}") from None
+        # the Parquet cache is written in the background once the tables are queryable
+        for writer in self._writers:
+            writer.start()
 
     def query(self, sql: str) -> pa.Table:
         """Run ``sql`` and return the result as a :class:`pyarrow.Table`."""
@@ -285,8 +287,14 @@ class TraceDB:
 
     def _join_writers(self) -> None:
         for writer in self._writers:
-            writer.join()
+            if writer.ident is not None:  # started
+                writer.join()
         self._writers.clear()
+
+    def _start_writers_and_join(self) -> None:
+        for writer in self._writers:
+            writer.start()
+        self._join_writers()
 
     def __enter__(self) -> TraceDB:
         return self

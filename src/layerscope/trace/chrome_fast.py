@@ -744,8 +744,9 @@ class _ScannedColumns(_Columns):
         if not is_str.any():  # ints and none (the int column holds 0 there): codes of the ints
             encoded = pa.array(ints).dictionary_encode()
             return encoded.indices.to_numpy().astype(np.int64), [str(v) for v in encoded.dictionary.to_pylist()]
-        texts = pc.if_else(pa.array(is_str), self._strings(field, is_str).cast(pa.string()),
-                           pc.cast(pa.array(ints), pa.string()))
+        # views are read only where the tag says string (elsewhere the scanner never wrote them)
+        texts = pc.replace_with_mask(pc.cast(pa.array(ints), pa.string()), pa.array(is_str),
+                                     self._strings(field, None, np.flatnonzero(is_str)).cast(pa.string()))
         encoded = texts.dictionary_encode()
         return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
 
