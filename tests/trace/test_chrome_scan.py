@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,15 +78,14 @@ def assert_same_columns(a: chrome_fast._Columns, b: chrome_fast._Columns) -> Non
     assert [a.raw_args(i) for i in idx.tolist()] == [b.raw_args(i) for i in idx.tolist()]
     for quoted in (False, True):
         try:
-            x_texts = a.arg_texts(idx, quoted)
+            x_flags = a.arg_flags(idx, quoted)
         except _Unsupported:
             with pytest.raises(_Unsupported):
-                b.arg_texts(idx, quoted)
+                b.arg_flags(idx, quoted)
             continue
-        y_texts = b.arg_texts(idx, quoted)
-        assert x_texts[0] == y_texts[0]
-        for x, y in zip(x_texts[1:], y_texts[1:], strict=True):
-            assert np.array_equal(x, y)
+        assert np.array_equal(x_flags, b.arg_flags(idx, quoted))
+        chosen = np.flatnonzero(x_flags)[::-1]  # any positions, any order
+        assert a.arg_json(idx, chosen).equals(b.arg_json(idx, chosen))
 
 
 def same_or_left_to_msgspec(events: list[Any] | bytes, quoted: bool = False) -> bool:
@@ -132,7 +132,8 @@ def test_kineto_event_fields() -> None:
     assert got.pid_texts == ["7", "1102", "", "0"]
     assert got.idents(idx) == [None, 12, None, "x", None]
     assert got.raw_args(2) == b"null" and got.raw_args(4) == b""
-    assert got.arg_texts(idx, False)[3].tolist() == [True, False, False, True, False]
+    assert got.arg_flags(idx, False).tolist() == [True, False, False, True, False]
+    assert got.arg_json(idx, np.array([3, 0])).to_pylist() == ['{"args":{"v": 1.5}}', '{"args":{"External id": 1, "Input Dims": [[2, 3], []]}}']
 
 
 @pytest.mark.parametrize(("text", "quoted", "tag", "ns"), [
@@ -327,21 +328,29 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert chrome_fast._scan_columns(text, 1, len(text) - 1, False) is None
 
 
-# --------------------------------------------------------------------------- joining args
+# --------------------------------------------------------------------------- args texts
 
 
-def test_join_args_is_the_python_join() -> None:
+def test_args_strings_and_search() -> None:
     text = b'xx{"a": 1}yy[2]zz{}'
     offsets = np.array([2, 12, 17, 0], dtype=np.int32)
     lengths = np.array([8, 3, 2, 0], dtype=np.int32)
     rows = np.array([2, 0, 3, 1, 0], dtype=np.int64)
-    pieces = [text[o:o + n] for o, n in zip(offsets[rows].tolist(), lengths[rows].tolist(), strict=True)]
-    assert scan_module.join_args(text, offsets, lengths, rows) == chrome_fast._ARGS_SEPARATOR.join((b"", *pieces, b""))
-    assert scan_module.join_args(text, offsets, lengths, np.zeros(0, np.int64)) == chrome_fast._ARGS_SEPARATOR
-    with pytest.raises(IndexError):
-        scan_module.join_args(text, offsets, lengths, np.array([4], dtype=np.int64))
-    with pytest.raises(IndexError):
-        scan_module.join_args(text, np.array([15], np.int32), np.array([9], np.int32), np.array([0], np.int64))
+    offs, data = scan_module.args_strings(text, offsets, lengths, rows)
+    arr = pa.Array.from_buffers(pa.string(), len(rows), [None, pa.py_buffer(offs), pa.py_buffer(data)])
+    arr.validate(full=True)
+    assert arr.to_pylist() == ['{"args":{}}', '{"args":{"a": 1}}', '{"args":}', '{"args":[2]}', '{"args":{"a": 1}}']
+    empty = scan_module.args_strings(text, offsets, lengths, np.zeros(0, np.int64))
+    assert empty == (b"\0\0\0\0", b"")
+    assert scan_module.args_contain(text, offsets, lengths, rows, b'"a":')
+    assert not scan_module.args_contain(text, offsets, lengths, np.array([1, 2, 3], np.int64), b'"a":')
+    assert not scan_module.args_contain(text, offsets, lengths, np.array([1], np.int64), b"]y")  # span ends first
+    for bad_rows, bad_off, bad_len in ((np.array([4], np.int64), offsets, lengths),
+                                       (np.array([0], np.int64), np.array([15], np.int32), np.array([9], np.int32))):
+        with pytest.raises(IndexError):
+            scan_module.args_strings(text, bad_off, bad_len, bad_rows)
+        with pytest.raises(IndexError):
+            scan_module.args_contain(text, bad_off, bad_len, bad_rows, b"x")
 
 
 # --------------------------------------------------------------------------- after the events array

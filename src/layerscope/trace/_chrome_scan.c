@@ -16,6 +16,7 @@
  * end with a comma after a complete event, which proves the split point starts an event), or
  * the rest from the split point ("tail"). Two chunks scan on two threads.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -894,59 +895,112 @@ static PyObject *object_tail(PyObject *module, PyObject *args) {
     return PyLong_FromLong(st == OK ? 1 : st == E_SYNTAX ? 0 : -1);
 }
 
-static const char ARGS_OPEN[] = "}\0{\"args\":"; /* 10 bytes: the separator the Python join uses */
-#define SEP_BYTES 10
+/* rows (int64) into the offsets/lengths (int32) columns, validated against the text. */
+static int check_spans(const Py_buffer *text, const Py_buffer *off, const Py_buffer *len, const Py_buffer *rows) {
+    Py_ssize_t n = off->len / 4, m = rows->len / 8;
+    const int32_t *o = off->buf, *l = len->buf;
+    const int64_t *r = rows->buf;
+    if (len->len != off->len) {
+        PyErr_SetString(PyExc_ValueError, "offsets and lengths differ in size");
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (r[j] < 0 || r[j] >= n || o[r[j]] < 0 || l[r[j]] < 0 || (Py_ssize_t)o[r[j]] + l[r[j]] > text->len) {
+            PyErr_SetString(PyExc_IndexError, "a row or a text span out of range");
+            return -1;
+        }
+    }
+    return 0;
+}
 
-PyDoc_STRVAR(join_args_doc,
-"join_args(text, offsets, lengths, rows) -> bytes\n\n"
-"b'}\\\\x00{\"args\":'.join([b'', *pieces, b'']) where pieces are text[offsets[r]:offsets[r] + lengths[r]]\n"
-"for r in rows (offsets, lengths: int32 buffers; rows: an int64 buffer).");
+#define ARGS_HEAD "{\"args\":"
+#define ARGS_HEAD_BYTES 8
 
-static PyObject *join_args(PyObject *module, PyObject *args) {
+PyDoc_STRVAR(args_strings_doc,
+"args_strings(text, offsets, lengths, rows) -> (bytes, bytes)\n\n"
+"The Arrow string array of '{\"args\":' + text[offsets[r]:offsets[r] + lengths[r]] + '}' for r in\n"
+"rows (offsets, lengths: int32 buffers; rows: int64): its int32 offsets and its data.");
+
+static PyObject *args_strings(PyObject *module, PyObject *args) {
     (void)module;
     Py_buffer text, off, len, rows;
     if (!PyArg_ParseTuple(args, "y*y*y*y*", &text, &off, &len, &rows)) return NULL;
-    PyObject *out = NULL;
-    Py_ssize_t n = off.len / 4, m = rows.len / 8;
+    PyObject *offsets = NULL, *data = NULL, *result = NULL;
+    if (check_spans(&text, &off, &len, &rows) < 0) goto done;
+    Py_ssize_t m = rows.len / 8, total = 0;
     const int32_t *o = off.buf, *l = len.buf;
     const int64_t *r = rows.buf;
-    if (len.len != off.len) {
-        PyErr_SetString(PyExc_ValueError, "join_args: offsets and lengths differ in size");
+    for (Py_ssize_t j = 0; j < m; j++) total += ARGS_HEAD_BYTES + l[r[j]] + 1;
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "args texts over 2 GiB");
         goto done;
     }
-    Py_ssize_t total = SEP_BYTES * (m + 1);
-    for (Py_ssize_t j = 0; j < m; j++) {
-        if (r[j] < 0 || r[j] >= n || o[r[j]] < 0 || l[r[j]] < 0 || (Py_ssize_t)o[r[j]] + l[r[j]] > text.len) {
-            PyErr_SetString(PyExc_IndexError, "join_args: a row or a text span out of range");
-            goto done;
-        }
-        total += l[r[j]];
-    }
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL) goto done;
-    char *w = PyBytes_AS_STRING(out);
+    offsets = PyBytes_FromStringAndSize(NULL, (m + 1) * 4);
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (offsets == NULL || data == NULL) goto done;
+    int32_t *w_off = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *w = PyBytes_AS_STRING(data), *w0 = w;
     const char *t = text.buf;
     Py_BEGIN_ALLOW_THREADS
-    memcpy(w, ARGS_OPEN, SEP_BYTES);
-    w += SEP_BYTES;
     for (Py_ssize_t j = 0; j < m; j++) {
+        w_off[j] = (int32_t)(w - w0);
+        memcpy(w, ARGS_HEAD, ARGS_HEAD_BYTES);
+        w += ARGS_HEAD_BYTES;
         memcpy(w, t + o[r[j]], (size_t)l[r[j]]);
         w += l[r[j]];
-        memcpy(w, ARGS_OPEN, SEP_BYTES);
-        w += SEP_BYTES;
+        *w++ = '}';
+    }
+    w_off[m] = (int32_t)(w - w0);
+    Py_END_ALLOW_THREADS
+    result = PyTuple_Pack(2, offsets, data);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&len);
+    PyBuffer_Release(&rows);
+    return result;
+}
+
+PyDoc_STRVAR(args_contain_doc,
+"args_contain(text, offsets, lengths, rows, needle) -> bool\n\n"
+"Whether needle occurs in any of text[offsets[r]:offsets[r] + lengths[r]] for r in rows.");
+
+static PyObject *args_contain(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer text, off, len, rows, needle;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*", &text, &off, &len, &rows, &needle)) return NULL;
+    PyObject *result = NULL;
+    if (check_spans(&text, &off, &len, &rows) < 0) goto done;
+    if (needle.len == 0) {
+        PyErr_SetString(PyExc_ValueError, "an empty needle");
+        goto done;
+    }
+    Py_ssize_t m = rows.len / 8;
+    const int32_t *o = off.buf, *l = len.buf;
+    const int64_t *r = rows.buf;
+    const char *t = text.buf;
+    int found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < m && !found; j++) {
+        found = memmem(t + o[r[j]], (size_t)l[r[j]], needle.buf, (size_t)needle.len) != NULL;
     }
     Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(found);
 done:
     PyBuffer_Release(&text);
     PyBuffer_Release(&off);
     PyBuffer_Release(&len);
     PyBuffer_Release(&rows);
-    return out;
+    PyBuffer_Release(&needle);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
-    {"join_args", join_args, METH_VARARGS, join_args_doc},
+    {"args_strings", args_strings, METH_VARARGS, args_strings_doc},
+    {"args_contain", args_contain, METH_VARARGS, args_contain_doc},
     {"object_tail", object_tail, METH_VARARGS, object_tail_doc},
     {NULL, NULL, 0, NULL},
 };

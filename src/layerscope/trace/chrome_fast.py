@@ -484,28 +484,6 @@ def _text_ranks(values: list[Any]) -> np.ndarray:
     return pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
 
 
-def _arg_json(texts: tuple[bytes, np.ndarray, np.ndarray, np.ndarray],
-              rows: np.ndarray) -> tuple[np.ndarray, pa.Array]:
-    """For the slices in id order (candidates ``rows``): whether each has args, and the texts.
-
-    A string-view array points at the texts in place; the cast packs them into plain strings.
-    """
-    data, starts, lengths, has = texts
-    has_args = has[rows]
-    chosen = rows[has_args]
-    if not _STRING_VIEW:  # pyarrow < 16: slice the texts one by one
-        view = memoryview(data)
-        return has_args, pa.array([view[a:a + n] for a, n in zip(starts[chosen].tolist(), lengths[chosen].tolist(),
-                                                                   strict=True)], pa.binary()).cast(pa.string())
-    views = np.empty((len(chosen), 4), dtype=np.int32)
-    views[:, 0] = lengths[chosen]
-    views[:, 1] = _ARGS_PREFIX  # the first 4 bytes of every text (all are longer than 12)
-    views[:, 2] = 0
-    views[:, 3] = starts[chosen]
-    json = pa.Array.from_buffers(pa.string_view(), len(chosen), [None, pa.py_buffer(views), pa.py_buffer(data)])
-    return has_args, json.cast(pa.string())
-
-
 def _pick(items: list[Any], index: np.ndarray) -> tuple[Any, ...]:
     """``items`` at ``index``, in one C call."""
     if len(index) > 1:
@@ -554,13 +532,17 @@ class _Columns:
         """The raw JSON text of event ``i``'s ``args`` (``b""`` when it has none)."""
         raise NotImplementedError
 
-    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
+    def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
+        """Per candidate slice (events ``seq``), whether it has args (a non-empty object).
 
-        One join writes every text followed by a NUL (which cannot occur in JSON text):
-        ``_ARGS_SEPARATOR.join((b"", *texts, b""))``. Returns the buffer, each text's start and
-        length, and whether it has args (a non-empty object).
+        Raises :class:`_Unsupported` where the args need the DuckDB path (a nested ``"ts":``
+        under ts quoting, invalid UTF-8).
         """
+        raise NotImplementedError
+
+    def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
+        """The ``{"args": …}`` texts (raw, as in the file) of candidates ``chosen`` (positions in
+        the ``seq`` last given to :meth:`arg_flags`), as plain strings."""
         raise NotImplementedError
 
 
@@ -598,12 +580,9 @@ class _DecodedColumns(_Columns):
     def raw_args(self, i: int) -> bytes:
         return bytes(self.args[i])
 
-    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-        """The ``{"args": …}`` texts of the candidate slices (events ``seq``), raw, in one buffer.
-
-        One join writes every text followed by a NUL (which cannot occur in JSON text). Returns
-        the buffer, each text's start and length, and whether it has args (a non-empty object).
-        """
+    def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
+        """One join writes every ``{"args": …}`` text followed by a NUL (which cannot occur in
+        JSON text); the flags and, later, the texts are read from that buffer."""
         data = _ARGS_SEPARATOR.join((b"", *_pick(self.args, seq), b""))
         if len(data) >= 2**31:
             raise _Unsupported("args text over 2 GiB")
@@ -628,7 +607,23 @@ class _DecodedColumns(_Columns):
                 data.decode()  # UTF-8 (msgspec does not check the strings it skips)
             except UnicodeDecodeError:
                 raise _Unsupported("invalid UTF-8 in args") from None
-        return data, starts, lengths, has
+        self._joined = data, starts, lengths
+        return has
+
+    def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
+        """String views point at the joined texts in place; the cast packs them into plain strings."""
+        data, starts, lengths = self._joined
+        if not _STRING_VIEW:  # pyarrow < 16: slice the texts one by one
+            view = memoryview(data)
+            return pa.array([view[a:a + n] for a, n in zip(starts[chosen].tolist(), lengths[chosen].tolist(),
+                                                           strict=True)], pa.binary()).cast(pa.string())
+        views = np.empty((len(chosen), 4), dtype=np.int32)
+        views[:, 0] = lengths[chosen]
+        views[:, 1] = _ARGS_PREFIX  # the first 4 bytes of every text (all are longer than 12)
+        views[:, 2] = 0
+        views[:, 3] = starts[chosen]
+        json = pa.Array.from_buffers(pa.string_view(), len(chosen), [None, pa.py_buffer(views), pa.py_buffer(data)])
+        return json.cast(pa.string())
 
 
 #: ``_chrome_scan.scan`` tag values (``_TAG_NS``: a time's exact ns, in the int column)
@@ -771,18 +766,19 @@ class _ScannedColumns(_Columns):
         start = int(self.args_off[i])
         return self.text[start:start + int(self.args_len[i])]
 
-    def arg_texts(self, seq: np.ndarray, quoted: bool) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
+        """The scanner's flags (it checked the UTF-8 of every string); under ts quoting the
+        texts are searched for a nested ``"ts":`` in place."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
-        data = _chrome_scan.join_args(self.text, self.args_off, self.args_len, seq)
-        if len(data) >= 2**31:
-            raise _Unsupported("args text over 2 GiB")
-        pieces = self.args_len[seq].astype(np.int64)
-        step = pieces + len(_ARGS_SEPARATOR)
-        starts = 2 + np.cumsum(step) - step  # each text begins after a NUL
-        if quoted and data.find(b'"ts":') >= 0:
+        if quoted and _chrome_scan.args_contain(self.text, self.args_off, self.args_len, seq, b'"ts":'):
             raise _Unsupported("a nested 'ts' key in args under ts quoting")
-        # the scanner checked the UTF-8 of every string
-        return data, starts, pieces + 9, self.args_obj[seq]
+        return self.args_obj[seq]
+
+    def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
+        """Written by the scanner straight into an Arrow string array's buffers."""
+        events = np.ascontiguousarray(seq[chosen], dtype=np.int64)
+        offsets, data = _chrome_scan.args_strings(self.text, self.args_off, self.args_len, events)
+        return pa.Array.from_buffers(pa.string(), len(events), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 class _Builder:
@@ -922,7 +918,7 @@ class _Builder:
         worker.start()
         try:
             names, cats = self.columns.name_arr, self.columns.cat_arr  # encoded here if lazily (scanner columns)
-            texts = self.columns.arg_texts(seq, self.quoted)
+            has = self.columns.arg_flags(seq, self.quoted)
             flow_events = self._flow_events()
         finally:
             worker.join()
@@ -950,7 +946,8 @@ class _Builder:
             cand_ok = np.concatenate((ok[x_rows], np.zeros(size, dtype=bool)))
             cand = np.concatenate((tdur[x_rows], np.zeros(size, dtype=np.int64)))
             thread_dur = pa.array(cand[rows], mask=~cand_ok[rows])
-        has_args, arg_json = _arg_json(texts, rows)
+        has_args = has[rows]
+        arg_json = self.columns.arg_json(seq, rows[has_args])
         table = slice_table(ts_arr, dur_arr, track_arr, cats.take(take), names.take(take), depth, parent, has_args,
                             thread_ts, thread_dur)
         arg_sets = pa.table({"arg_set_id": np.flatnonzero(has_args).astype(np.int64), "json": arg_json})
