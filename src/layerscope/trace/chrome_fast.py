@@ -85,11 +85,13 @@ except ImportError:  # pragma: no cover - exercised on installs without a compil
 
 log = logging.getLogger(__name__)
 
-#: Inflated JSON text above this size goes to the DuckDB path. This path costs ~2 µs per event on
-#: one core; DuckDB's costs ~1.6 µs per event on two cores plus ~0.25 s fixed, so it wins past
-#: ~700k events (~200 MB of Kineto JSON), and it streams where this path holds the text, the
-#: decoded events and the columns at once (~6× the text at peak: 880 MiB at 545k events).
-MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "192")) << 20
+#: Inflated JSON text above this size goes to the DuckDB path, which streams. Measured on 2 cores
+#: (gpu-training-control repeated, bench/RESULTS.md): the C scanner's path costs ~0.9 µs per event
+#: and holds the text, the columns and the tables at once (1125 MiB peak at 982k events, 314 MB of
+#: text), where DuckDB's takes ~1.6 µs per event and 816 MiB; past ~1.2M events (384 MiB) the
+#: peak would pass 1.4 GB, so the DuckDB path keeps 3M-event traces within 2 GB. Without the
+#: scanner (msgspec's structs: ~2 µs per event, ~6× the text at peak) the limit is 192 MiB.
+MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "384" if _chrome_scan is not None else "192")) << 20
 _TAIL_BYTES = 1 << 23
 _MAX_US = (2**63 - 1) // 1000
 _PLAIN_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
