@@ -106,6 +106,60 @@ def test_instrumentation_is_subtracted_per_child_call_by_hand() -> None:
         join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls, call_overhead_s=-1.0)
 
 
+# cpu_op events inside each module's ranges (every nesting depth); 300 inside the phase range.
+EVENTS = {
+    "embed_tokens": 10.0,
+    "rotary_emb": 20.0,
+    "layers.0": 200.0,
+    "layers.0.self_attn": 120.0,
+    "layers.0.self_attn.q_proj": 10.0,
+    "layers.0.mlp": 30.0,
+    "layers.0.mlp.act_fn": 1.0,
+}
+
+
+def test_profiler_time_is_subtracted_per_event_by_hand() -> None:
+    # 1 ms of profiler bookkeeping per recorded event, no hooks.
+    p = join_phase("prefill", PREDICTED, MEASURED, 12.0, events=EVENTS, forward_events=300.0,
+                   event_overhead_s=1e-3)
+    rows = {r.name: r for r in p.rows}
+    # A module row loses every event in its range.
+    assert rows["embed_tokens"].measured_s == pytest.approx(1.0 - 0.010)
+    assert rows["layers.0.self_attn.q_proj"].measured_s == pytest.approx(2.0 - 0.010)
+    # mlp keeps its folded act_fn, whose event is already among mlp's 30.
+    assert rows["layers.0.mlp"].measured_s == pytest.approx(3.0 - 0.030)
+    # A self row loses the events outside its kept children: 120 - 10 in self_attn, 200 - 120 - 30 in layers.0.
+    sa = rows["layers.0.self_attn"]
+    assert (sa.measured_s, sa.profiler_s) == (pytest.approx(4.0 - 0.110), pytest.approx(0.110))
+    assert rows["layers.0"].measured_s == pytest.approx(1.0 - 0.050)
+    # The forward's own time: 300 - 10 (embed) - 200 (layers.0) events, rotary_emb's 20 among them (folded).
+    assert rows[FORWARD].measured_s == pytest.approx(1.0 - 0.090)
+    # The raw error keeps the profiler time: self_attn predicted 2 against 4 s.
+    assert sa.raw_error == pytest.approx(2.0 / 4.0 - 1) and sa.error == pytest.approx(2.0 / 3.89 - 1)
+    assert p.raw_median_abs_error == join_phase("prefill", PREDICTED, MEASURED, 12.0).median_abs_error
+    # The forward loses all 300 events; rows and unmodelled time still add up to it.
+    assert (p.profiler_s, p.event_overhead_s) == (pytest.approx(0.3), 1e-3)
+    assert p.forward.measured_s == pytest.approx(11.7)
+    unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
+    assert sum(r.measured_s for r in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
+    assert p.to_dict()["ops"][0]["profiler_s"] == pytest.approx(0.010)
+    with pytest.raises(AnalysisError, match="event_overhead_s"):
+        join_phase("prefill", PREDICTED, MEASURED, 12.0, events=EVENTS, event_overhead_s=-1e-3)
+
+
+def test_hooks_and_profiler_are_subtracted_together_by_hand() -> None:
+    calls = dict.fromkeys(MEASURED, 1.0)
+    p = join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls, call_overhead_s=0.1, events=EVENTS,
+                   forward_events=300.0, event_overhead_s=1e-3)
+    sa = next(r for r in p.rows if r.name == "layers.0.self_attn")
+    # 6 - 2 (q_proj) - 0.1 (q_proj's hooks) - 0.110 (110 events)
+    assert sa.measured_s == pytest.approx(3.79)
+    assert (sa.instrumentation_s, sa.profiler_s) == (pytest.approx(0.1), pytest.approx(0.11))
+    assert sa.raw_error == pytest.approx(-0.5)
+    # 12 - 7 module calls x 0.1 - 300 events x 1 ms
+    assert p.forward.measured_s == pytest.approx(12.0 - 0.7 - 0.3)
+
+
 def test_one_sided_time_is_listed_and_accounted() -> None:
     predicted = [op for op in PREDICTED if op.name not in ("layers.0.residual_attn", "lm_head")]
     p = join_phase("prefill", predicted, MEASURED, 12.0)
@@ -160,6 +214,28 @@ def test_call_overhead_is_the_smallest_median_sibling_gap(tmp_path: Path) -> Non
         captured_times(write_trace(tmp_path / "none.json", [_x("layers.0", 0, 1)]))
 
 
+def _op(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, object]:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def test_captured_times_count_the_aten_events_in_each_range(tmp_path: Path) -> None:
+    events = []
+    for it, t0 in enumerate((0.0, 1000.0)):
+        events += [_x(f"ProfilerStep#{it}", t0, 900), _x("prefill", t0 + 1, 500), _x("layers.0", t0 + 2, 300),
+                   _x("layers.0.mlp", t0 + 3, 100),
+                   # in mlp: linear with a nested mm (two events); in layers.0 after mlp: an add
+                   _op("aten::linear", t0 + 4, 50), _op("aten::mm", t0 + 5, 40), _op("aten::add", t0 + 150, 10),
+                   # in prefill outside any module; on another thread inside mlp's time (not counted)
+                   _op("aten::arange", t0 + 400, 5), _op("aten::copy_", t0 + 10, 5, tid=2),
+                   _x("decode_step_0", t0 + 600, 200), _op("aten::argmax", t0 + 610, 5)]
+        if it == 1:  # a second add in the second iteration: 1.5 per iteration
+            events.append(_op("aten::add", t0 + 200, 10))
+    got = captured_times(write_trace(tmp_path / "cap.json", events))
+    assert got.events["prefill"] == pytest.approx({"layers.0": 3.5, "layers.0.mlp": 2.0})
+    assert got.range_events == pytest.approx({"prefill": 4.5, "decode_step_0": 1.0})
+    assert got.events["decode_step_0"] == {}
+
+
 def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -191,6 +267,9 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
         unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
         assert sum(row.measured_s for row in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
         assert p.call_overhead_s > 0 and p.instrumentation_s > 0
+        # The profiler's per-event cost, measured by the capture, is charged on the events the trace recorded.
+        assert r.capture.profiler_event is not None and p.event_overhead_s == r.capture.profiler_event.per_event_s
+        assert (p.profiler_s > 0) if p.event_overhead_s > 0 else (p.profiler_s == 0)
         assert p.median_abs_error is not None and p.p90_abs_error >= p.median_abs_error
     doc = json.loads((out / "validation.json").read_text())
     assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)

@@ -6,7 +6,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from layerscope.capture.calibrate import FULL_GRID, QUICK_GRID, CalibrationGrid, _stream_sizes, calibrate
+from layerscope.capture.calibrate import (
+    FULL_GRID,
+    QUICK_GRID,
+    CalibrationGrid,
+    _fitting_shapes,
+    _stream_sizes,
+    calibrate,
+)
 from layerscope.cost import estimate
 from layerscope.errors import CaptureError
 from layerscope.hardware import dump_hardware_yaml, load_hardware
@@ -15,10 +22,11 @@ from layerscope.units import DType
 from layerscope.workload import make_workload
 
 MIB = 1024**2
-#: A few seconds on two cores: two GEMM widths, three m, fp32 only, stream arrays 16 KiB .. 4x LLC in x8 steps.
-TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), dtypes=("fp32",), stream_step=8,
-                       vector_elements=(16 * 1024, 256 * 1024), min_time_s=0.01, empty_op_samples=3,
-                       cold_op_samples=5)
+#: A few seconds on two cores: two GEMM widths, three m, a "wide" 4096 x 512 at two m, fp32 only, stream arrays
+#: 16 KiB .. 4x LLC in x8 steps.
+TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), gemm_wide_nk=((4096, 512),),
+                       gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
+                       min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -29,6 +37,8 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     meas = hw.calibration.measurements
     assert meas.threads >= 1 and meas.torch_version and meas.device == "cpu"
     assert len(meas.gemm) == 6 and set(meas.gemm.dtype) == {DType.FP32}
+    # The wide shape goes to its own table (per-(M, N) efficiency only, not the Hockney fit).
+    assert list(zip(meas.gemm_wide.m, meas.gemm_wide.n, strict=True)) == [(1, 4096), (8, 4096)]
     assert set(meas.stream.kernel) == {"copy", "scale", "gemv"} and len(meas.empty_op_s) == 3
     assert {"add", "mul", "rmsnorm", "softmax"} == set(meas.vector.kernel)
     assert steps[-1] == (steps[-1][1], steps[-1][1], "done") and steps[0][0] == 0
@@ -36,8 +46,10 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert 1e8 < hw.peak_flops(DType.FP32) < 1e14
     assert 1e8 < hw.memory_bandwidth_bytes_per_s < 2e12
     assert 0 < hw.launch_overhead_s < 1e-3
-    # The per-M table at the grid's M > 1, and main memory at the GEMV weight-streaming rate.
-    assert [m for m, _ in hw.matmul_rows(DType.FP32)] == [64.0, 256.0]
+    # The per-(M, N) table (projection widths pooled at the largest, the wide shape apart), and main memory
+    # at the GEMV weight-streaming rate.
+    assert [(m, n) for m, n, _ in hw.matmul_shapes(DType.FP32)] == [(64.0, 1024.0), (256.0, 1024.0), (8.0, 4096.0)]
+    assert [m for m, _ in hw.calibration.fit.matmul_rows[DType.FP32]] == [64.0, 256.0]
     assert hw.calibration.fit.weight_stream is not None
     assert hw.memory_bandwidth_bytes_per_s == pytest.approx(hw.calibration.fit.weight_stream.bandwidth_bytes_per_s)
     assert hw.execution.kernels == "hf-eager" and hw.execution.activations_in_cache and hw.execution.cold_outputs
@@ -62,6 +74,24 @@ def test_stream_sizes_reach_past_the_last_level_cache() -> None:
     assert sum(2 * s >= 4 * 32 * MIB for s in sizes) >= 2
     assert max(sizes) <= 16e9 / 8
     assert len(FULL_GRID.gemm_m) > len(QUICK_GRID.gemm_m) and 1 in FULL_GRID.gemm_m and 2048 in FULL_GRID.gemm_m
+
+
+def test_both_grids_measure_a_vocabulary_wide_lm_head_at_decode_batch_sizes() -> None:
+    # lm_head computes one row per sequence: N = vocabulary (Llama 3: 128256) at M = batch size. Small-M
+    # fp32 GEMMs run slower per FLOP at that width than at projection widths (38 against 50-60 GFLOP/s at
+    # M = 8 on the reference CPU), so the grid must measure it, at M = 2 and 8 as well as the ends.
+    for grid in (FULL_GRID, QUICK_GRID):
+        assert (128256, 2048) in grid.gemm_wide_nk
+        assert {1, 2, 8, 16} <= set(grid.gemm_wide_m) and max(grid.gemm_wide_m) <= 256
+        assert {2, 8} <= set(grid.gemm_m)
+
+
+def test_wide_shapes_beyond_an_eighth_of_memory_are_skipped(caplog) -> None:
+    shapes = ((128256, 2048), (4096, 512))
+    assert _fitting_shapes(shapes, 16e9) == list(shapes)
+    with caplog.at_level("WARNING"):
+        assert _fitting_shapes(shapes, 4e9) == [(4096, 512)]
+    assert "128256x2048" in caplog.text
 
 
 def test_bad_device_and_dtype_are_capture_errors() -> None:

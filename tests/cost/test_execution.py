@@ -214,3 +214,65 @@ def test_a_bad_rows_table_is_refused():
         HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[256, 0.8], [16, 0.4]]}}})
     with pytest.raises(HardwareSpecError, match="matmul_rows"):
         HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[16, 1.4]]}}})
+
+
+def test_matmul_shapes_table_sets_the_gemm_rate_by_rows_and_width():
+    # fp32 peak 100 GFLOP/s. Measured at N = 2048: 20% of peak at M = 4, 40% at M = 16; at N = 32768:
+    # 10% and 20%. An 8-row prefill: q_proj (N = 2048) is halfway in log M, 30%; gate_proj (N = 8192)
+    # is halfway in log N between 30% and 15%: 22.5%; k_proj (N = 512) is held at the narrowest
+    # width, 30%. The shapes table wins over a per-M table; decode GEMVs (M = 1) are unaffected.
+    shapes = [[16, 32768, 0.2], [4, 2048, 0.2], [16, 2048, 0.4], [4, 32768, 0.1]]
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_shapes": {"fp32": shapes},
+                                                       "matmul_rows": {"fp32": [[4, 0.9], [16, 0.9]]}}})
+    assert [(m, n) for m, n, _ in hw.matmul_shapes("fp32")] == [(4, 2048), (16, 2048), (4, 32768), (16, 32768)]
+    g = _layer("fp32", input_len=8)
+    t = time_graph(g, hw)
+    for name, fraction in (("self_attn.q_proj", 0.3), ("mlp.gate_proj", 0.225), ("self_attn.k_proj", 0.3)):
+        i = g.index[f"layers.0.{name}"]
+        assert g.ops[i].gemm.m == 8
+        assert t.compute_s[i] == pytest.approx(g.ops[i].flops / (100e9 * fraction)), name
+    d = _layer("fp32", phase="decode", context_len=64)
+    qd = d.index["layers.0.self_attn.q_proj"]
+    assert time_graph(d, hw).compute_s[qd] == pytest.approx(d.ops[qd].flops / 100e9)
+
+
+@pytest.mark.parametrize(("shapes", "match"), [
+    ([[1, 2048, 0.5]], "M > 1"),
+    ([[4, 2048, 1.5]], r"\(0, 1\]"),
+    ([[4, 2048, 0.5], [4, 2048, 0.6]], "repeats"),
+    ([], "none"),
+])
+def test_a_bad_shapes_table_is_refused(shapes, match):
+    from layerscope.errors import HardwareSpecError
+
+    with pytest.raises(HardwareSpecError, match=match):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_shapes": {"fp32": shapes}}})
+
+
+@pytest.mark.parametrize(("batch", "engines", "passes"), [(4, 2, 2), (3, 2, 2), (8, 2, 4), (4, 1, 4)])
+def test_hf_eager_prefill_lm_head_runs_one_gemv_per_sequence(batch, engines, passes):
+    # Prefill of 16 tokens per sequence: HF's hidden[:, -1:, :] is strided, so lm_head is `batch` GEMVs over
+    # the shared 128256 x 2048 fp32 weight (bmm), the engines side by side: ceil(batch / engines) passes at
+    # 10 GB/s, timed as GEMVs (at the full 100 GFLOP/s, no GEMM efficiency table).
+    spec = load_model_spec("llama-3.2-1b")
+    shapes = {"fp32": [[4, 2048, 0.1], [16, 2048, 0.2]]}
+    hw = HardwareSpec.from_dict({**CPU, "engines": {**CPU["engines"], "count": engines},
+                                 "efficiency": {"matmul_shapes": shapes}, "execution": {"kernels": "hf-eager"}})
+    w = make_workload(phase="prefill", batch_size=batch, input_len=16, weight_dtype="fp32", act_dtype="fp32",
+                      kv_dtype="fp32")
+    g = build_model_graph(spec, w.prefill_pass(), w)
+    i = g.index["lm_head"]
+    head = g.ops[i]
+    assert head.gemm.m == batch and head.inputs[0].shape[0] == 16 * batch
+    assert kernel_plan("hf-eager", g.ops).gemv_rows[i] == batch
+    assert kernel_plan("fused", g.ops).gemv_rows[i] == 0
+    t = time_graph(g, hw)
+    weight_s = passes * 128256 * 2048 * 4 / 10e9
+    act_s = (head.act_read_bytes + head.act_write_bytes) / 10e9
+    assert t.compute_s[i] == pytest.approx(head.flops / 100e9)
+    assert t.time_s[i] == pytest.approx(weight_s + act_s + 5e-6)
+    # Decode's [B, 1, H] is contiguous: one GEMM, at the table's rate for M = batch.
+    d = build_model_graph(spec, w.decode_pass(16), w)
+    j = d.index["lm_head"]
+    assert kernel_plan("hf-eager", d.ops).gemv_rows[j] == 0
+    assert time_graph(d, hw).compute_s[j] > d.ops[j].flops / 100e9 / 0.21

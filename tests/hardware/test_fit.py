@@ -18,6 +18,7 @@ from layerscope.hardware.fit import (
     fit_measurements,
     hockney_time_s,
     matmul_rows_efficiency,
+    matmul_shapes_efficiency,
 )
 from layerscope.units import DType
 
@@ -191,19 +192,21 @@ def test_calibrated_spec_reproduces_the_machine_and_round_trips(tmp_path) -> Non
     hw = calibrated_spec(synthetic(), name="synthetic", description="test", kind="cpu", engine_count=2,
                          memory_levels=levels, llc_bytes=LLC)
     assert hw.achievable_flops_per_s(DType.BF16) == pytest.approx(400e9)
-    # The measured per-M table replaces W½ in the spec; the Hockney fit stays in the record.
+    # The measured per-(M, N) table replaces W½ and the per-M table in the spec; both stay in the record.
     assert hw.matmul_half_flops(DType.BF16) == 0.0
     assert hw.calibration is not None
     assert hw.calibration.fit.matmul[DType.BF16].half_flops == pytest.approx(1e9)
-    rows = hw.matmul_rows(DType.BF16)
-    assert rows == hw.matmul_rows(DType.FP16)  # fp16 falls back to the bf16 unit
-    assert [m for m, _ in rows] == sorted({m for m in hw.calibration.measurements.gemm.m if m > 1})
-    assert all(0 < f <= 1 for _, f in rows)
+    assert hw.matmul_rows(DType.BF16) == () and hw.calibration.fit.matmul_rows[DType.BF16]
+    shapes = hw.matmul_shapes(DType.BF16)
+    assert shapes == hw.matmul_shapes(DType.FP16)  # fp16 falls back to the bf16 unit
+    ms = sorted({m for m in hw.calibration.measurements.gemm.m if m > 1})
+    assert [(m, n) for m, n, _ in shapes] == [(m, 8192.0) for m in ms]  # the pooled projection widths
+    assert all(0 < f <= 1 for _, _, f in shapes)
     assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(20e9)
     assert hw.level("l3").bandwidth_bytes_per_s == pytest.approx(150e9)
     assert hw.launch_overhead_s == pytest.approx(5e-6)
     assert hw.execution.cold_outputs and hw.execution.activations_in_cache
-    assert "per GEMM row count" in hw.efficiency.matmul_rows_source
+    assert "row count M and output width N" in hw.efficiency.matmul_shapes_source
     assert hw.source("engines.peak_flops_per_s.fp32").startswith("calibrated")
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
@@ -240,3 +243,55 @@ def test_matmul_rows_efficiency_by_hand() -> None:
     assert [m for m, _ in rows] == [4.0, 64.0]
     assert rows[0][1] == pytest.approx((0.5 + 0.25) / 2)
     assert rows[1][1] == 1.0
+
+
+def _gemms(shapes: list[tuple[int, int, int, float]]) -> GemmTable:
+    """fp32 GEMMs (m, n, k, fraction of a 100 GFLOP/s peak) after a 1 us overhead."""
+    t = [2 * m * n * k / (f * 100e9) + 1e-6 for m, n, k, f in shapes]
+    return GemmTable(dtype=[DType.FP32] * len(shapes), m=[x[0] for x in shapes], n=[x[1] for x in shapes],
+                     k=[x[2] for x in shapes], time_s=t, median_s=t)
+
+
+def test_matmul_shapes_efficiency_by_hand() -> None:
+    # Projection widths pooled per M: at M = 8, 50% (2048 x 2048), 30% (8192 x 2048), 40% (2048 x 8192)
+    # -> median 40%, placed at the largest projection width, 8192; 120% at M = 64 capped at 1; M = 1
+    # (GEMV) left out. The vocabulary-wide lm_head at M = 8: 20% at K = 2048 and 30% at K = 4096 ->
+    # 25% at N = 128256, kept apart instead of pulling the pooled median down.
+    gemm = _gemms([(1, 2048, 2048, 0.1), (8, 2048, 2048, 0.5), (8, 8192, 2048, 0.3), (8, 2048, 8192, 0.4),
+                   (64, 2048, 2048, 1.2)])
+    wide = _gemms([(1, 128256, 2048, 0.05), (8, 128256, 2048, 0.2), (8, 128256, 4096, 0.3)])
+    table = matmul_shapes_efficiency(gemm, wide, DType.FP32, 100e9, 1e-6)
+    assert [(m, n) for m, n, _ in table] == [(8.0, 8192.0), (64.0, 8192.0), (8.0, 128256.0)]
+    assert [f for _, _, f in table] == pytest.approx([0.4, 1.0, 0.25])
+    assert matmul_shapes_efficiency(gemm, GemmTable(), DType.BF16, 100e9, 1e-6) == []
+
+
+def test_wide_gemms_get_their_own_efficiency_and_stay_out_of_the_hockney_fit() -> None:
+    # The synthetic machine, plus vocabulary-wide N = 128256 GEMMs at M = 16 .. 64 running at 35-60% of
+    # the peak (MKL's small-M sgemm at vocabulary width on the reference CPU). Their work is
+    # large because N is: inside the Hockney fit they would pull r_inf down; they only set their own
+    # entries of the per-(M, N) table.
+    base = synthetic()
+    g = base.gemm
+    wide_m = [16, 32, 64]
+    n, k = 128256, 2048
+    peak = TRUE["peak"][DType.FP32]
+    fractions = [0.35, 0.5, 0.6]  # about what the reference CPU's fp32 lm_head reached
+    wide_t = [TRUE["overhead"] + 2 * m * n * k / (f * peak) for m, f in zip(wide_m, fractions, strict=True)]
+    wide = GemmTable(dtype=[DType.FP32] * 3, m=wide_m, n=[n] * 3, k=[k] * 3, time_s=wide_t, median_s=wide_t)
+    meas = base.model_copy(update={"gemm_wide": wide})
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.calibration is not None
+    assert hw.calibration.fit.matmul == fit_measurements(base, llc_bytes=LLC).matmul
+    assert hw.peak_flops(DType.FP32) == pytest.approx(TRUE["peak"][DType.FP32])
+    table = {(m, nn): f for m, nn, f in hw.matmul_shapes(DType.FP32)}
+    assert [table[(float(m), float(n))] for m in wide_m] == pytest.approx(fractions, rel=1e-9)
+    # The projection widths' pooled curve at N = 8192: the per-M medians of the record.
+    assert [(m, f) for (m, nn), f in table.items() if nn == 8192] == hw.calibration.fit.matmul_rows[DType.FP32]
+    # In the Hockney fit they would have: r_inf drops (their W is that of M = 1000+ projections).
+    both = GemmTable(**{c: getattr(g, c) + getattr(wide, c) for c in GemmTable.model_fields})
+    mixed = fit_measurements(base.model_copy(update={"gemm": both}), llc_bytes=LLC)
+    assert mixed.matmul[DType.FP32].peak_flops_per_s < 0.97 * TRUE["peak"][DType.FP32]
+    assert hw.calibration.summary()["measured"]["gemm_wide_points"] == 3

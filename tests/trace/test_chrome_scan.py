@@ -133,7 +133,8 @@ def test_kineto_event_fields() -> None:
     assert got.idents(idx) == [None, 12, None, "x", None]
     assert got.raw_args(2) == b"null" and got.raw_args(4) == b""
     assert got.arg_flags(idx, False).tolist() == [True, False, False, True, False]
-    assert got.arg_json(idx, np.array([3, 0])).to_pylist() == ['{"args":{"v": 1.5}}', '{"args":{"External id": 1, "Input Dims": [[2, 3], []]}}']
+    assert got.arg_json(idx, np.array([3, 0])).to_pylist() == [
+        '{"args":{"v": 1.5}}', '{"args":{"External id": 1, "Input Dims": [[2, 3], []]}}']
 
 
 @pytest.mark.parametrize(("text", "quoted", "tag", "ns"), [

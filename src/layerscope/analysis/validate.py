@@ -49,6 +49,19 @@ with code in it is longer). ``validate`` subtracts it per child call from each n
 time, and per call from the forward; ``correct_instrumentation=False`` keeps the raw times. The
 estimate and the total subtracted are reported per phase.
 
+The profiler itself costs every recorded aten op its bookkeeping (``record_shapes=True``: an
+event and its input shapes), inside whichever range runs the op: a decode step's RMSNorm module
+(22 aten events) took 32-51 µs without the profiler and 58-84 µs with it on the reference CPU,
+0.8-1.0 µs per event. The trace cannot tell that time from the op's dispatch (both sit between the
+event's neighbours), so the capture measures it in its own process before the run, by A/B of the
+same small eager op sequence with and without a profiler session
+(:mod:`layerscope.capture.profiler_cost`; ``CaptureResult.profiler_event``), hot (0.4-0.6 µs per
+event there) and cold (0.8-1.1 µs). ``validate`` subtracts the hot figure, a lower bound (a model
+that fits in the caches runs whole small ops in less than the cold figure per event), per
+``cpu_op`` event inside each range: from a ``module`` row every event in its range, from a ``self``
+row the events outside its kept children, from the forward all of its events. The raw times stay
+reported (``raw_error``, ``raw_median_abs_error``).
+
 Times are per recorded iteration (a phase's ranges summed, divided by the iterations); decode
 sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's
 whole forward. Errors are signed, ``(predicted − measured) / measured``; the median and p90 of
@@ -144,6 +157,8 @@ class OpRow:
     """Captured child modules with nothing predicted, whose time is counted in ``measured_s``."""
     instrumentation_s: float = 0.0
     """Hook time of its children's calls, subtracted from ``measured_s`` (the raw time is the sum)."""
+    profiler_s: float = 0.0
+    """The profiler's time for the aten events the row's time covers, subtracted from ``measured_s``."""
 
     @property
     def error(self) -> float:
@@ -151,8 +166,8 @@ class OpRow:
 
     @property
     def raw_error(self) -> float:
-        """The error against the measured time with the instrumentation left in."""
-        return _error(self.predicted_s, self.measured_s + self.instrumentation_s)
+        """The error against the measured time with the instrumentation and profiler time left in."""
+        return _error(self.predicted_s, self.measured_s + self.instrumentation_s + self.profiler_s)
 
     @property
     def abs_error(self) -> float:
@@ -161,7 +176,8 @@ class OpRow:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "rule": self.rule, "predicted_s": self.predicted_s,
                 "measured_s": self.measured_s, "error": _finite_or_none(self.error),
-                "instrumentation_s": self.instrumentation_s, "raw_error": _finite_or_none(self.raw_error),
+                "instrumentation_s": self.instrumentation_s, "profiler_s": self.profiler_s,
+                "raw_error": _finite_or_none(self.raw_error),
                 "predicted_ops": list(self.predicted_ops), "folded": list(self.folded)}
 
 
@@ -233,6 +249,10 @@ class PhaseValidation:
     """Instrumentation per annotated module call subtracted from the measured times (0: raw)."""
     instrumentation_s: float = 0.0
     """The instrumentation time subtracted from the phase's forward (calls x ``call_overhead_s``)."""
+    event_overhead_s: float = 0.0
+    """The profiler's time per recorded aten event subtracted from the measured times (0: raw)."""
+    profiler_s: float = 0.0
+    """The profiler time subtracted from the phase's forward (its events x ``event_overhead_s``)."""
 
     @property
     def median_abs_error(self) -> float | None:
@@ -287,7 +307,8 @@ class PhaseValidation:
                 "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
                 "weighted_abs_error": self.weighted_abs_error, "only_predicted": len(self.only_predicted),
                 "only_measured": len(self.only_measured), "call_overhead_s": self.call_overhead_s,
-                "instrumentation_s": self.instrumentation_s, "raw_median_abs_error": self.raw_median_abs_error}
+                "instrumentation_s": self.instrumentation_s, "event_overhead_s": self.event_overhead_s,
+                "profiler_s": self.profiler_s, "raw_median_abs_error": self.raw_median_abs_error}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "forward": self.forward.to_dict(), "steps": [s.to_dict() for s in self.steps],
@@ -311,18 +332,25 @@ def _anchor(path: str, captured: Mapping[str, float]) -> str:
 
 def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[str, float], forward_s: float,
                steps: Sequence[ForwardError] = (), *, calls: Mapping[str, float] | None = None,
-               call_overhead_s: float = 0.0) -> PhaseValidation:
+               call_overhead_s: float = 0.0, events: Mapping[str, float] | None = None,
+               forward_events: float = 0.0, event_overhead_s: float = 0.0) -> PhaseValidation:
     """Join one phase's predicted ops with its captured modules by the rule in the module docstring.
 
     ``measured`` maps each captured module to its inclusive time (s); ``forward_s`` is the
     phase's own measured time (the root's inclusive time). With ``calls`` (module → calls) and
     ``call_overhead_s``, each node's measured time loses ``call_overhead_s`` per call of its
-    children and the forward per call of any module (see "Instrumentation" above); ``steps``
-    are taken as given.
+    children and the forward per call of any module (see "Instrumentation" above). With
+    ``events`` (module → aten events inside its ranges), ``forward_events`` (inside the phase's
+    ranges) and ``event_overhead_s``, each node's measured time also loses ``event_overhead_s``
+    per event its time covers (inclusive for a ``module`` row, outside its kept children for a
+    ``self`` row) and the forward per event. ``steps`` are taken as given.
     """
     if call_overhead_s < 0:
         raise AnalysisError(f"call_overhead_s must be >= 0, got {call_overhead_s!r}")
+    if event_overhead_s < 0:
+        raise AnalysisError(f"event_overhead_s must be >= 0, got {event_overhead_s!r}")
     calls = calls or {}
+    inclusive_events = {**(events or {}), FORWARD: float(forward_events)}
     captured = {k: float(v) for k, v in measured.items() if k != FORWARD}
     parent = {m: _anchor(_parent_path(m), captured) for m in captured}
     children: dict[str, list[str]] = {}
@@ -367,7 +395,9 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
         for c in folded:
             only_measured.append(Unmatched(c, inclusive[c], f"nothing predicted; folded into {node}", node))
         node_hooks_s = hooks_s(node)
-        measured_s = inclusive[node] - sum(inclusive[c] for c in kept_kids) - node_hooks_s
+        node_events = inclusive_events.get(node, 0.0) - sum(inclusive_events.get(c, 0.0) for c in kept_kids)
+        node_profiler_s = event_overhead_s * max(0.0, node_events)
+        measured_s = inclusive[node] - sum(inclusive[c] for c in kept_kids) - node_hooks_s - node_profiler_s
         ops = anchored.get(node, [])
         if not ops:
             if measured_s > 0:
@@ -381,12 +411,13 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
         rows.append(OpRow(
             name=node, kind="+".join(sorted({op.kind for op in ops})), rule="self" if kept_kids else "module",
             predicted_s=predicted_s, measured_s=measured_s, predicted_ops=tuple(op.name for op in ops), folded=folded,
-            instrumentation_s=node_hooks_s,
+            instrumentation_s=node_hooks_s, profiler_s=node_profiler_s,
         ))
     total_predicted = float(sum(op.time_s for op in predicted))
+    profiler_s = event_overhead_s * float(forward_events)
     return PhaseValidation(phase, tuple(rows), tuple(only_predicted), tuple(only_measured),
-                           ForwardError(phase, total_predicted, float(forward_s) - instrumentation_s), tuple(steps),
-                           call_overhead_s, instrumentation_s)
+                           ForwardError(phase, total_predicted, float(forward_s) - instrumentation_s - profiler_s),
+                           tuple(steps), call_overhead_s, instrumentation_s, event_overhead_s, profiler_s)
 
 
 #: The names of a capture's phase ranges (``prefill``, ``decode_step_K``), as a DuckDB regex.
@@ -407,6 +438,10 @@ class CapturedTimes:
     call_overhead_s: float = 0.0
     """Instrumentation per module call: the smallest median gap between consecutive sibling ranges
     (0 when the trace has no sibling ranges)."""
+    events: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Phase range → module op name → ``cpu_op`` events inside its ranges (all nesting depths), per iteration."""
+    range_events: dict[str, float] = field(default_factory=dict)
+    """Phase range → ``cpu_op`` events inside it, per iteration."""
 
     def instrumentation_s(self, phase_range: str) -> float:
         """Instrumentation inside one phase range per iteration: its module calls x the cost per call."""
@@ -438,12 +473,26 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
                           LAG(name) OVER (PARTITION BY parent_id ORDER BY ts) AS prev FROM m)
         SELECT MIN(med) AS gap_ns FROM (SELECT MEDIAN(gap) AS med FROM g WHERE prev IS NOT NULL AND gap >= 0
                                         GROUP BY prev, name)"""
+    # cpu_op events (aten ops, every nesting depth) inside each range on the range's own thread:
+    # what the profiler's per-event cost is charged on. Phase ranges count under the name '' .
+    events_sql = f"""
+        WITH ann AS (SELECT ts, dur, name, track_id FROM slice WHERE category = '{category}' AND dur >= 0
+                     AND name IS NOT NULL),
+             ph AS (SELECT ts, dur, name FROM ann WHERE regexp_full_match(name, '{phase_re}')),
+             r AS (SELECT ph.name AS phase, ann.name AS name, ann.ts, ann.dur, ann.track_id
+                   FROM ann JOIN ph ON ann.ts >= ph.ts AND ann.ts < ph.ts + ph.dur
+                   WHERE NOT regexp_full_match(ann.name, 'ProfilerStep#[0-9]+')),
+             op AS (SELECT ts, dur, track_id FROM slice WHERE category = 'cpu_op' AND dur >= 0)
+        SELECT r.phase AS phase, CASE WHEN r.name = r.phase THEN '' ELSE r.name END AS name, COUNT(*) AS n
+        FROM r JOIN op ON op.track_id = r.track_id AND op.ts >= r.ts AND op.ts + op.dur <= r.ts + r.dur
+        GROUP BY 1, 2"""
     with TraceDB(trace, use_cache=False) as db:
         ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
             f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
             f"AND regexp_full_match(name, '{phase_re}') GROUP BY name")}
         rows = db.records(sql)
         gap = db.records(gaps_sql)
+        event_rows = db.records(events_sql)
     gap_ns = gap[0]["gap_ns"] if gap and gap[0]["gap_ns"] is not None else 0.0
     iterations = ranges.get("prefill", (0, 0.0))[0]
     if iterations < 1:
@@ -454,8 +503,15 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
     for r in sorted(rows, key=lambda r: (r["phase"], r["name"])):
         modules[r["phase"]][r["name"]] = float(r["dur_ns"]) / 1e9 / iterations
         calls[r["phase"]][r["name"]] = float(r["n"]) / iterations
+    events: dict[str, dict[str, float]] = {name: {} for name in ranges}
+    range_events: dict[str, float] = dict.fromkeys(ranges, 0.0)
+    for r in sorted(event_rows, key=lambda r: (r["phase"], r["name"])):
+        if r["name"]:
+            events[r["phase"]][r["name"]] = float(r["n"]) / iterations
+        else:
+            range_events[r["phase"]] = float(r["n"]) / iterations
     return CapturedTimes(modules, {k: d / 1e9 / iterations for k, (_, d) in ranges.items()}, iterations,
-                         calls, float(gap_ns) / 1e9)
+                         calls, float(gap_ns) / 1e9, events, range_events)
 
 
 def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:
@@ -600,7 +656,7 @@ def validate(
     Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
     (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
     ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
-    module annotations (module docstring, "Instrumentation"). Raises
+    module annotations and the profiler's measured per-event cost (module docstring, "Instrumentation"). Raises
     :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
@@ -643,15 +699,21 @@ def validate(
     traces["captured"] = cap.trace_path
     measured = captured_times(cap.trace_path, device=device)
     per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
+    per_event_s = cap.profiler_event.per_event_s if correct_instrumentation and cap.profiler_event else 0.0
 
     def range_s(name: str) -> float:  # a phase range's time, less its instrumentation when correcting
-        return measured.ranges.get(name, 0.0) - (measured.instrumentation_s(name) if correct_instrumentation else 0.0)
+        if not correct_instrumentation:
+            return measured.ranges.get(name, 0.0)
+        return (measured.ranges.get(name, 0.0) - measured.instrumentation_s(name)
+                - per_event_s * measured.range_events.get(name, 0.0))
 
     prefill_ops = [op for _, op in _predicted_ops(sims[0])]
     phases = [join_phase("prefill", prefill_ops, measured.modules.get("prefill", {}),
                          measured.ranges.get("prefill", 0.0),
                          [ForwardError("prefill", sum(op.time_s for op in prefill_ops), range_s("prefill"))],
-                         calls=measured.calls.get("prefill", {}), call_overhead_s=per_call_s)]
+                         calls=measured.calls.get("prefill", {}), call_overhead_s=per_call_s,
+                         events=measured.events.get("prefill", {}),
+                         forward_events=measured.range_events.get("prefill", 0.0), event_overhead_s=per_event_s)]
     if decode_steps:
         decode_ops = _predicted_ops(sims[1])
         names = [f"decode_step_{t}" for t in range(decode_steps)]
@@ -659,7 +721,9 @@ def validate(
         phases.append(join_phase(
             "decode", _sum_by_name(op for _, op in decode_ops),
             _sum_modules(measured.modules.get(s, {}) for s in names), sum(measured.ranges.get(s, 0.0) for s in names),
-            steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s))
+            steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s,
+            events=_sum_modules(measured.events.get(s, {}) for s in names),
+            forward_events=sum(measured.range_events.get(s, 0.0) for s in names), event_overhead_s=per_event_s))
 
     result = ValidationResult(
         model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,

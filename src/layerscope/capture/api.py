@@ -31,7 +31,9 @@ from layerscope.capture.build import (
     require_torch,
     torch_dtype,
 )
+from layerscope.capture.machine import cache_levels
 from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
+from layerscope.capture.profiler_cost import ProfilerEventCost, measure_profiler_event_cost
 from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled
 from layerscope.capture.source import ModelSource, resolve_model
 from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
@@ -45,6 +47,8 @@ logger = logging.getLogger(__name__)
 METADATA_KEY = "layerscope"
 
 CacheKind = Literal["dynamic", "static"]
+#: Last-level cache assumed when sysfs does not say (sizes the profiler-cost weight stream).
+_DEFAULT_LLC_BYTES = 32 * 1024 * 1024
 
 
 class CaptureResult(BaseModel):
@@ -73,6 +77,9 @@ class CaptureResult(BaseModel):
     estimated_memory_bytes: int
     torch_version: str
     transformers_version: str
+    profiler_event: ProfilerEventCost | None = None
+    """The profiler's own time per recorded aten op, hot and cold, measured in this process before the
+    run (:mod:`layerscope.capture.profiler_cost`); None on CUDA, where it is host time off the GPU's clock."""
     phases: list[PhaseRecord]
     summary: list[ModuleRecord]
 
@@ -251,6 +258,12 @@ def capture(
 
     plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
                    warmup=warmup, iterations=iterations, cache=str(cache), seed=seed)
+    profiler_event = None
+    if device == "cpu":
+        llc = max((float(c["capacity_bytes"]) for c in cache_levels()), default=float(_DEFAULT_LLC_BYTES))
+        profiler_event = measure_profiler_event_cost(llc)
+        logger.info("profiler cost per recorded op: %.2f us hot, %.2f us cold", profiler_event.per_event_s * 1e6,
+                    profiler_event.cold_per_event_s * 1e6)
     with tempfile.TemporaryDirectory(prefix="layerscope-capture-") as tmp:
         raw = Path(tmp) / "trace.json"
         try:
@@ -277,6 +290,7 @@ def capture(
             estimated_memory_bytes=estimate.total_bytes,
             torch_version=str(torch.__version__),
             transformers_version=str(transformers.__version__),
+            profiler_event=profiler_event,
             phases=[],
             summary=[],
         )

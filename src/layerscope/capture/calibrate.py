@@ -3,7 +3,8 @@
 Measures, on ``device`` with the process's torch thread count:
 
 * GEMMs ``F.linear(A[m, k], W[n, k])`` (cold weights) over a grid: m from 1 (decode) to 2048 (prefill), n x k
-  the widths of LLM projections, in fp32 and bf16 (and fp16 on CUDA);
+  the widths of LLM projections, in fp32 and bf16 (and fp16 on CUDA); and a vocabulary-wide ``lm_head``
+  shape (n = 128256) at the row counts ``lm_head`` runs with (one row per sequence);
 * copy and scale (STREAM kernels) over array sizes from cache-resident to far beyond the
   last-level cache;
 * elementwise add/mul, RMSNorm rows the way Hugging Face models run them in eager mode
@@ -53,6 +54,13 @@ class CalibrationGrid:
     gemm_m: tuple[int, ...]
     gemm_nk: tuple[tuple[int, int], ...]
     """(n, k) pairs: output width x reduction width of LLM projections."""
+    gemm_wide_nk: tuple[tuple[int, int], ...] = ((128256, 2048),)
+    """(n, k) of vocabulary-wide GEMMs (``lm_head``: Llama 3's 128256-token vocabulary over a 2048 hidden
+    size), measured at ``gemm_wide_m`` only: small-M GEMMs run slower per FLOP at these widths than
+    at projection widths (fp32 M = 8 on the reference CPU: 38 against 50-60 GFLOP/s)."""
+    gemm_wide_m: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    """Row counts of the wide GEMMs: ``lm_head`` computes the last position of each sequence, so
+    its M is the batch size; larger M would cost seconds per call and time nothing a model runs."""
     dtypes: tuple[str, ...] | None = None
     """GEMM dtypes; None: fp32 and bf16 on CPU, plus fp16 on CUDA."""
     stream_step: int = 2
@@ -77,7 +85,7 @@ FULL_GRID = CalibrationGrid(
     vector_elements=(16 * _KIB, 64 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB, 16384 * _KIB),
 )
 QUICK_GRID = CalibrationGrid(
-    gemm_m=(1, 4, 16, 64, 128, 256, 512, 1024),
+    gemm_m=(1, 2, 4, 8, 16, 64, 128, 256, 512, 1024),
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
     stream_step=4,
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
@@ -90,6 +98,7 @@ QUICK_GRID = CalibrationGrid(
 @dataclass
 class _Tables:
     gemm: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in GemmTable.model_fields})
+    gemm_wide: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in GemmTable.model_fields})
     stream: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in StreamTable.model_fields})
     vector: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in VectorTable.model_fields})
     empty_op_s: list[float] = field(default_factory=list)
@@ -115,12 +124,19 @@ def _stream_sizes(grid: CalibrationGrid, llc_bytes: float, mem_bytes: float) -> 
     return sorted(set(sizes))
 
 
-def _time_cold_linear(torch: Any, timer: Any, dev: Any, dtype: Any, m: int, n: int, k: int, count: int,
-                      min_time_s: float) -> tuple[float, float]:
+def _fitting_shapes(shapes: tuple[tuple[int, int], ...], mem_bytes: float) -> list[tuple[int, int]]:
+    """The (n, k) shapes whose fp32 weight takes at most an eighth of the memory (as the stream
+    arrays do); the others are skipped with a warning (a 1 GiB ``lm_head`` on a small machine)."""
+    kept = [(n, k) for n, k in shapes if n * k * 4 <= mem_bytes / 8]
+    for n, k in sorted(set(shapes) - set(kept)):
+        log.warning("calibrate: skipping the %dx%d GEMM: its fp32 weight (%.3g GiB) exceeds an eighth of the "
+                    "memory", n, k, n * k * 4 / 1024**3)
+    return kept
+
+
+def _time_cold_linear(torch: Any, timer: Any, x: Any, weights: list[Any], min_time_s: float) -> tuple[float, float]:
     """Best and median seconds per ``F.linear(x[m, k], W[n, k])`` call, each call taking the next of
-    ``count`` weight matrices, so a ``count`` that overflows the cache keeps every weight cold."""
-    x = torch.randn(m, k, device=dev).to(dtype)
-    weights = [torch.randn(n, k, device=dev).to(dtype) for _ in range(count)]
+    ``weights``, so a list that overflows the cache keeps every weight cold."""
     linear = torch.nn.functional.linear
 
     def run() -> None:
@@ -128,7 +144,7 @@ def _time_cold_linear(torch: Any, timer: Any, dev: Any, dtype: Any, m: int, n: i
             linear(x, w)
 
     timing = timer.time(run, min_time_s)
-    return timing.best_s / count, timing.median_s / count
+    return timing.best_s / len(weights), timing.median_s / len(weights)
 
 
 def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
@@ -169,17 +185,24 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     tasks: list[tuple[str, Callable[[], None]]] = []
     tables = _Tables()
     t = grid.min_time_s
+    # The weights of the current (dtype, n, k), reused across m: drawing a 1 GiB lm_head takes seconds.
+    current: dict[tuple[str, int, int], list[Any]] = {}
 
-    def gemm(dt: str, m: int, n: int, k: int) -> None:
+    def gemm(dt: str, m: int, n: int, k: int, *, wide: bool = False) -> None:
         # Weights cold, as in a model run whose layers' weights exceed the LLC: each call takes the
         # next of enough [n, k] matrices to overflow the LLC twice (y = x W^T, as nn.Linear does);
         # one matrix reused would sit in the cache and flatter the rate (measured: 173 against
         # 134 GFLOP/s at 128 x 2048 x 2048 fp32 on the 32 MiB L3 of the reference CPU).
         tdt = torch_dtypes[dt]
-        w_bytes = n * k * torch.tensor([], dtype=tdt).element_size()
-        count = max(1, min(64, -(-int(2 * llc) // w_bytes))) if device == "cpu" else 1
-        best_s, median_s = _time_cold_linear(torch, timer, dev, tdt, m, n, k, count, t)
-        tables.add(tables.gemm, dtype=DType(dt), m=m, n=n, k=k, time_s=best_s, median_s=median_s)
+        if (dt, n, k) not in current:
+            current.clear()
+            w_bytes = n * k * torch.tensor([], dtype=tdt).element_size()
+            count = max(1, min(64, -(-int(2 * llc) // w_bytes))) if device == "cpu" else 1
+            current[(dt, n, k)] = [torch.randn(n, k, device=dev).to(tdt) for _ in range(count)]
+        x = torch.randn(m, k, device=dev).to(tdt)
+        best_s, median_s = _time_cold_linear(torch, timer, x, current[(dt, n, k)], t)
+        tables.add(tables.gemm_wide if wide else tables.gemm, dtype=DType(dt), m=m, n=n, k=k, time_s=best_s,
+                   median_s=median_s)
 
     def stream(kernel: str, nbytes: int) -> None:
         a = torch.ones(nbytes // 4, device=dev)
@@ -195,7 +218,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         k = 2048
         n = 2048
         count = max(2, -(-nbytes // (n * k * 4)))
-        best_s, median_s = _time_cold_linear(torch, timer, dev, torch.float32, 1, n, k, count, t)
+        weights = [torch.randn(n, k, device=dev) for _ in range(count)]
+        best_s, median_s = _time_cold_linear(torch, timer, torch.randn(1, k, device=dev), weights, t)
         # Per call: one matrix read (the vectors are negligible); the footprint is the whole set.
         tables.add(tables.stream, kernel="gemv", moved_bytes=float(n * k * 4), footprint_bytes=float(count * n * k * 4),
                    time_s=best_s, median_s=median_s)
@@ -264,18 +288,22 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         for n, k in grid.gemm_nk:
             for m in grid.gemm_m:
                 tasks.append((f"gemm {dt} {m}x{n}x{k}", partial(gemm, dt, m, n, k)))
+        for n, k in _fitting_shapes(grid.gemm_wide_nk, mem):
+            for m in grid.gemm_wide_m:
+                tasks.append((f"gemm {dt} {m}x{n}x{k}", partial(gemm, dt, m, n, k, wide=True)))
     with torch.inference_mode():
         for i, (label, task) in enumerate(tasks):
             if progress is not None:
                 progress(i, len(tasks), label)
             task()
             log.debug("measured %s", label)
+        current.clear()
     if progress is not None:
         progress(len(tasks), len(tasks), "done")
     meas = CalibrationMeasurements(
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
-        gemm=GemmTable(**tables.gemm), stream=StreamTable(**tables.stream), vector=VectorTable(**tables.vector),
-        empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s)
+        gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
+        vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s)
     return meas, levels, llc
 
 

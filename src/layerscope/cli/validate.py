@@ -33,7 +33,8 @@ def validate_cmd(
     out: Path = typer.Option(Path("out/validate"), "--out", "-o", help="Directory for the traces and validation.json."),
     top: int = typer.Option(40, "--top", help="Op rows shown per phase (largest measured first)."),
     raw_times: bool = typer.Option(False, "--raw-times",
-                                   help="Keep the annotation hooks' time in the measured times (not subtracted)."),
+                                   help="Keep the annotation hooks' and the profiler's own time in the measured "
+                                        "times (not subtracted)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
@@ -100,6 +101,10 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     if phase.call_overhead_s > 0:
         con.print(f"  instrumentation subtracted: {fmt_time_s(phase.call_overhead_s)} per module call "
                   f"(smallest median gap between sibling ranges), {fmt_time_s(phase.instrumentation_s)} in all")
+    if phase.event_overhead_s > 0:
+        con.print(f"  profiler bookkeeping subtracted: {fmt_time_s(phase.event_overhead_s)} per aten event "
+                  f"(hot A/B before the run: a lower bound), "
+                  f"{fmt_time_s(phase.profiler_s)} in all")
     if len(phase.steps) > 1:
         con.print("  steps: " + ", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps))
     for u in phase.only_predicted:

@@ -35,6 +35,16 @@ that copy it), per op of N elements of ``a`` bytes (the activation type):
   (9 kernels), plus 4 for the one-hot expert mask; routing top-k is softmax, topk, sum, div and a
   cast (5 kernels).
 
+* **lm_head on the last position of several sequences** (prefill, batch > 1): ``hidden_states[:, -1:, :]``
+  of a ``[B, S, H]`` tensor is not contiguous, so ``torch.matmul`` cannot fold it into one GEMM and
+  runs ``bmm`` over a broadcast weight: B GEMVs of the whole weight, the threads taking sequences
+  side by side and sharing each pass over it. Measured on the reference CPU (2 threads, Llama 3's
+  128256 x 2048 fp32 lm_head): 1.06, 1.97, 2.34, 3.36 and 4.02 times a GEMV at B = 2, 3, 4, 6, 8
+  (1 thread: 1.8, 2.8, 3.9, 5.8, 7.3), where one contiguous [B, H] GEMM takes 2.5-3.5 GEMVs at every
+  B from 2 to 8. ``gemv_rows`` marks them: the cost models read the weight ceil(B / engines) times
+  and time them as GEMVs (no GEMM efficiency table). Decode's ``[B, 1, H]`` is contiguous: one GEMM.
+  (The passes are not linear in B: ``cost.sweep``, which times one static graph, does not see them.)
+
 Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
 """
 
@@ -61,11 +71,13 @@ class KernelPlan:
     act_factor: np.ndarray
     kv_factor: np.ndarray
     out_share: np.ndarray
+    gemv_rows: np.ndarray
+    """Rows run as separate GEMVs over one shared weight (``bmm`` with a broadcast weight); 0: not so."""
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
         n = len(ops)
-        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops))
+        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n))
 
 
 def output_share(ops: Sequence[Op]) -> np.ndarray:
@@ -155,6 +167,15 @@ HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
 }
 
 
+def _eager_gemv_rows(op: Op) -> float:
+    """Sequences whose last position lm_head reads out of a longer ``[B, S, H]`` input: HF's
+    ``hidden_states[:, -1:, :]`` is then a strided view and ``matmul`` runs B GEMVs (``bmm``)."""
+    if op.gemm is None or op.attr("logits") != "last" or not op.inputs:
+        return 0.0
+    in_rows = op.inputs[0].shape[0]
+    return float(op.gemm.m) if 1 < op.gemm.m < in_rows else 0.0
+
+
 def _fused(ops: Sequence[Op]) -> KernelPlan:
     return KernelPlan.identity(ops)
 
@@ -163,7 +184,8 @@ def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
     rows = np.array([HF_EAGER_RULES.get(op.kind, _one_kernel)(op) for op in ops],
                     dtype=np.float64).reshape(len(ops), 3)
     return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy(),
-                      out_share=output_share(ops))
+                      out_share=output_share(ops),
+                      gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=len(ops)))
 
 
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -51,7 +51,7 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
     vector_rate = hw.achievable_vector_flops_per_s()
     rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
-    if hw.efficiency.matmul_rows:
+    if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         rate = rate * _matmul_rows_fraction(features, hw)
     if not hw.efficiency.matmul_half_flops:
         return features.flops / rate
@@ -59,20 +59,47 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
 
 
 def _matmul_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
-    """Per op: the measured fraction of peak at its row count M (``efficiency.matmul_rows``),
-    interpolated linearly in log M and held at the table's ends; 1 for GEMVs (M = 1), ops without
-    weights (attention's products run other kernels) and non-matrix ops."""
+    """Per op: the measured fraction of peak at its row count M (``efficiency.matmul_rows``), or at
+    its M and output width N (``efficiency.matmul_shapes``, which wins where a dtype has both);
+    interpolated linearly in log M (and then log N) and held at the tables' ends; 1 for GEMVs
+    (M = 1), ops without weights (attention's products run other kernels) and non-matrix ops."""
     fraction = np.ones(len(features.kinds))
     m = features.gemm_mnkb[:, 0].astype(np.float64)
+    n = features.gemm_mnkb[:, 1].astype(np.float64)
     applies = features.uses_matrix_units & (m > 1) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
     for code, dt in enumerate(DTYPE_ORDER):
-        rows = hw.matmul_rows(dt)
         sel = applies & (features.dtype_code == code)
-        if rows and sel.any():
+        if not sel.any():
+            continue
+        shapes = hw.matmul_shapes(dt)
+        rows = hw.matmul_rows(dt)
+        if shapes:
+            fraction[sel] = shapes_fraction(shapes, m[sel], n[sel])
+        elif rows:
             ms = np.log([r[0] for r in rows])
             fr = np.array([r[1] for r in rows])
             fraction[sel] = np.interp(np.log(m[sel]), ms, fr)
     return fraction
+
+
+def shapes_fraction(shapes: tuple[tuple[float, float, float], ...], m: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Fraction of peak of GEMMs with ``m`` rows and output width ``n`` from (M, N, fraction) triples:
+    within each measured width, linear in log M (held at that width's smallest and largest M);
+    across widths, linear in log N between the two measured widths around ``n`` (held at the ends)."""
+    widths = sorted({w for _, w, _ in shapes})
+    log_m = np.log(np.asarray(m, dtype=np.float64))
+    # per_width[j]: every op's fraction as if its N were widths[j].
+    per_width = np.stack([
+        np.interp(log_m, np.log([r[0] for r in shapes if r[1] == w]), [r[2] for r in shapes if r[1] == w])
+        for w in widths])
+    if len(widths) == 1:
+        return per_width[0]
+    log_w = np.log(widths)
+    x = np.clip(np.log(np.asarray(n, dtype=np.float64)), log_w[0], log_w[-1])
+    lo = np.clip(np.searchsorted(log_w, x, side="right") - 1, 0, len(widths) - 2)
+    t = (x - log_w[lo]) / (log_w[lo + 1] - log_w[lo])
+    cols = np.arange(len(x))
+    return per_width[lo, cols] * (1.0 - t) + per_width[lo + 1, cols] * t
 
 
 def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
@@ -130,7 +157,17 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     if plan is None:
         plan = features.plans[execution.kernels] = kernel_plan(execution.kernels, features.ops)
     footprint = features.act_bytes
-    scaled = features.with_work(features.flops, features.weight_bytes, features.act_bytes * plan.act_factor,
+    weight_bytes = features.weight_bytes
+    if plan.gemv_rows.any():
+        # B GEMVs over one broadcast weight (HF's strided last-position lm_head, cost/execution.py): the
+        # engines take sequences side by side, so the weight streams ceil(B / engines) times, as GEMVs.
+        gemv = plan.gemv_rows > 0
+        passes = np.where(gemv, np.ceil(plan.gemv_rows / hw.engines.count), 1.0)
+        weight_bytes = weight_bytes * passes
+        mnkb = features.gemm_mnkb.copy()
+        mnkb[gemv, 0] = 1
+        features = replace(features, gemm_mnkb=mnkb)
+    scaled = features.with_work(features.flops, weight_bytes, features.act_bytes * plan.act_factor,
                                 features.kv_bytes * plan.kv_factor)
     cold = features.act_bytes * plan.out_share if execution.cold_outputs else None
     resident = None

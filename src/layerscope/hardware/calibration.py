@@ -85,6 +85,11 @@ class CalibrationMeasurements(BaseModel):
     torch_version: str = ""
     quick: bool = False
     gemm: GemmTable = Field(default_factory=GemmTable)
+    gemm_wide: GemmTable = Field(default_factory=GemmTable)
+    """GEMMs at vocabulary widths (``lm_head``) and small M: in the per-(M, N) efficiency table only,
+    not in the Hockney fit, whose W-only curve they would drag down (their work is large because N
+    is, not M: 34 GFLOP at 110 GFLOP/s for M = 64, N = 128256 on the reference CPU, where square-ish
+    GEMMs of that work ran at 200)."""
     stream: StreamTable = Field(default_factory=StreamTable)
     vector: VectorTable = Field(default_factory=VectorTable)
     empty_op_s: list[float] = Field(default_factory=list)
@@ -186,6 +191,10 @@ class CalibrationFit(BaseModel):
     LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""
     matmul_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (M, achieved rate / peak) for M > 1: the median over the grid's N x K shapes."""
+    matmul_shapes: dict[DType, list[tuple[float, float, float]]] = Field(default_factory=dict)
+    """Per dtype, (M, N, achieved rate / peak) for M > 1: ``matmul_rows`` at the largest projection width,
+    and the vocabulary-wide GEMMs at their own (M, N) (what a calibrated spec's ``efficiency.matmul_shapes``
+    holds; ``hardware.fit.matmul_shapes_efficiency``)."""
 
 
 class CalibrationRecord(BaseModel):
@@ -202,7 +211,8 @@ class CalibrationRecord(BaseModel):
         meas = self.measurements
         out["measured"] = {"device": meas.device, "device_name": meas.device_name, "threads": meas.threads,
                            "torch_version": meas.torch_version, "quick": meas.quick,
-                           "gemm_points": len(meas.gemm), "stream_points": len(meas.stream),
+                           "gemm_points": len(meas.gemm), "gemm_wide_points": len(meas.gemm_wide),
+                           "stream_points": len(meas.stream),
                            "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s),
                            "cold_op_points": len(meas.cold_op_s)}
         return out

@@ -301,8 +301,11 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                                       min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                                       intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
     rows = {dt: matmul_rows_efficiency(meas.gemm, dt, fit.peak_flops_per_s, o) for dt, fit in matmul.items()}
+    shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, fit.peak_flops_per_s, o)
+              for dt, fit in matmul.items()}
     return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
-                          weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r})
+                          weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
+                          matmul_shapes={dt: r for dt, r in shapes.items() if r})
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
@@ -318,6 +321,17 @@ def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]
     return pick(lambda k: k != "gemv"), pick(lambda k: k == "gemv")
 
 
+def _achieved_fractions(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,
+                        overhead_s: float) -> list[tuple[int, int, float]]:
+    """(M, N, achieved rate / peak) of every M > 1 GEMM of ``dtype`` on its median time."""
+    dtypes = [d.value if isinstance(d, DType) else str(d) for d in gemm.dtype]
+    # Median times: a model runs each GEMM once per pass, so its typical time, not its best, is
+    # what a prediction should match (best-of-N ran 15-20% faster than in-model here).
+    return [(int(m), int(n), 2.0 * m * n * k / (t - overhead_s) / peak_flops_per_s)
+            for d, m, n, k, t in zip(dtypes, gemm.m, gemm.n, gemm.k, gemm.median_s, strict=True)
+            if d == dtype.value and m > 1 and t > overhead_s]
+
+
 def matmul_rows_efficiency(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,
                            overhead_s: float) -> list[tuple[float, float]]:
     """(M, efficiency) for each M > 1 of ``dtype``'s GEMMs: the median over the N x K shapes of the
@@ -328,15 +342,35 @@ def matmul_rows_efficiency(gemm: GemmTable, dtype: DType, peak_flops_per_s: floa
     M), and not monotonically (kernel choices change with M), so the measured curve is kept as a
     table rather than fitted to a formula.
     """
-    dtypes = [d.value if isinstance(d, DType) else str(d) for d in gemm.dtype]
     by_m: dict[int, list[float]] = {}
-    # Median times: a model runs each GEMM once per pass, so its typical time, not its best, is
-    # what a prediction should match (best-of-N ran 15-20% faster than in-model here).
-    for d, m, n, k, t in zip(dtypes, gemm.m, gemm.n, gemm.k, gemm.median_s, strict=True):
-        if d != dtype.value or m <= 1 or t <= overhead_s:
-            continue
-        by_m.setdefault(int(m), []).append(2.0 * m * n * k / (t - overhead_s) / peak_flops_per_s)
+    for m, _, fraction in _achieved_fractions(gemm, dtype, peak_flops_per_s, overhead_s):
+        by_m.setdefault(m, []).append(fraction)
     return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
+
+
+def matmul_shapes_efficiency(gemm: GemmTable, gemm_wide: GemmTable, dtype: DType, peak_flops_per_s: float,
+                             overhead_s: float) -> list[tuple[float, float, float]]:
+    """(M, N, efficiency) of ``dtype``'s GEMMs with M > 1, sorted by (N, M): the projection-width
+    curve of :func:`matmul_rows_efficiency` (pooled over ``gemm``'s N x K) at the largest projection
+    width N measured, and each vocabulary-wide GEMM of ``gemm_wide`` at its own (M, N) (the median
+    over K of ``2MNK / (t_median - overhead)`` over ``peak_flops_per_s``, capped at 1).
+
+    At small M the rate depends on N as well as M: on the reference CPU (MKL sgemm, 2 threads) an
+    M = 8 fp32 GEMM reached 50-60 GFLOP/s at N = 2048-8192 and 33-38 at N = 128256 (a vocabulary-wide
+    ``lm_head``), whatever K and the matrix size (2048 x 32768 ran at the narrow rate, 32768 x 2048
+    at the wide one), and the second thread gave 1.35x at N = 2048 but 1.16x at N = 128256. Between
+    projection widths the differences were within the noise, so those are pooled: a median over
+    three shapes survives one disturbed measurement (an 8192 x 2048 M = 128 median ran 30% slow on
+    the shared reference machine), a median over one or two K would not.
+    """
+    pooled = matmul_rows_efficiency(gemm, dtype, peak_flops_per_s, overhead_s)
+    widths = [n for d, n in zip(gemm.dtype, gemm.n, strict=True) if DType(d) == dtype]
+    rows = {(float(max(widths)), m): f for m, f in pooled} if widths else {}
+    by_shape: dict[tuple[int, int], list[float]] = {}
+    for m, n, fraction in _achieved_fractions(gemm_wide, dtype, peak_flops_per_s, overhead_s):
+        by_shape.setdefault((n, m), []).append(fraction)
+    rows |= {(float(n), float(m)): float(min(1.0, np.median(v))) for (n, m), v in by_shape.items()}
+    return [(m, n, f) for (n, m), f in sorted(rows.items())]
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
@@ -393,13 +427,17 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         "efficiency": {
             "matmul": 1.0, "matmul_source": note, "vector": 1.0, "vector_source": note,
             "memory": 1.0, "memory_source": note,
-            # The measured per-M table, where there is one, replaces Hockney's W½ (it subsumes it).
-            "matmul_half_flops": {dt.value: f.half_flops for dt, f in fit.matmul.items() if dt not in fit.matmul_rows},
+            # The measured per-(M, N) table, where there is one, replaces Hockney's W½ (it subsumes
+            # it) and the per-M table (the median over N that it refines; kept in the record).
+            "matmul_half_flops": {dt.value: f.half_flops for dt, f in fit.matmul.items()
+                                  if dt not in fit.matmul_shapes},
             "matmul_half_flops_source": f"calibrated: {what}; Hockney & Jesshope (1988) half-performance work "
                                         "n_1/2 fitted per dtype",
-            "matmul_rows": {dt.value: rows for dt, rows in fit.matmul_rows.items()},
-            "matmul_rows_source": f"calibrated: {what}; achieved / peak rate per GEMM row count M (median over "
-                                  "the grid's N x K), interpolated in log M" if fit.matmul_rows else "",
+            "matmul_shapes": {dt.value: shapes for dt, shapes in fit.matmul_shapes.items()},
+            "matmul_shapes_source": f"calibrated: {what}; achieved / peak rate per GEMM row count M and output "
+                                    "width N (projection widths pooled over N x K; vocabulary widths apart), "
+                                    "interpolated in log M, then log N"
+                                    if fit.matmul_shapes else "",
         },
         # Measured through PyTorch eager, so it predicts what HF eager modules run (one kernel per
         # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC, but

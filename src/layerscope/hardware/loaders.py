@@ -645,6 +645,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
         del efficiency["matmul_half_flops"], efficiency["matmul_half_flops_source"]
     if not efficiency["matmul_rows"] and not efficiency["matmul_rows_source"]:
         del efficiency["matmul_rows"], efficiency["matmul_rows_source"]
+    if not efficiency["matmul_shapes"] and not efficiency["matmul_shapes_source"]:
+        del efficiency["matmul_shapes"], efficiency["matmul_shapes_source"]
     if data["calibration"] is None:
         del data["calibration"]
     if spec.execution.is_default:

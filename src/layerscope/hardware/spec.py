@@ -12,6 +12,7 @@ Peaks are *dense* (datasheets print sparse figures with an asterisk; halve those
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Literal, NamedTuple
 
@@ -25,6 +26,9 @@ HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
 FlopsPath = Literal["matrix", "tf32", "vector"]
 #: (M, fraction of peak) pairs of a measured GEMM-efficiency table, M ascending.
 RowsTable = tuple[tuple[float, float], ...]
+#: (M, N, fraction of peak) triples of a measured GEMM-efficiency table by row count M and output
+#: width N, sorted by (N, M).
+ShapesTable = tuple[tuple[float, float, float], ...]
 
 _UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
 
@@ -173,8 +177,17 @@ class EfficiencySpec(BaseModel):
     interpolated linearly in log M and held at the ends; GEMVs (M = 1) and absent dtypes are not
     affected. Written by ``layerscope calibrate``; empty (the default) means no such table."""
     matmul_rows_source: str = ""
+    matmul_shapes: dict[DType, ShapesTable] = Field(default_factory=dict)
+    """Measured GEMM efficiency by row count M and output width N, per matrix dtype:
+    ``(M, N, fraction of peak)`` triples with M > 1. A GEMM with weights and M > 1 rows runs at
+    ``peak · fraction``, interpolated linearly in log M within each measured N (held at that N's
+    ends), then linearly in log N between the measured widths (held at the ends). Where a dtype
+    has this table, it replaces ``matmul_rows``: small-M fp32 GEMMs on a CPU reach less of the peak
+    at vocabulary widths than at projection widths (measured on the reference CPU at M = 8:
+    50-60 GFLOP/s for N = 2048-8192, 38 GFLOP/s for N = 128256). Written by ``layerscope calibrate``."""
+    matmul_shapes_source: str = ""
 
-    @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", mode="before")
+    @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
@@ -191,6 +204,27 @@ class EfficiencySpec(BaseModel):
             if bad:
                 raise ValueError(f"efficiency.matmul_rows.{dtype.value}: fractions must be in (0, 1], got {bad}")
         return value
+
+    @field_validator("matmul_shapes")
+    @classmethod
+    def _shapes_table(cls, value: dict[DType, ShapesTable]) -> dict[DType, ShapesTable]:
+        out: dict[DType, ShapesTable] = {}
+        for dtype, rows in value.items():
+            where = f"efficiency.matmul_shapes.{dtype.value}"
+            if not rows:
+                raise ValueError(f"{where}: needs (M, N, fraction) triples, got none")
+            small = [(m, n) for m, n, _ in rows if not (m > 1 and n >= 1)]
+            if small:
+                raise ValueError(f"{where}: needs M > 1 and N >= 1, got (M, N) = {small}")
+            bad = [f for _, _, f in rows if not 0 < f <= 1]
+            if bad:
+                raise ValueError(f"{where}: fractions must be in (0, 1], got {bad}")
+            ordered = tuple(sorted(rows, key=lambda r: (r[1], r[0])))
+            repeated = [(a[0], a[1]) for a, b in itertools.pairwise(ordered) if a[:2] == b[:2]]
+            if repeated:
+                raise ValueError(f"{where}: one fraction per (M, N), got repeats at {repeated}")
+            out[dtype] = ordered
+        return out
 
     @field_validator("matmul_half_flops")
     @classmethod
@@ -400,6 +434,14 @@ class HardwareSpec(BaseModel):
     def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
         table = self.efficiency.matmul_rows
+        if not table:
+            return ()
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return table.get(resolved.dtype or DType.FP32, ())
+
+    def matmul_shapes(self, dtype: DType | str, *, allow_tf32: bool = True) -> ShapesTable:
+        """The measured (M, N, fraction) table of the unit that runs ``dtype``; empty when none."""
+        table = self.efficiency.matmul_shapes
         if not table:
             return ()
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
