@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from layerscope.cost import estimate
-from layerscope.cost.sweep import basis, fit_linear_graph, sweep
+from layerscope.cost.sweep import basis, fit_linear_graph, shape_dependent, sweep, time_grid
 from layerscope.errors import WorkloadError
 from layerscope.hardware import load_hardware
 from layerscope.model import load_model_spec
@@ -48,3 +49,43 @@ def test_sweep_rejects_bad_grids():
         sweep([spec], [load_hardware("h100-sxm")], [1], [1], phase="generate")
     with pytest.raises(WorkloadError, match="positive"):
         sweep([spec], [load_hardware("h100-sxm")], [0], [1])
+
+
+def _sweep_equals_estimate(spec, hw, phase, cost_model="roofline", batches=(1, 3, 8), lengths=(1, 64, 700)):
+    result = sweep([spec], [hw], batches=list(batches), lengths=list(lengths), phase=phase, cost_model=cost_model)
+    for row in result.records():
+        w = make_workload(phase=phase, batch_size=row["batch"], input_len=row["length"], context_len=row["length"])
+        est = estimate(spec, hw, w, cost_model=cost_model)
+        direct = est.ttft_s if phase == "prefill" else est.tpot_s
+        assert row["time_s"] == pytest.approx(direct, rel=1e-7), row
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_sweep_with_efficiency_by_row_count_equals_estimate(phase):
+    # a calibrated CPU's efficiency table by GEMM row count: the fitted graph's GEMM shapes come
+    # from one sample point, so such hardware is timed point by point, and time_grid refuses it
+    spec = load_model_spec("llama-3.2-1b")
+    base = load_hardware("h100-sxm")
+    hw = base.model_copy(update={"efficiency": base.efficiency.model_copy(
+        update={"matmul_rows": {"bf16": ((2.0, 0.1), (64.0, 0.5), (4096.0, 0.9))}})})
+    assert shape_dependent(hw, "roofline", phase) is not None
+    _sweep_equals_estimate(spec, hw, phase)
+    lin = fit_linear_graph(spec, phase, Workload())
+    with pytest.raises(WorkloadError, match="row count"):
+        time_grid(lin, hw, np.array([4]), np.array([512]))
+
+
+@pytest.mark.parametrize("cost_model", ["tiling", "hierarchical"])
+def test_sweep_with_tiling_cost_models_equals_estimate(cost_model):
+    spec = load_model_spec("qwen3-0.6b")
+    _sweep_equals_estimate(spec, load_hardware("h100-sxm"), "prefill", cost_model, batches=(1, 4), lengths=(2, 300))
+
+
+def test_sweep_with_hf_eager_prefill_equals_estimate():
+    # HF eager's prefill lm_head reads the weight ceil(B / engines) times: not linear in the batch
+    spec = load_model_spec("llama-3.2-1b")
+    base = load_hardware("h100-sxm")
+    hw = base.model_copy(update={"execution": base.execution.model_copy(update={"kernels": "hf-eager"})})
+    _sweep_equals_estimate(spec, hw, "prefill", batches=(1, 2, 7), lengths=(5, 100))
+    assert shape_dependent(hw, "roofline", "decode") is None  # decode stays vectorized
+    assert shape_dependent(load_hardware("h100-sxm"), "roofline", "prefill") is None

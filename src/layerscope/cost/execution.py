@@ -43,7 +43,7 @@ that copy it), per op of N elements of ``a`` bytes (the activation type):
   (1 thread: 1.8, 2.8, 3.9, 5.8, 7.3), where one contiguous [B, H] GEMM takes 2.5-3.5 GEMVs at every
   B from 2 to 8. ``gemv_rows`` marks them: the cost models read the weight ceil(B / engines) times
   and time them as GEMVs (no GEMM efficiency table). Decode's ``[B, 1, H]`` is contiguous: one GEMM.
-  (The passes are not linear in B: ``cost.sweep``, which times one static graph, does not see them.)
+  (The passes are not linear in B: ``cost.sweep`` times such prefills point by point through ``estimate``.)
 
 Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
 """

@@ -13,6 +13,14 @@ sample points, each op's coefficients on phi are solved by least squares (exact:
 is checked), ops with identical coefficients and hardware behaviour are merged with a
 multiplicity (the layers of a model repeat), and the whole grid is timed as one matrix product
 and one vectorized roofline: no Python loop per configuration.
+
+That is exact when an op's time depends on its work alone (and on what does not change across
+the grid: its kind, dtype, weights). It is not when the time reads a GEMM's own shape, which
+the fitted graph keeps from one sample point: the ``tiling`` and ``hierarchical`` cost models
+(tile searches), efficiency tables by row count (``efficiency.matmul_rows``/``matmul_shapes``,
+from ``layerscope calibrate``) and, in prefill, a kernel profile other than ``fused`` (HF eager's
+lm_head passes grow with the batch). :func:`sweep` times such hardware point by point with
+:func:`~layerscope.cost.api.estimate` (the same numbers, slower); :func:`time_grid` refuses it.
 """
 
 from __future__ import annotations
@@ -193,13 +201,42 @@ def _py(value: object) -> object:
     return item() if callable(item) else value
 
 
+def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None:
+    """Why timing on ``hw`` with ``cost_model`` reads GEMM shapes the linear model does not
+    carry (see the module docstring), or ``None`` when work alone decides."""
+    if cost_model != "roofline":
+        return f"the {cost_model!r} cost model tiles each GEMM for its own shape"
+    if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
+        return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
+    if phase == "prefill" and hw.execution.kernels != "fused":
+        return f"{hw.name} runs the {hw.execution.kernels!r} kernel profile, whose prefill lm_head grows with the batch"
+    return None
+
+
 def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length: np.ndarray,
               cost_model: str = "roofline") -> np.ndarray:
-    """Pass time for every (batch, length) pair, vectorized: [points]."""
+    """Pass time for every (batch, length) pair, vectorized: [points].
+
+    Raises :class:`WorkloadError` where the time depends on GEMM shapes (:func:`shape_dependent`);
+    :func:`sweep` times those point by point.
+    """
+    why = shape_dependent(hw, cost_model, lin.phase)
+    if why is not None:
+        raise WorkloadError(f"time_grid: {why}; the vectorized grid would time every point at one sample "
+                            "point's shapes (use sweep(), which times such hardware point by point)")
     phi = basis(lin.spec, lin.phase, batch, length)  # [P, basis]
     work = phi @ lin.coef  # [4, P, groups]
     cost = get_cost_model(cost_model)(lin.static.with_work(work[0], work[1], work[2], work[3]), hw)
     return cost.time_s @ lin.count
+
+
+def _point_time_s(spec: ModelSpec, hw: HardwareSpec, template: Workload, phase: str, batch: int, length: int,
+                  cost_model: str) -> float:
+    """One grid point through :func:`estimate`: the prefill's TTFT or the decode step's TPOT."""
+    w = template.model_copy(update={"phase": phase, "batch_size": batch, "input_len": length, "context_len": length})
+    result = estimate(spec, hw, w, cost_model=cost_model)
+    pass_s = result.ttft_s if phase == "prefill" else result.tpot_s
+    return float(pass_s if pass_s is not None else result.e2e_s)
 
 
 def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches: Sequence[int],
@@ -228,10 +265,14 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
         kv = kv * b_grid * spec.kv_values_per_token_per_layer() * tmpl.kv_dtype.bytes
         single = (l_grid == 1) if phase == "prefill" else np.zeros(len(l_grid), dtype=bool)
         for hw in hardware:
-            t = time_grid(lin, hw, b_grid, l_grid, cost_model)
-            for i in np.flatnonzero(single):
-                w = tmpl.model_copy(update={"phase": "prefill", "batch_size": int(b_grid[i]), "input_len": 1})
-                t[i] = estimate(spec, hw, w, cost_model=cost_model).e2e_s
+            if shape_dependent(hw, cost_model, phase) is None:
+                t = time_grid(lin, hw, b_grid, l_grid, cost_model)
+                pointwise = single
+            else:  # exact, one estimate per point (see the module docstring)
+                t = np.empty(len(l_grid))
+                pointwise = np.ones(len(l_grid), dtype=bool)
+            for i in np.flatnonzero(pointwise):
+                t[i] = _point_time_s(spec, hw, tmpl, phase, int(b_grid[i]), int(l_grid[i]), cost_model)
             n = len(t)
             cols["model"].append(np.full(n, spec.name, dtype=object))
             cols["hardware"].append(np.full(n, hw.name, dtype=object))
