@@ -135,3 +135,14 @@ def test_every_cost_model_times_a_full_model(cost_model, h100):
     est = run_estimate(model="mixtral-8x7b-v0.1", hardware="h100-sxm", phase="prefill", input_len=512,
                        cost_model=cost_model)
     assert est.ttft_s > 0 and all(op.time_s > 0 for op in est.ops)
+
+
+@pytest.mark.parametrize("cost_model", ["tiling", "hierarchical"])
+def test_generation_with_tiling_models_is_close_to_every_step(h100, cost_model):
+    # these models read GEMM shapes, which the summed steps take from the longest context: bounded
+    spec = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="generate", batch_size=4, input_len=100, output_len=60)
+    est = estimate(spec, h100, w, cost_model=cost_model)
+    direct = [estimate(spec, h100, make_workload(phase="decode", batch_size=4, context_len=c),
+                       cost_model=cost_model).tpot_s for c in w.decode_contexts()]
+    assert est.tpot_s == pytest.approx(np.mean(direct), rel=5e-3)

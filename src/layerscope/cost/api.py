@@ -252,7 +252,14 @@ class DecodeSum:
 def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec, cost_model: str,
                      attention: AttentionView = "fused", layer: int | None = None,
                      contexts: range | None = None) -> DecodeSum:
-    """Time every decode step of a generation exactly, vectorized over steps."""
+    """Time every decode step of a generation, vectorized over steps.
+
+    Exact for the roofline (work is piecewise linear in the context between the breakpoints).
+    The ``tiling`` and ``hierarchical`` models also read each GEMM's shape, taken here from the
+    longest context for every step: attention's tile traffic at shorter contexts is then slightly
+    off (Llama-3.2-1B, batch 4, contexts 100-159 on an H100: mean TPOT +0.15% against 59 separate
+    decode estimates; tests/cost/test_api.py bounds it).
+    """
     ctx = contexts if contexts is not None else workload.decode_contexts()
     points = decode_breakpoints(spec, ctx)
     graphs = [_build(spec, workload.decode_pass(c), workload, attention, layer) for c in points]
