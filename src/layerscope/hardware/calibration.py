@@ -191,6 +191,11 @@ class CalibrationFit(BaseModel):
     LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""
     matmul_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (M, achieved rate / peak) for M > 1: the median over the grid's N x K shapes."""
+    matmul_reference: dict[DType, float] = Field(default_factory=dict)
+    """Per dtype with an efficiency table, the rate its fractions are of, which a calibrated spec
+    takes as the peak: the fitted r∞, or the best median rate measured on the grid where that is
+    higher (the Hockney curve fitted over all M can stay below the large-M rates; capping
+    fractions at 1 then made every large GEMM slow)."""
     matmul_shapes: dict[DType, list[tuple[float, float, float]]] = Field(default_factory=dict)
     """Per dtype, (M, N, achieved rate / peak) for M > 1: ``matmul_rows`` at the largest projection width,
     and the vocabulary-wide GEMMs at their own (M, N) (what a calibrated spec's ``efficiency.matmul_shapes``

@@ -280,32 +280,44 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                            intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
     if cache is not None and cache.bandwidth_bytes_per_s < CACHE_SPEEDUP_MIN * memory.bandwidth_bytes_per_s:
         cache = None
+    weight_stream = None
+    if gemv is not None:
+        weight_stream = fit_bandwidth(gemv.moved_bytes, gemv.footprint_bytes, gemv.time_s,
+                                      min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
+                                      intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
     bw = memory.bandwidth_bytes_per_s
     o = overhead.launch_overhead_s
+    # A GEMM is compute-bound when its time is well beyond its bytes at the rate its (cold) weights
+    # actually stream: the GEMV rate where measured (22 GB/s on the reference CPU, against 93 GB/s
+    # for copies). At the copy rate, small-M GEMMs that only stream weights slowly (M = 2-8: 12-15
+    # GB/s) passed as compute-bound and pulled the fitted r∞ from ~190 to ~155 GFLOP/s, below the
+    # rate the same run measured at M = 1024 (189-195), so every large GEMM came out ~20% slow.
+    gemm_bw = min(bw, weight_stream.bandwidth_bytes_per_s) if weight_stream is not None else bw
     gemm_flops, gemm_bytes = gemm_flops_bytes(meas.gemm)
     dtypes = np.array([dt.value for dt in meas.gemm.dtype], dtype=object)
     times = np.asarray(meas.gemm.time_s, dtype=float)
     matmul: dict[DType, MatmulFit] = {}
     for dt in dict.fromkeys(meas.gemm.dtype):
         rows = dtypes == dt.value
-        matmul[dt] = fit_matmul(gemm_flops[rows], gemm_bytes[rows], times[rows], bandwidth_bytes_per_s=bw,
+        matmul[dt] = fit_matmul(gemm_flops[rows], gemm_bytes[rows], times[rows], bandwidth_bytes_per_s=gemm_bw,
                                 overhead_s=o, what=f"gemm {dt.value}")
     if not matmul:
         raise HardwareSpecError("no GEMM measurements: cannot fit the matrix throughput")
     vec = meas.vector
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
-    weight_stream = None
-    if gemv is not None:
-        weight_stream = fit_bandwidth(gemv.moved_bytes, gemv.footprint_bytes, gemv.time_s,
-                                      min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
-                                      intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
-    rows = {dt: matmul_rows_efficiency(meas.gemm, dt, fit.peak_flops_per_s, o) for dt, fit in matmul.items()}
-    shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, fit.peak_flops_per_s, o)
-              for dt, fit in matmul.items()}
+    # the efficiency tables are fractions of at least every rate measured (else capped at 1)
+    reference = {dt: max([fit.peak_flops_per_s] + [f * fit.peak_flops_per_s
+                                                   for table in (meas.gemm, meas.gemm_wide)
+                                                   for _, _, f in _achieved_fractions(table, dt, fit.peak_flops_per_s,
+                                                                                      o)])
+                 for dt, fit in matmul.items()}
+    rows = {dt: matmul_rows_efficiency(meas.gemm, dt, reference[dt], o) for dt in matmul}
+    shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
     return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
                           weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
-                          matmul_shapes={dt: r for dt, r in shapes.items() if r})
+                          matmul_shapes={dt: r for dt, r in shapes.items() if r},
+                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]})
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
@@ -413,14 +425,18 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
             f"calibrated: {what}; copy/scale t = t0 + bytes/BW within {CACHE_FOOTPRINT_FRACTION:g}x LLC")
     for dt in fit.matmul:
         sources[f"engines.peak_flops_per_s.{dt.value}"] = (
-            f"calibrated: {what}; Hockney r_inf of torch matmul over the GEMM grid")
+            f"calibrated: {what}; Hockney r_inf of torch matmul over the GEMM grid"
+            + (", or the best median rate measured where higher (the efficiency table's reference)"
+               if dt in fit.matmul_reference else ""))
     note = f"calibrated: {what}; measured asymptotic rates are the peaks"
     return HardwareSpec.from_dict({
         "name": name,
         "description": description,
         "kind": kind,
         "engines": {"count": engine_count, "clock_hz": 1e9,
-                    "peak_flops_per_s": {dt.value: f.peak_flops_per_s for dt, f in fit.matmul.items()},
+                    # with an efficiency table, the rate its fractions are of (fit.matmul_reference)
+                    "peak_flops_per_s": {dt.value: fit.matmul_reference.get(dt, f.peak_flops_per_s)
+                                         for dt, f in fit.matmul.items()},
                     "vector_flops_per_s": fit.vector.vector_flops_per_s},
         "memory": levels,
         "launch_overhead_s": fit.overhead.in_model_s,
