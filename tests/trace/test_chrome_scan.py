@@ -289,12 +289,18 @@ def _nested_trace(count: int) -> bytes:
     return ("[" + ",\n".join(lines) + "]").encode()
 
 
-def test_split_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = _nested_trace(400)
+def _scan_modes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Splitting from 1 KiB on; the modes of the scanner's calls are recorded in the list returned."""
     calls: list[int] = []
     real_scan = scan_module.scan
     monkeypatch.setattr(scan_module, "scan", lambda *a: calls.append(a[3]) or real_scan(*a))
     monkeypatch.setattr(chrome_fast, "_SPLIT_MIN_BYTES", 1024)
+    return calls
+
+
+def test_split_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _nested_trace(400)
+    calls = _scan_modes(monkeypatch)
     columns = chrome_fast._scan_columns(text, 1, len(text) - 1, False)
     assert isinstance(columns, _ScannedColumns)
     assert len(columns.chunks) == 2 and sorted(calls) == [HEAD, TAIL]
@@ -304,10 +310,7 @@ def test_split_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_split_inside_an_event_scans_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     # a candidate that lies inside an event's args (``},\n  {"b"``): the head scan disproves it
     text = _nested_trace(400)
-    calls: list[int] = []
-    real_scan = scan_module.scan
-    monkeypatch.setattr(scan_module, "scan", lambda *a: calls.append(a[3]) or real_scan(*a))
-    monkeypatch.setattr(chrome_fast, "_SPLIT_MIN_BYTES", 1024)
+    calls = _scan_modes(monkeypatch)
     monkeypatch.setattr(chrome_fast, "_EVENT_GAP", __import__("re").compile(rb'\},\n  \{"b"'))
     columns = chrome_fast._scan_columns(text, 1, len(text) - 1, False)
     assert isinstance(columns, _ScannedColumns)

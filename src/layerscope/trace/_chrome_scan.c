@@ -475,6 +475,13 @@ static int field_of(const uint8_t *k, Py_ssize_t n) {
     }
 }
 
+/* where each field's value goes: the view of a string field, the tag/int slot of a tagged one
+ * (whose view is V_PID + slot; times are the slots from T_TS on) */
+_Static_assert(V_PID == NSTRINGS && V_TDUR - V_PID == T_TDUR - T_PID, "tagged views follow the tag slots");
+static const int STRING_VIEW[] = {[K_CAT] = V_CAT, [K_NAME] = V_NAME, [K_BP] = V_BP, [K_S] = V_S};
+static const int TAGGED_SLOT[] = {[K_PID] = T_PID, [K_TID] = T_TID, [K_ID] = T_ID, [K_TS] = T_TS,
+                                  [K_DUR] = T_DUR, [K_TTS] = T_TTS, [K_TDUR] = T_TDUR};
+
 static const char PHASES[] = "XBEiIRMCstfbenSTpFPNODVvc()";
 
 /* A string field (cat/name/bp/s): a string or null. */
@@ -648,40 +655,28 @@ static Status scan_event(Scanner *s, const uint8_t **pp) {
             st = OK;
             break;
         case K_CAT:
-            st = string_field(s, &p, &c->view[V_CAT][i], &c->has[V_CAT][i]);
-            break;
         case K_NAME:
-            st = string_field(s, &p, &c->view[V_NAME][i], &c->has[V_NAME][i]);
-            break;
         case K_BP:
-            st = string_field(s, &p, &c->view[V_BP][i], &c->has[V_BP][i]);
+        case K_S: {
+            int v = STRING_VIEW[field];
+            st = string_field(s, &p, &c->view[v][i], &c->has[v][i]);
             break;
-        case K_S:
-            st = string_field(s, &p, &c->view[V_S][i], &c->has[V_S][i]);
-            break;
-        case K_PID:
-            st = tagged_field(s, &p, 0, 0, &c->tag[T_PID][i], &c->ival[T_PID][i], &c->view[V_PID][i]);
-            break;
-        case K_TID:
-            st = tagged_field(s, &p, 0, 0, &c->tag[T_TID][i], &c->ival[T_TID][i], &c->view[V_TID][i]);
-            break;
-        case K_ID:
-            st = tagged_field(s, &p, 0, 0, &c->tag[T_ID][i], &c->ival[T_ID][i], &c->view[V_ID][i]);
-            break;
+        }
         case K_TS:
             if (s->quoted && *p != 'n' && *p != '"' && *p != '-' && (*p < '0' || *p > '9'))
                 FAIL(s, E_UNSUPPORTED, "a ts of another type");
-            st = tagged_field(s, &p, 1, s->quoted, &c->tag[T_TS][i], &c->ival[T_TS][i], &c->view[V_TS][i]);
-            break;
+            /* fall through */
+        case K_PID:
+        case K_TID:
+        case K_ID:
         case K_DUR:
-            st = tagged_field(s, &p, 1, 0, &c->tag[T_DUR][i], &c->ival[T_DUR][i], &c->view[V_DUR][i]);
-            break;
         case K_TTS:
-            st = tagged_field(s, &p, 1, 0, &c->tag[T_TTS][i], &c->ival[T_TTS][i], &c->view[V_TTS][i]);
+        case K_TDUR: {
+            int t = TAGGED_SLOT[field], is_time = t >= T_TS;
+            st = tagged_field(s, &p, is_time, field == K_TS && s->quoted, &c->tag[t][i], &c->ival[t][i],
+                              &c->view[V_PID + t][i]);
             break;
-        case K_TDUR:
-            st = tagged_field(s, &p, 1, 0, &c->tag[T_TDUR][i], &c->ival[T_TDUR][i], &c->view[V_TDUR][i]);
-            break;
+        }
         case K_ARGS: {
             const uint8_t *start = p;
             st = skip_value(s, &p, 1);
