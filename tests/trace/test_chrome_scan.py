@@ -27,7 +27,7 @@ from layerscope.trace.chrome_fast import _DECODERS, _DecodedColumns, _ScannedCol
 scan_module = chrome_fast._chrome_scan
 pytestmark = pytest.mark.skipif(scan_module is None, reason="the C scanner is not built (no C compiler)")
 
-ALL, HEAD, TAIL = 0, 1, 2
+ALL, HEAD, TAIL = (scan_module.MODE_ALL, scan_module.MODE_HEAD, scan_module.MODE_TAIL) if scan_module else (0, 1, 2)
 
 
 def test_scanner_is_built_where_a_compiler_is() -> None:

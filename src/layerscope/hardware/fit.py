@@ -307,10 +307,8 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
     # the efficiency tables are fractions of at least every rate measured (else capped at 1)
-    reference = {dt: max([fit.peak_flops_per_s] + [f * fit.peak_flops_per_s
-                                                   for table in (meas.gemm, meas.gemm_wide)
-                                                   for _, _, f in _achieved_fractions(table, dt, fit.peak_flops_per_s,
-                                                                                      o)])
+    reference = {dt: max([fit.peak_flops_per_s] + [rate for table in (meas.gemm, meas.gemm_wide)
+                                                   for _, _, rate in _achieved_rates(table, dt, o)])
                  for dt, fit in matmul.items()}
     rows = {dt: matmul_rows_efficiency(meas.gemm, dt, reference[dt], o) for dt in matmul}
     shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
@@ -333,15 +331,20 @@ def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]
     return pick(lambda k: k != "gemv"), pick(lambda k: k == "gemv")
 
 
-def _achieved_fractions(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,
-                        overhead_s: float) -> list[tuple[int, int, float]]:
-    """(M, N, achieved rate / peak) of every M > 1 GEMM of ``dtype`` on its median time."""
+def _achieved_rates(gemm: GemmTable, dtype: DType, overhead_s: float) -> list[tuple[int, int, float]]:
+    """(M, N, achieved FLOP/s) of every M > 1 GEMM of ``dtype`` on its median time."""
     dtypes = [d.value if isinstance(d, DType) else str(d) for d in gemm.dtype]
     # Median times: a model runs each GEMM once per pass, so its typical time, not its best, is
     # what a prediction should match (best-of-N ran 15-20% faster than in-model here).
-    return [(int(m), int(n), 2.0 * m * n * k / (t - overhead_s) / peak_flops_per_s)
+    return [(int(m), int(n), 2.0 * m * n * k / (t - overhead_s))
             for d, m, n, k, t in zip(dtypes, gemm.m, gemm.n, gemm.k, gemm.median_s, strict=True)
             if d == dtype.value and m > 1 and t > overhead_s]
+
+
+def _achieved_fractions(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,
+                        overhead_s: float) -> list[tuple[int, int, float]]:
+    """(M, N, achieved rate / peak) of every M > 1 GEMM of ``dtype`` on its median time."""
+    return [(m, n, rate / peak_flops_per_s) for m, n, rate in _achieved_rates(gemm, dtype, overhead_s)]
 
 
 def matmul_rows_efficiency(gemm: GemmTable, dtype: DType, peak_flops_per_s: float,

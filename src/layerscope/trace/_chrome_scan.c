@@ -1011,7 +1011,8 @@ PyMODINIT_FUNC PyInit__chrome_scan(void) {
     if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "VIEW_BYTES", (long)sizeof(View)) < 0) {
+    if (PyModule_AddIntConstant(m, "MODE_ALL", MODE_ALL) < 0 || PyModule_AddIntConstant(m, "MODE_HEAD", MODE_HEAD) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_TAIL", MODE_TAIL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,7 +4,9 @@ from typing import Any
 
 from typing_extensions import Buffer
 
-VIEW_BYTES: int
+MODE_ALL: int
+MODE_HEAD: int
+MODE_TAIL: int
 
 def scan(
     text: Buffer, start: int, end: int, mode: int, quoted: bool, side_index: int, /

@@ -45,6 +45,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 from operator import itemgetter
@@ -65,6 +66,7 @@ from layerscope.trace.chrome_reader import (
     _INFLATE,
     _LEADING,
     _WS,
+    _chrome_scan,  # the C scanner (None where setup.py could not build it)
     _find_array_end,
     _loads_object,
     apply_metadata,
@@ -77,11 +79,6 @@ from layerscope.trace.chrome_reader import (
     skipped_warnings,
     slice_table,
 )
-
-try:  # the C scanner, built at install time where a compiler is available (setup.py)
-    from layerscope.trace import _chrome_scan
-except ImportError:  # pragma: no cover - exercised on installs without a compiler
-    _chrome_scan = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +105,33 @@ _STRING_VIEW = hasattr(pa, "string_view")
 
 class _Unsupported(Exception):
     """The input needs the DuckDB path."""
+
+
+class _Beside:
+    """``fn()`` run in a thread beside the caller's work (numpy, Arrow and the C scanner release
+    the GIL): :meth:`wait` for it in a ``finally``, then :meth:`result` gives its value or raises
+    its exception in the caller's thread."""
+
+    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+        self._outcome: list[tuple[bool, Any]] = []
+        self._worker = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._worker.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._outcome.append((True, fn()))
+        except BaseException as exc:  # re-raised by result(), in the caller's thread
+            self._outcome.append((False, exc))
+
+    def wait(self) -> None:
+        self._worker.join()
+
+    def result(self) -> Any:
+        self.wait()
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
 
 
 #: Every phase of the Trace Event Format; another ``ph`` fails the decode (and DuckDB takes over).
@@ -267,26 +291,17 @@ def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _Columns |
         gap = _EVENT_GAP.search(text, start + (end - start) // 2, end)
         if gap is not None:
             split = gap.end() - 1
-            tail: list[Any] = []
-
-            def scan_tail() -> None:
-                try:
-                    tail.append(_chrome_scan.scan(text, split, end, 2, quoted, 2))
-                except BaseException as exc:  # re-raised below, in the caller's thread
-                    tail.append(exc)
-
-            worker = threading.Thread(target=scan_tail, name="layerscope-scan", daemon=True)
-            worker.start()
+            tail = _Beside(lambda: _chrome_scan.scan(text, split, end, _chrome_scan.MODE_TAIL, quoted, 2),
+                           "layerscope-scan")
             try:
-                head = _chrome_scan.scan(text, start, split, 1, quoted, 1)
+                head = _chrome_scan.scan(text, start, split, _chrome_scan.MODE_HEAD, quoted, 1)
             finally:
-                worker.join()
-            if isinstance(tail[0], BaseException):
-                raise tail[0]
+                tail.wait()
+            rest = tail.result()
             if not isinstance(head, str):  # the split point starts an event
-                chunks = [head, tail[0]]
+                chunks = [head, rest]
     if chunks is None:
-        chunks = [_chrome_scan.scan(text, start, end, 0, quoted, 1)]
+        chunks = [_chrome_scan.scan(text, start, end, _chrome_scan.MODE_ALL, quoted, 1)]
     reasons = [c for c in chunks if isinstance(c, str)]
     if reasons:
         log.debug("C scanner left the events to msgspec (%s)", reasons[0])
@@ -666,17 +681,12 @@ class _ScannedColumns(_Columns):
         self.tts = self._times("tts") if self.tags[_TAGGED["tts"]].any() else None
         self.tdur = self._times("tdur") if self.tags[_TAGGED["tdur"]].any() else None
         # pyarrow's kernels release the GIL: tid's codes in a thread while pid's are taken here
-        tid: list[Any] = []
-        worker = threading.Thread(target=lambda: tid.append(self._text_codes("tid")), name="layerscope-codes",
-                                  daemon=True)
-        worker.start()
+        tid = _Beside(lambda: self._text_codes("tid"), "layerscope-codes")
         try:
             self.pid_code, self.pid_texts = self._text_codes("pid")
         finally:
-            worker.join()
-        if len(tid) != 1:
-            raise _Unsupported("tid codes failed")
-        self.tid_code, self.tid_texts = tid[0]
+            tid.wait()
+        self.tid_code, self.tid_texts = tid.result()
 
     # Names and categories are needed whole only for the slice table and the flows, after the
     # nesting has started in its thread: encoded then, in its shadow.
@@ -906,27 +916,17 @@ class _Builder:
         track = np.concatenate((self.ev_track[x_rows], self.ev_track[inst_rows],
                                 np.array(extra["track_id"], dtype=np.int64)))
         # Nesting is numpy (sorts and searches that release the GIL): it runs in a thread while
-        # this one joins the args texts and prepares the flow events, which need no nesting.
-        nested: dict[str, Any] = {}
+        # this one encodes names (scanner columns), flags the args and prepares the flow events,
+        # which need no nesting.
         nest_warnings: list[str] = []
-
-        def nest_slices() -> None:
-            try:
-                nested["result"] = order_and_nest(seq, ts, dur, track, nest_warnings)
-            except BaseException as exc:  # re-raised below, in the caller's thread
-                nested["error"] = exc
-
-        worker = threading.Thread(target=nest_slices, name="layerscope-nest", daemon=True)
-        worker.start()
+        nested = _Beside(lambda: order_and_nest(seq, ts, dur, track, nest_warnings), "layerscope-nest")
         try:
             names, cats = self.columns.name_arr, self.columns.cat_arr  # encoded here if lazily (scanner columns)
             has = self.columns.arg_flags(seq, self.quoted)
             flow_events = self._flow_events()
         finally:
-            worker.join()
-        if "error" in nested:
-            raise nested["error"]
-        rows, depth, parent = nested["result"]
+            nested.wait()
+        rows, depth, parent = nested.result()
         self.warnings.extend(nest_warnings)
         kept = seq[rows]
         take = pa.array(kept)
