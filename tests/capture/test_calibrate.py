@@ -26,6 +26,7 @@ MIB = 1024**2
 #: 16 KiB .. 4x LLC in x8 steps.
 TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), gemm_wide_nk=((4096, 512),),
                        gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
+                       attention_lens=(32, 128), attention_heads=((4, 2, 16),),
                        min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
 
 
@@ -53,6 +54,13 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert hw.calibration.fit.weight_stream is not None
     assert hw.memory_bandwidth_bytes_per_s == pytest.approx(hw.calibration.fit.weight_stream.bandwidth_bytes_per_s)
     assert hw.execution.kernels == "hf-eager" and hw.execution.activations_in_cache and hw.execution.cold_outputs
+    # Causal SDPA at each prefill length, with the graph's FLOP count of a fused attention op; its
+    # efficiency by query length is what the spec carries.
+    att = meas.attention
+    assert list(att.query_len) == [32, 128] and set(att.heads) == {4} and set(att.kv_heads) == {2}
+    assert att.flops[0] == 4 * (32 * 33 // 2) * (4 * 16 + 5)
+    assert [m for m, _ in hw.attention_rows(DType.FP32)] == [32.0, 128.0]
+    assert all(0 < f <= 1 for _, f in hw.attention_rows(DType.FP32))
     # The spec charges the cold per-kernel time measured after a weight stream, never less than the hot one.
     assert len(meas.cold_op_s) == 5
     assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s)

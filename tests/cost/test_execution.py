@@ -207,6 +207,30 @@ def test_matmul_rows_table_sets_the_gemm_rate_by_row_count():
     assert time_graph(d, hw).compute_s[qd] == pytest.approx(d.ops[qd].flops / 100e9)
 
 
+def test_attention_rows_table_sets_the_fused_attention_rate_by_query_length():
+    # fp32 peak 100 GFLOP/s; causal attention measured at 25% of peak with 128-token sequences and
+    # 75% with 2048. A 512-token prefill (halfway in log M) runs its attention at 50%; the GEMMs,
+    # and decode's attention (one query row), are unaffected.
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"attention_rows": {"fp32": [[128, 0.25], [2048, 0.75]]}}})
+    assert hw.attention_rows("fp32") == ((128.0, 0.25), (2048.0, 0.75))
+    g = _layer("fp32", input_len=512)
+    attn, q = g.index["layers.0.self_attn.attn"], g.index["layers.0.self_attn.q_proj"]
+    assert g.ops[attn].gemm.m == 512
+    t, plain = time_graph(g, hw), time_graph(g, _hw())
+    assert t.compute_s[attn] == pytest.approx(g.ops[attn].flops / (100e9 * 0.5))
+    assert t.compute_s[q] == pytest.approx(plain.compute_s[q])
+    short = _layer("fp32", input_len=16)  # held at the shortest length measured
+    assert time_graph(short, hw).compute_s[short.index["layers.0.self_attn.attn"]] == pytest.approx(
+        short.ops[short.index["layers.0.self_attn.attn"]].flops / (100e9 * 0.25))
+    d = _layer("fp32", phase="decode", context_len=512)
+    ad = d.index["layers.0.self_attn.attn"]
+    assert time_graph(d, hw).compute_s[ad] == pytest.approx(time_graph(d, _hw()).compute_s[ad])
+    from layerscope.errors import HardwareSpecError
+
+    with pytest.raises(HardwareSpecError, match="attention_rows"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"attention_rows": {"fp32": [[1, 0.5]]}}})
+
+
 def test_a_bad_rows_table_is_refused():
     from layerscope.errors import HardwareSpecError
 

@@ -75,6 +75,20 @@ def test_sweep_with_efficiency_by_row_count_equals_estimate(phase):
         time_grid(lin, hw, np.array([4]), np.array([512]))
 
 
+def test_sweep_with_attention_efficiency_by_query_length_equals_estimate():
+    # a calibrated spec's fused-attention efficiency by query length: prefill is timed point by
+    # point (the fitted graph keeps one sample point's query length); decode (M = 1) stays vectorized
+    spec = load_model_spec("llama-3.2-1b")
+    base = load_hardware("h100-sxm")
+    hw = base.model_copy(update={"efficiency": base.efficiency.model_copy(
+        update={"attention_rows": {"bf16": ((128.0, 0.2), (2048.0, 0.8))}})})
+    assert shape_dependent(hw, "roofline", "decode") is None
+    _sweep_equals_estimate(spec, hw, "prefill", batches=(1, 3), lengths=(64, 700, 4000))
+    lin = fit_linear_graph(spec, "prefill", Workload())
+    with pytest.raises(WorkloadError, match="query length"):
+        time_grid(lin, hw, np.array([4]), np.array([512]))
+
+
 @pytest.mark.parametrize("cost_model", ["tiling", "hierarchical"])
 def test_sweep_with_tiling_cost_models_equals_estimate(cost_model):
     spec = load_model_spec("qwen3-0.6b")

@@ -7,10 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from layerscope.cost import time_graph
 from layerscope.errors import HardwareSpecError
+from layerscope.graph import build_model_graph
 from layerscope.hardware import dump_hardware_yaml, load_hardware
-from layerscope.hardware.calibration import CalibrationMeasurements, GemmTable, StreamTable, VectorTable
+from layerscope.hardware.calibration import AttentionTable, CalibrationMeasurements, GemmTable, StreamTable, VectorTable
 from layerscope.hardware.fit import (
+    attention_rows_efficiency,
     calibrated_spec,
     fit_bandwidth,
     fit_line_relative,
@@ -20,7 +23,10 @@ from layerscope.hardware.fit import (
     matmul_rows_efficiency,
     matmul_shapes_efficiency,
 )
+from layerscope.hardware.spec import HardwareSpec
+from layerscope.model import load_model_spec
 from layerscope.units import DType
+from layerscope.workload import make_workload
 
 MIB = 1024**2
 LLC = 32 * MIB
@@ -245,6 +251,20 @@ def test_matmul_rows_efficiency_by_hand() -> None:
     assert rows[1][1] == 1.0
 
 
+def test_attention_rows_efficiency_by_hand() -> None:
+    # Two head shapes at 128 tokens (20% and 30% of a 100 GFLOP/s peak after a 1 us overhead) and one
+    # at 1024 (120%, capped at 1): the median per query length; bf16 rows and one-token rows left out.
+    flops = [1e8, 2e8, 3e9, 1e8, 1e6]
+    fractions = [0.2, 0.3, 1.2, 0.5, 0.5]
+    t = [f / (r * 100e9) + 1e-6 for f, r in zip(flops, fractions, strict=True)]
+    table = AttentionTable(dtype=[DType.FP32] * 3 + [DType.BF16, DType.FP32], batch=[1] * 5, heads=[32, 16, 32, 32, 32],
+                           kv_heads=[8] * 5, head_dim=[64, 128, 64, 64, 64], query_len=[128, 128, 1024, 128, 1],
+                           flops=flops, time_s=t, median_s=t)
+    rows = attention_rows_efficiency(table, DType.FP32, 100e9, 1e-6)
+    assert rows == [(128.0, pytest.approx(0.25)), (1024.0, 1.0)]
+    assert attention_rows_efficiency(table, DType.FP16, 100e9, 1e-6) == []
+
+
 def _gemms(shapes: list[tuple[int, int, int, float]]) -> GemmTable:
     """fp32 GEMMs (m, n, k, fraction of a 100 GFLOP/s peak) after a 1 us overhead."""
     t = [2 * m * n * k / (f * 100e9) + 1e-6 for m, n, k, f in shapes]
@@ -321,3 +341,32 @@ def test_spec_peak_is_at_least_every_rate_measured() -> None:
     # the M = 2048 fraction: the median of its two shapes' rates over the best of them (not capped)
     fractions = {m: f for m, _, f in hw.matmul_shapes(DType.FP32)}
     assert 0.99 < fractions[2048.0] < 1.0 and all(0 < f <= 1 for f in fractions.values())
+
+
+def test_calibrated_spec_recovers_the_attention_rates_and_times_a_prefill_with_them(tmp_path) -> None:
+    # SDPA measured at 30% / 60% / 90% of the spec's fp32 peak with 128 / 512 / 2048 tokens: the
+    # spec carries those fractions, and a 1024-token prefill's attention op runs at 75% (halfway in log M).
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 64e9}]
+
+    def spec(meas: CalibrationMeasurements) -> HardwareSpec:
+        return calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                               llc_bytes=LLC)
+
+    peak = spec(synthetic()).peak_flops(DType.FP32)
+    lens, fractions = [128, 512, 2048], [0.3, 0.6, 0.9]
+    flops = [32 * (s * (s + 1) // 2) * (4 * 64 + 5) for s in lens]
+    t = [f / (r * peak) + TRUE["overhead"] for f, r in zip(flops, fractions, strict=True)]
+    table = AttentionTable(dtype=[DType.FP32] * 3, batch=[1] * 3, heads=[32] * 3, kv_heads=[8] * 3,
+                           head_dim=[64] * 3, query_len=lens, flops=[float(f) for f in flops], time_s=t, median_s=t)
+    hw = spec(synthetic().model_copy(update={"attention": table}))
+    assert hw.peak_flops(DType.FP32) == peak
+    assert [m for m, _ in hw.attention_rows(DType.FP32)] == [128.0, 512.0, 2048.0]
+    assert [f for _, f in hw.attention_rows(DType.FP32)] == pytest.approx(fractions, rel=1e-6)
+    assert hw.attention_rows(DType.BF16) == () and "scaled_dot_product_attention" in hw.efficiency.attention_rows_source
+    (tmp_path / "hw.yaml").write_text(dump_hardware_yaml(hw))
+    assert load_hardware(tmp_path / "hw.yaml") == hw
+    spec_1b = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="prefill", input_len=1024, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    g = build_model_graph(spec_1b, w.prefill_pass(), w)
+    attn = g.index["layers.0.self_attn.attn"]
+    assert time_graph(g, hw).compute_s[attn] == pytest.approx(g.ops[attn].flops / (peak * 0.75), rel=1e-6)

@@ -9,6 +9,8 @@ Measures, on ``device`` with the process's torch thread count:
   last-level cache;
 * elementwise add/mul, RMSNorm rows the way Hugging Face models run them in eager mode
   (pow, mean, add, rsqrt, mul, mul) and softmax rows, fp32, over a range of sizes;
+* causal ``scaled_dot_product_attention`` over prefill lengths 128 to 2048 with Llama-3.2-1B's and
+  Qwen3-0.6B's head shapes (fused attention's rate by query length);
 * the time of an add on one-element tensors (per-op dispatch with no work).
 
 Every timing is the best of repeated calls after a warm-up (``capture.machine.Timer``: wall
@@ -29,9 +31,15 @@ from typing import Any
 from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, torch_device
 from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError
-from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
+from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
-from layerscope.hardware.calibration import CalibrationMeasurements, GemmTable, StreamTable, VectorTable
+from layerscope.hardware.calibration import (
+    AttentionTable,
+    CalibrationMeasurements,
+    GemmTable,
+    StreamTable,
+    VectorTable,
+)
 from layerscope.hardware.fit import calibrated_spec
 from layerscope.hardware.spec import HardwareKind, HardwareSpec
 from layerscope.units import DType
@@ -72,6 +80,10 @@ class CalibrationGrid:
     vector_elements: tuple[int, ...] = (16 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB)
     vector_width: int = 2048
     """Row width of the norm and softmax kernels (a hidden size / a context length)."""
+    attention_lens: tuple[int, ...] = (128, 256, 512, 1024, 2048)
+    """Prefill lengths (query = key tokens per sequence) of the causal attention measurements."""
+    attention_heads: tuple[tuple[int, int, int], ...] = ((32, 8, 64), (16, 8, 128))
+    """(query heads, K/V heads, head width) of the attention measurements: Llama-3.2-1B's and Qwen3-0.6B's."""
     min_time_s: float = 0.2
     """Time spent repeating each measurement (at least 3 calls after a warm-up)."""
     empty_op_samples: int = 9
@@ -89,6 +101,7 @@ QUICK_GRID = CalibrationGrid(
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
     stream_step=4,
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
+    attention_lens=(128, 512, 1024, 2048),
     min_time_s=0.05,
     empty_op_samples=5,
     cold_op_samples=30,
@@ -101,6 +114,7 @@ class _Tables:
     gemm_wide: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in GemmTable.model_fields})
     stream: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in StreamTable.model_fields})
     vector: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in VectorTable.model_fields})
+    attention: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in AttentionTable.model_fields})
     empty_op_s: list[float] = field(default_factory=list)
     cold_op_s: list[float] = field(default_factory=list)
 
@@ -151,6 +165,16 @@ def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
     # x: [rows, width]; Hugging Face LlamaRMSNorm.forward in eager mode (the kernels a capture times).
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + 1e-6))
+
+
+def _causal_sdpa(torch: Any, q: Any, k: Any, v: Any) -> Any:
+    # Grouped K/V heads go in as they are (SDPA's enable_gqa); a torch without it gets them repeated.
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    try:
+        return sdpa(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    except TypeError:
+        groups = q.shape[1] // k.shape[1]
+        return sdpa(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), is_causal=True)
 
 
 def _machine(torch: Any, device: str) -> tuple[str, int, list[dict[str, Any]], float]:
@@ -245,6 +269,19 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         tables.add(tables.vector, kernel=kernel, elements=n, flops=flops, moved_bytes=moved, footprint_bytes=foot,
                    time_s=timing.best_s, median_s=timing.median_s)
 
+    def attention(dt: str, heads: int, kv_heads: int, head_dim: int, tokens: int) -> None:
+        # A prefill's attention as HF's sdpa path runs it: [B, heads, S, D] queries over the
+        # [B, kv_heads, S, D] keys and values just written, causal, no mask tensor.
+        tdt = torch_dtypes[dt]
+        q = torch.randn(1, heads, tokens, head_dim, device=dev).to(tdt)
+        k, v = (torch.randn(1, kv_heads, tokens, head_dim, device=dev).to(tdt) for _ in range(2))
+        fn = partial(_causal_sdpa, torch, q, k, v)
+        timing = timer.time(fn, t)
+        pairs = causal_pairs(tokens, 0)
+        flops = float(heads * pairs * (4 * head_dim + SOFTMAX_FLOPS_PER_SCORE))
+        tables.add(tables.attention, dtype=DType(dt), batch=1, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                   query_len=tokens, flops=flops, time_s=timing.best_s, median_s=timing.median_s)
+
     def empty_op() -> None:
         a = torch.ones(1, device=dev)
         out = torch.empty_like(a)
@@ -291,6 +328,10 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         for n, k in _fitting_shapes(grid.gemm_wide_nk, mem):
             for m in grid.gemm_wide_m:
                 tasks.append((f"gemm {dt} {m}x{n}x{k}", partial(gemm, dt, m, n, k, wide=True)))
+        for heads, kv_heads, head_dim in grid.attention_heads:
+            for tokens in grid.attention_lens:
+                tasks.append((f"attention {dt} {heads}/{kv_heads}x{head_dim} causal {tokens}",
+                              partial(attention, dt, heads, kv_heads, head_dim, tokens)))
     with torch.inference_mode():
         for i, (label, task) in enumerate(tasks):
             if progress is not None:
@@ -303,7 +344,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     meas = CalibrationMeasurements(
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
         gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
-        vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s)
+        vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
+        attention=AttentionTable(**tables.attention))
     return meas, levels, llc
 
 

@@ -53,6 +53,8 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         rate = rate * _matmul_rows_fraction(features, hw)
+    if hw.efficiency.attention_rows:
+        rate = rate * _attention_rows_fraction(features, hw)
     if not hw.efficiency.matmul_half_flops:
         return features.flops / rate
     return (features.flops + _matmul_half_flops(features, hw)) / rate
@@ -79,6 +81,22 @@ def _matmul_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
             ms = np.log([r[0] for r in rows])
             fr = np.array([r[1] for r in rows])
             fraction[sel] = np.interp(np.log(m[sel]), ms, fr)
+    return fraction
+
+
+def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: the measured fraction of peak of fused attention at its query rows per sequence M
+    (``efficiency.attention_rows``; the M of the op's QK product), interpolated linearly in log M and
+    held at the table's ends; 1 for every other op, for decode (M = 1) and for attention over
+    sequence groups of different lengths (no single M: the op carries no product shape)."""
+    fraction = np.ones(len(features.kinds))
+    m = features.gemm_mnkb[:, 0].astype(np.float64)
+    applies = (np.fromiter((k == "attention" for k in features.kinds), dtype=bool, count=len(m))) & (m > 1)
+    for code, dt in enumerate(DTYPE_ORDER):
+        sel = applies & (features.dtype_code == code)
+        rows = hw.attention_rows(dt) if sel.any() else ()
+        if rows:
+            fraction[sel] = np.interp(np.log(m[sel]), np.log([r[0] for r in rows]), [r[1] for r in rows])
     return fraction
 
 

@@ -71,6 +71,24 @@ class VectorTable(_Table):
     median_s: list[float] = Field(default_factory=list)
 
 
+class AttentionTable(_Table):
+    """Fused causal attention (``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, as HF's
+    ``sdpa`` attention runs a prefill) over ``batch`` sequences of ``query_len`` tokens each, with
+    ``heads`` query heads sharing ``kv_heads`` K/V heads of width ``head_dim``."""
+
+    dtype: list[DType] = Field(default_factory=list)
+    batch: list[int] = Field(default_factory=list)
+    heads: list[int] = Field(default_factory=list)
+    kv_heads: list[int] = Field(default_factory=list)
+    head_dim: list[int] = Field(default_factory=list)
+    query_len: list[int] = Field(default_factory=list)
+    flops: list[float] = Field(default_factory=list)
+    """FLOPs with the graph's counting of a fused attention op (``graph/attention.py``: QK and PV over
+    the causal pairs, plus the softmax per score)."""
+    time_s: list[float] = Field(default_factory=list)
+    median_s: list[float] = Field(default_factory=list)
+
+
 class CalibrationMeasurements(BaseModel):
     """What was measured, where, and how."""
 
@@ -97,6 +115,8 @@ class CalibrationMeasurements(BaseModel):
     cold_op_s: list[float] = Field(default_factory=list)
     """Per-kernel times of an eager RMSNorm on one row, each timed right after weights streamed
     past the last-level cache (as a decode step runs it): what a small op costs inside a model."""
+    attention: AttentionTable = Field(default_factory=AttentionTable)
+    """Causal SDPA over prefill lengths: fused attention's efficiency by query length."""
 
 
 class FitStats(BaseModel):
@@ -200,6 +220,10 @@ class CalibrationFit(BaseModel):
     """Per dtype, (M, N, achieved rate / peak) for M > 1: ``matmul_rows`` at the largest projection width,
     and the vocabulary-wide GEMMs at their own (M, N) (what a calibrated spec's ``efficiency.matmul_shapes``
     holds; ``hardware.fit.matmul_shapes_efficiency``)."""
+    attention_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
+    """Per dtype, (query length, achieved rate / the spec's peak) of causal SDPA: the median over the
+    head shapes measured (``hardware.fit.attention_rows_efficiency``; a calibrated spec's
+    ``efficiency.attention_rows``)."""
 
 
 class CalibrationRecord(BaseModel):
@@ -219,5 +243,5 @@ class CalibrationRecord(BaseModel):
                            "gemm_points": len(meas.gemm), "gemm_wide_points": len(meas.gemm_wide),
                            "stream_points": len(meas.stream),
                            "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s),
-                           "cold_op_points": len(meas.cold_op_s)}
+                           "cold_op_points": len(meas.cold_op_s), "attention_points": len(meas.attention)}
         return out

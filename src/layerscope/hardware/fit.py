@@ -34,6 +34,7 @@ import numpy as np
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware.calibration import (
+    AttentionTable,
     BandwidthFit,
     CalibrationFit,
     CalibrationMeasurements,
@@ -312,10 +313,13 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                  for dt, fit in matmul.items()}
     rows = {dt: matmul_rows_efficiency(meas.gemm, dt, reference[dt], o) for dt in matmul}
     shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
+    peaks = {dt: reference[dt] if rows[dt] or shapes[dt] else fit.peak_flops_per_s for dt, fit in matmul.items()}
+    attention = {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul}
     return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
                           weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
                           matmul_shapes={dt: r for dt, r in shapes.items() if r},
-                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]})
+                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
+                          attention_rows={dt: r for dt, r in attention.items() if r})
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
@@ -388,6 +392,24 @@ def matmul_shapes_efficiency(gemm: GemmTable, gemm_wide: GemmTable, dtype: DType
     return [(m, n, f) for (n, m), f in sorted(rows.items())]
 
 
+def attention_rows_efficiency(table: AttentionTable, dtype: DType, peak_flops_per_s: float,
+                              overhead_s: float) -> list[tuple[float, float]]:
+    """(query length M, efficiency) of ``dtype``'s causal attention with M > 1: the median over the
+    head shapes of ``flops / (t_median - overhead)`` over ``peak_flops_per_s``, capped at 1.
+
+    A tiled causal kernel computes the diagonal tiles whole and masks half of each, and pays its
+    online-softmax bookkeeping per tile row, so its rate grows with the sequence rather than with
+    the work alone (reference CPU, PyTorch's fp32 flash kernel, 2 threads: 45-50 GFLOP/s at 128
+    tokens, 70 at 512, 117 at 1024, 140 at 2048, where large GEMMs ran at 183). Kept as a measured
+    table in M, like :func:`matmul_rows_efficiency`.
+    """
+    by_m: dict[int, list[float]] = {}
+    for d, m, flops, t in zip(table.dtype, table.query_len, table.flops, table.median_s, strict=True):
+        if DType(d) == dtype and m > 1 and t > overhead_s:
+            by_m.setdefault(int(m), []).append(flops / (t - overhead_s) / peak_flops_per_s)
+    return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
+
+
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
                     engine_count: int, memory_levels: Sequence[dict[str, Any]], llc_bytes: float) -> HardwareSpec:
     """The spec that reproduces ``meas``: fitted rates as peaks (efficiency 1.0), Hockney W½ per
@@ -457,6 +479,10 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                     "width N (projection widths pooled over N x K; vocabulary widths apart), "
                                     "interpolated in log M, then log N"
                                     if fit.matmul_shapes else "",
+            "attention_rows": {dt.value: rows for dt, rows in fit.attention_rows.items()},
+            "attention_rows_source": f"calibrated: {what}; causal scaled_dot_product_attention, achieved / peak "
+                                     "rate per query length (median over head shapes), interpolated in log M"
+                                     if fit.attention_rows else "",
         },
         # Measured through PyTorch eager, so it predicts what HF eager modules run (one kernel per
         # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC, but

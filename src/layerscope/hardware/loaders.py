@@ -636,17 +636,14 @@ def _plain(value: Any) -> Any:
 def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``.
 
-    The optional calibration fields (``efficiency.matmul_half_flops*``, ``calibration``,
+    The optional calibration fields (``efficiency``'s measured tables, ``calibration``,
     ``execution``) are left out when unset, so specs without them dump exactly as before those fields existed.
     """
     data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
     efficiency = data["efficiency"]
-    if not efficiency["matmul_half_flops"] and not efficiency["matmul_half_flops_source"]:
-        del efficiency["matmul_half_flops"], efficiency["matmul_half_flops_source"]
-    if not efficiency["matmul_rows"] and not efficiency["matmul_rows_source"]:
-        del efficiency["matmul_rows"], efficiency["matmul_rows_source"]
-    if not efficiency["matmul_shapes"] and not efficiency["matmul_shapes_source"]:
-        del efficiency["matmul_shapes"], efficiency["matmul_shapes_source"]
+    for table in ("matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows"):
+        if not efficiency[table] and not efficiency[f"{table}_source"]:
+            del efficiency[table], efficiency[f"{table}_source"]
     if data["calibration"] is None:
         del data["calibration"]
     if spec.execution.is_default:

@@ -186,23 +186,35 @@ class EfficiencySpec(BaseModel):
     at vocabulary widths than at projection widths (measured on the reference CPU at M = 8:
     50-60 GFLOP/s for N = 2048-8192, 38 GFLOP/s for N = 128256). Written by ``layerscope calibrate``."""
     matmul_shapes_source: str = ""
+    attention_rows: dict[DType, RowsTable] = Field(default_factory=dict)
+    """Measured efficiency of fused attention kernels (SDPA / FlashAttention) by query rows per
+    sequence, per matrix dtype: ``(M, fraction of peak)`` pairs with M > 1, ascending. A fused
+    attention op whose sequences have M > 1 new tokens (prefill, chunked prefill) runs at
+    ``peak · fraction`` of its FLOPs (the graph's count: QK and PV over the attended pairs plus the
+    softmax), interpolated linearly in log M and held at the ends; decode (M = 1) and absent dtypes
+    are not affected. Causal attention kernels work in tiles, so short sequences waste much of each
+    diagonal tile and pay per-tile softmax bookkeeping: on the reference CPU (PyTorch's fp32 flash
+    kernel, 2 threads) causal SDPA reached 45-50 GFLOP/s at 128 tokens and 140 at 2048, against
+    183 for large GEMMs. Written by ``layerscope calibrate``; empty (the default) means none."""
+    attention_rows_source: str = ""
 
-    @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", mode="before")
+    @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows",
+                     mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
 
-    @field_validator("matmul_rows")
+    @field_validator("matmul_rows", "attention_rows")
     @classmethod
-    def _rows_table(cls, value: dict[DType, RowsTable]) -> dict[DType, RowsTable]:
+    def _rows_table(cls, value: dict[DType, RowsTable], info: Any) -> dict[DType, RowsTable]:
         for dtype, rows in value.items():
+            where = f"efficiency.{info.field_name}.{dtype.value}"
             ms = [m for m, _ in rows]
             if not rows or ms != sorted(set(ms)) or ms[0] <= 1:
-                raise ValueError(f"efficiency.matmul_rows.{dtype.value}: needs (M, fraction) pairs with M > 1, "
-                                 f"strictly ascending; got M = {ms}")
+                raise ValueError(f"{where}: needs (M, fraction) pairs with M > 1, strictly ascending; got M = {ms}")
             bad = [f for _, f in rows if not 0 < f <= 1]
             if bad:
-                raise ValueError(f"efficiency.matmul_rows.{dtype.value}: fractions must be in (0, 1], got {bad}")
+                raise ValueError(f"{where}: fractions must be in (0, 1], got {bad}")
         return value
 
     @field_validator("matmul_shapes")
@@ -434,6 +446,14 @@ class HardwareSpec(BaseModel):
     def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
         table = self.efficiency.matmul_rows
+        if not table:
+            return ()
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return table.get(resolved.dtype or DType.FP32, ())
+
+    def attention_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
+        """The measured (query rows, fraction) table of fused attention in ``dtype``; empty when none."""
+        table = self.efficiency.attention_rows
         if not table:
             return ()
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
