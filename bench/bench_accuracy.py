@@ -133,13 +133,22 @@ def _raw_forward_error(p: Any) -> float:
     return (p.forward.predicted_s - raw_s) / raw_s if raw_s > 0 else float("nan")
 
 
-def case_section(case: Case, result: Any, wall_s: float) -> list[str]:
+def _spread(p: Any) -> str:
+    """Each capture's forward (ms) and their spread, (max - min) / median."""
+    if p.forward_spread is None:
+        return "one capture"
+    runs = ", ".join(_ms(s) for s in p.forward_measured_all_s)
+    return f"captures {runs} ms, spread {p.forward_spread:.1%}"
+
+
+def case_section(case: Case, result: Any, wall_s: float, work: Path) -> list[str]:
+    captures = result.phases[0].repeats
     lines = [f"### {case.label}", "", f"{wall_s:.0f} s wall · {result.threads} torch threads · "
-             f"{result.capture.iterations} iterations after {result.capture.warmup} warm-up · traces in "
-             f"`{result.traces['captured'].parent}`", ""]
+             f"{captures} capture{'s' if captures > 1 else ''} of {result.capture.iterations} iterations after "
+             f"{result.capture.warmup} warm-up · traces in `{work / case.slug}`", ""]
     for p in result.phases:
         lines += [f"**{p.phase}**: forward predicted {_ms(p.forward.predicted_s)} ms, measured "
-                  f"{_ms(p.forward.measured_s)} ms ({_pct(p.forward.error)}); per-op median |error| "
+                  f"{_ms(p.forward.measured_s)} ms ({_pct(p.forward.error)}; {_spread(p)}); per-op median |error| "
                   f"{_abs_pct(p.median_abs_error)}, p90 {_abs_pct(p.p90_abs_error)}, time-weighted "
                   f"{_abs_pct(p.weighted_abs_error)} over {len(p.rows)} ops; module-hook instrumentation "
                   f"subtracted: {p.call_overhead_s * 1e6:.1f} µs per call, {_ms(p.instrumentation_s)} ms in all; "
@@ -171,6 +180,9 @@ def main() -> int:
     ap.add_argument("--cost-model", default="roofline")
     ap.add_argument("--warmup", type=int, default=None, help="Default 2 (quick: 1).")
     ap.add_argument("--iterations", type=int, default=None, help="Default 3 (quick: 2).")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="Captures per case, taken in rounds over all cases and combined by median (default 3; "
+                         "quick: 1): two captures of one workload on a shared machine differ by 10%% and more.")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads for calibration and capture (default: torch's choice).")
     ap.add_argument("--work", type=Path, default=Path("out/bench-accuracy"), help="Traces of every case.")
@@ -180,7 +192,7 @@ def main() -> int:
 
     import torch
 
-    from layerscope.analysis.validate import validate
+    from layerscope.analysis.validate import combine_repeats, validate
     from layerscope.hardware import load_hardware
 
     if a.threads is not None:
@@ -188,6 +200,9 @@ def main() -> int:
     cases = QUICK if a.quick else FULL
     warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
     iterations = a.iterations if a.iterations is not None else (2 if a.quick else 3)
+    repeats = a.repeats if a.repeats is not None else (1 if a.quick else 3)
+    if repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {repeats}")
     a.work.mkdir(parents=True, exist_ok=True)
     t_cal = time.perf_counter()
     if a.hardware:
@@ -197,17 +212,23 @@ def main() -> int:
     t_cal = time.perf_counter() - t_cal
     sys.stderr.write(f"hardware: {hw.name} ({t_cal:.0f} s)\n")
 
-    results = []
-    for case in cases:
-        t0 = time.perf_counter()
-        r = validate(case.model, hw, layers=case.layers, batch=case.batch, prompt_len=case.prompt_len,
-                     decode_steps=case.decode_steps, warmup=warmup, iterations=iterations, dtype="fp32",
-                     cost_model=a.cost_model, random_weights=True, out_dir=a.work / case.slug)
-        wall = time.perf_counter() - t0
-        results.append((case, r, wall))
-        for p in r.phases:
-            sys.stderr.write(f"{case.label} {p.phase}: forward {_pct(p.forward.error)}, median "
-                             f"{_abs_pct(p.median_abs_error)} ({wall:.0f} s)\n")
+    # Rounds over all cases, so one case's captures sample the machine minutes apart rather than
+    # back to back (its GEMM rate changes mode for seconds to minutes at a time).
+    runs: dict[Case, list[Any]] = {case: [] for case in cases}
+    walls = dict.fromkeys(cases, 0.0)
+    for round_ in range(1, repeats + 1):
+        for case in cases:
+            t0 = time.perf_counter()
+            r = validate(case.model, hw, layers=case.layers, batch=case.batch, prompt_len=case.prompt_len,
+                         decode_steps=case.decode_steps, warmup=warmup, iterations=iterations, dtype="fp32",
+                         cost_model=a.cost_model, random_weights=True,
+                         out_dir=a.work / case.slug / (f"capture-{round_}" if repeats > 1 else ""))
+            walls[case] += time.perf_counter() - t0
+            runs[case].append(r)
+            for p in r.phases:
+                sys.stderr.write(f"[{round_}/{repeats}] {case.label} {p.phase}: forward {_pct(p.forward.error)}, "
+                                 f"median {_abs_pct(p.median_abs_error)}\n")
+    results = [(case, combine_repeats(runs[case]), walls[case]) for case in cases]
 
     command = " ".join(["python bench/bench_accuracy.py", *sys.argv[1:]])
     lines = [
@@ -219,7 +240,10 @@ def main() -> int:
         "",
         f"Hardware spec: **{hw.name}** from {how} ({t_cal:.0f} s). Cost model `{a.cost_model}`, 1 engine "
         f"(ops in sequence, as eager PyTorch runs them), fused attention (SDPA). Capture: fp32, random "
-        f"weights, {warmup} warm-up + {iterations} recorded iterations, times per iteration. Decode cases "
+        f"weights, {warmup} warm-up + {iterations} recorded iterations, times per iteration; "
+        + (f"{repeats} captures per case, taken in rounds over all cases, every measured time the median over "
+           "them (the spread column: (max − min) / median of the captures' forwards). " if repeats > 1 else "")
+        + "Decode cases "
         f"prefill the context, then compare {DECODE_STEPS} decode steps (summed). Join rule and error "
         "definitions: `layerscope.analysis.validate` (module rows inclusive, parent rows exclusive; p90 by "
         "linear interpolation). Targets: whole forward |error| ≤ "
@@ -230,20 +254,22 @@ def main() -> int:
         "(per recorded aten event, measured by each capture before its run: a one-row RMSNorm in a loop with and "
         "without the profiler, a lower bound); the raw per-op median keeps both.",
         "",
-        "| case | phase | predicted ms | measured ms | forward error | median \\|err\\| | p90 \\|err\\| | "
+        "| case | phase | predicted ms | measured ms | spread | forward error | median \\|err\\| | p90 \\|err\\| | "
         "raw median \\|err\\| | ops | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case, r, _ in results:
         for p in r.phases:
             ok = (abs(p.forward.error) <= FORWARD_TARGET
                   and p.median_abs_error is not None and p.median_abs_error <= MEDIAN_TARGET)
+            spread = "-" if p.forward_spread is None else f"{p.forward_spread:.1%}"
             lines.append(f"| {case.label} | {p.phase} | {_ms(p.forward.predicted_s)} | {_ms(p.forward.measured_s)} | "
+                         f"{spread} | "
                          f"{_pct(p.forward.error)} | {_abs_pct(p.median_abs_error)} | {_abs_pct(p.p90_abs_error)} | "
                          f"{_abs_pct(p.raw_median_abs_error)} | {len(p.rows)} | {'met' if ok else '**missed**'} |")
     lines.append("")
     for case, r, wall in results:
-        lines += case_section(case, r, wall)
+        lines += case_section(case, r, wall, a.work)
     lines.append(END)
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)

@@ -1,15 +1,31 @@
 """validate: error metrics and the join rule hand-checked on small tables, the captured-trace
-reader on a synthetic trace, and one real end-to-end validation of a tiny llama."""
+reader on a synthetic trace, repeats combined by median on hand-made phases, and real end-to-end
+validations of a tiny llama."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from layerscope.analysis.compare import abs_error_stats
-from layerscope.analysis.validate import FORWARD, PredictedOp, captured_times, join_phase
+from layerscope.analysis.validate import (
+    FORWARD,
+    ForwardError,
+    OpRow,
+    PhaseValidation,
+    PredictedOp,
+    Unmatched,
+    ValidationResult,
+    captured_times,
+    combine_phases,
+    combine_repeats,
+    join_phase,
+)
 from layerscope.errors import AnalysisError
 
 from .conftest import write_trace
@@ -275,3 +291,164 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
     assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)
     with pytest.raises(AnalysisError, match="known: prefill, decode"):
         r.phase("chunked")
+
+
+def _repeat(q_s: float, sa_s: float, steps_s: tuple[float, float], act_fn_s: float,
+            rotary_s: float | None = None, *, swap_rows: bool = False, overhead_s: float = 1e-5) -> PhaseValidation:
+    """One capture's decode join, made by hand: two rows, two steps, one-sided entries."""
+    rows = (OpRow("layers.0.self_attn.q_proj", "gemm", "module", 1.0, q_s, ("layers.0.self_attn.q_proj",),
+                  instrumentation_s=0.0, profiler_s=10 * overhead_s),
+            OpRow("layers.0.self_attn", "attention+rope", "self", 2.0, sa_s, ("rope", "attn"),
+                  instrumentation_s=1e4 * overhead_s, profiler_s=20 * overhead_s))
+    only_measured = [Unmatched("layers.0.mlp.act_fn", act_fn_s, "nothing predicted; folded into layers.0.mlp",
+                               "layers.0.mlp")]
+    if rotary_s is not None:
+        only_measured.append(Unmatched("rotary_emb", rotary_s, "nothing predicted; folded into (forward)", FORWARD))
+    return PhaseValidation(
+        phase="decode", rows=rows[::-1] if swap_rows else rows,
+        only_predicted=(Unmatched("lm_head", 0.4, "no captured module; compared within (forward)", FORWARD),),
+        only_measured=tuple(only_measured),
+        forward=ForwardError("decode", 3.0, sum(steps_s)),
+        steps=(ForwardError("decode_step_0", 1.0, steps_s[0]), ForwardError("decode_step_1", 2.0, steps_s[1])),
+        call_overhead_s=overhead_s, instrumentation_s=1e5 * overhead_s, event_overhead_s=overhead_s / 10,
+        profiler_s=1e4 * overhead_s,
+    )
+
+
+# Three captures of one decode phase; forwards 10, 13 and 11 s.
+REPEATS = [
+    _repeat(2.0, 4.0, (4.0, 6.0), 0.5, overhead_s=1e-5),
+    _repeat(3.0, 3.0, (6.0, 7.0), 0.3, rotary_s=0.2, swap_rows=True, overhead_s=3e-5),
+    _repeat(2.5, 5.0, (5.0, 6.0), 0.4, rotary_s=0.4, overhead_s=2e-5),
+]
+
+
+def test_combine_phases_takes_medians_by_hand() -> None:
+    p = combine_phases(REPEATS)
+    # Rows in the first repeat's order, matched by name (the second repeat lists them swapped).
+    rows = {r.name: r for r in p.rows}
+    assert [r.name for r in p.rows] == ["layers.0.self_attn.q_proj", "layers.0.self_attn"]
+    q, sa = rows["layers.0.self_attn.q_proj"], rows["layers.0.self_attn"]
+    # q_proj measured 2, 3, 2.5 -> 2.5; self_attn 4, 3, 5 -> 4. Errors from the medians.
+    assert (q.measured_s, q.predicted_s, q.error) == (2.5, 1.0, pytest.approx(1.0 / 2.5 - 1))
+    assert (sa.measured_s, sa.predicted_s, sa.error) == (4.0, 2.0, pytest.approx(-0.5))
+    assert (sa.rule, sa.kind, sa.predicted_ops) == ("self", "attention+rope", ("rope", "attn"))
+    # Hooks 0.1, 0.3, 0.2 -> 0.2 and profiler 200, 600, 400 us -> 400 us, each its own median.
+    assert sa.instrumentation_s == pytest.approx(0.2) and sa.profiler_s == pytest.approx(4e-4)
+    assert sa.raw_error == pytest.approx(2.0 / (4.0 + 0.2 + 4e-4) - 1)
+    assert p.median_abs_error == pytest.approx((0.6 + 0.5) / 2)
+    # Forward 10, 13, 11 -> 11; steps 4, 6, 5 -> 5 and 6, 7, 6 -> 6.
+    assert (p.forward.measured_s, p.forward.predicted_s) == (11.0, 3.0)
+    assert p.forward.error == pytest.approx(3.0 / 11.0 - 1)
+    assert [(s.name, s.measured_s, s.predicted_s) for s in p.steps] == [("decode_step_0", 5.0, 1.0),
+                                                                         ("decode_step_1", 6.0, 2.0)]
+    # act_fn 0.5, 0.3, 0.4 -> 0.4; rotary_emb only in repeats 2 and 3: 0.2, 0.4 -> 0.3.
+    assert [(u.name, u.time_s, u.counted_in) for u in p.only_measured] == [
+        ("layers.0.mlp.act_fn", pytest.approx(0.4), "layers.0.mlp"), ("rotary_emb", pytest.approx(0.3), FORWARD)]
+    assert [(u.name, u.time_s) for u in p.only_predicted] == [("lm_head", 0.4)]
+    # Per-call and per-event costs and the phase's subtracted totals: medians too (the 2e-5 repeat's).
+    assert (p.call_overhead_s, p.event_overhead_s) == (pytest.approx(2e-5), pytest.approx(2e-6))
+    assert (p.instrumentation_s, p.profiler_s) == (pytest.approx(2.0), pytest.approx(0.2))
+    # Every capture's forward, in order, and their spread: (13 - 10) / 11.
+    assert (p.repeats, p.forward_measured_all_s) == (3, (10.0, 13.0, 11.0))
+    assert p.forward_spread == pytest.approx(3.0 / 11.0)
+    doc = p.to_dict()
+    assert (doc["repeats"], doc["forward_measured_all_s"]) == (3, [10.0, 13.0, 11.0])
+    assert doc["forward_spread"] == pytest.approx(3.0 / 11.0)
+    # Two repeats: the median is their mean.
+    assert combine_phases(REPEATS[:2]).forward.measured_s == pytest.approx(11.5)
+
+
+def test_one_capture_has_one_forward_and_no_spread() -> None:
+    p = join_phase("prefill", PREDICTED, MEASURED, 12.0)
+    assert (p.repeats, p.forward_measured_all_s, p.forward_spread) == (1, (12.0,), None)
+    assert combine_phases([p]) is p
+    assert PhaseValidation("prefill", (), (), (), ForwardError("prefill", 1.0, 2.0)).forward_spread is None
+
+
+def test_combine_phases_rejects_phases_that_do_not_match() -> None:
+    missing = dataclasses.replace(REPEATS[2], rows=REPEATS[2].rows[:1])
+    with pytest.raises(AnalysisError, match=r"rows of repeat 3 differ.*layers\.0\.self_attn \(in one"):
+        combine_phases([REPEATS[0], REPEATS[1], missing])
+    with pytest.raises(AnalysisError, match="steps of repeat 2"):
+        combine_phases([REPEATS[0], dataclasses.replace(REPEATS[1], steps=REPEATS[1].steps[:1])])
+    with pytest.raises(AnalysisError, match="'prefill' differs from 'decode'"):
+        combine_phases([REPEATS[0], dataclasses.replace(REPEATS[1], phase="prefill")])
+    other = dataclasses.replace(REPEATS[1], forward=ForwardError("decode", 3.5, 13.0))
+    with pytest.raises(AnalysisError, match="predicted time of decode forward differs"):
+        combine_phases([REPEATS[0], other])
+    with pytest.raises(AnalysisError, match="median of medians"):
+        combine_phases([combine_phases(REPEATS), REPEATS[0]])
+    with pytest.raises(AnalysisError, match="no phases"):
+        combine_phases([])
+
+
+def _result(phase: PhaseValidation, repeat: int, **workload: Any) -> ValidationResult:
+    """A validation around one hand-made phase, with stand-ins for what combining only carries along."""
+    fields: dict[str, Any] = {"model": "tiny", "hardware": SimpleNamespace(name="server-cpu"),
+                              "cost_model": "roofline", "device": "cpu", "dtype": "fp32", "layers": 1, "batch": 1,
+                              "prompt_len": 8, "decode_steps": 2, **workload}
+    trace = Path(f"captured-{repeat}.json.gz")
+    return ValidationResult(**fields, hardware_path=None, threads=2, estimate=SimpleNamespace(),
+                            capture=SimpleNamespace(trace_path=trace), phases=(phase,),
+                            traces={"simulated_prefill": Path("simulated-prefill.json.gz"), "captured": trace})
+
+
+def test_combine_repeats_keeps_the_first_and_lists_every_capture() -> None:
+    results = [_result(p, i) for i, p in enumerate(REPEATS, start=1)]
+    r = combine_repeats(results)
+    assert r.phase("decode").forward.measured_s == 11.0 and r.phase("decode").repeats == 3
+    assert r.capture is results[0].capture and r.estimate is results[0].estimate
+    assert r.traces == {"simulated_prefill": Path("simulated-prefill.json.gz"), "captured": Path("captured-1.json.gz"),
+                        **{f"captured_{i}": Path(f"captured-{i}.json.gz") for i in (2, 3)}}
+    assert combine_repeats(results[:1]) is results[0]
+    with pytest.raises(AnalysisError, match="no validations"):
+        combine_repeats([])
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("model", "other"), ("hardware", SimpleNamespace(name="laptop-cpu")), ("cost_model", "calibrated"),
+    ("device", "cuda"), ("dtype", "bf16"), ("layers", 2), ("batch", 4), ("prompt_len", 16), ("decode_steps", 3),
+])
+def test_combine_repeats_rejects_other_workloads(field: str, value: Any) -> None:
+    with pytest.raises(AnalysisError, match=f"{field} of repeat 2 .* differs from repeat 1's"):
+        combine_repeats([_result(REPEATS[0], 1), _result(REPEATS[1], 2, **{field: value})])
+
+
+def test_combine_repeats_rejects_other_phases() -> None:
+    prefill = dataclasses.replace(REPEATS[1], phase="prefill")
+    with pytest.raises(AnalysisError, match=r"phases of repeat 2 \(prefill\) differ"):
+        combine_repeats([_result(REPEATS[0], 1), _result(prefill, 2)])
+
+
+def test_validate_rejects_zero_repeats(tmp_path: Path) -> None:
+    from layerscope.analysis.validate import validate
+
+    with pytest.raises(AnalysisError, match="repeats: 0 is out of range; must be >= 1"):
+        validate("no-such-model", "server-cpu", repeats=0, out_dir=tmp_path / "val")
+    assert not (tmp_path / "val").exists()
+
+
+def test_validate_repeats_end_to_end(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from layerscope.analysis.validate import validate
+    from layerscope.model import tiny_config
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny_config("llama")))
+    out = tmp_path / "val"
+    # Raw times: each capture's forward is then its prefill range, readable from its trace alone.
+    r = validate(config, "server-cpu", layers=1, prompt_len=8, warmup=0, iterations=1, out_dir=out, repeats=2,
+                 correct_instrumentation=False)
+    assert (out / "captured.json.gz").is_file() and (out / "captured-2.json.gz").is_file()
+    assert not (out / "captured-3.json.gz").exists()
+    assert (r.traces["captured"], r.traces["captured_2"]) == (out / "captured.json.gz", out / "captured-2.json.gz")
+    assert "captured_1" not in r.traces
+    p = r.phase("prefill")
+    ranges = [captured_times(r.traces[key]).ranges["prefill"] for key in ("captured", "captured_2")]
+    assert p.repeats == 2 and p.forward_measured_all_s == pytest.approx(tuple(ranges), rel=1e-9)
+    assert p.forward.measured_s == pytest.approx(sum(ranges) / 2, rel=1e-9)
+    assert p.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["phases"][0]["repeats"] == 2 and len(doc["phases"][0]["forward_measured_all_s"]) == 2

@@ -22,6 +22,8 @@ def config(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("args", "message"), [
     (["--batch", "0"], "batch: 0 is out of range"),
     (["--decode-steps", "-1"], "decode_steps: -1 is out of range"),
+    (["--repeats", "0"], "repeats: 0 is out of range; must be >= 1"),
+    (["--repeats", "-2"], "repeats: -2 is out of range"),
     (["--prompt-len", "8", "--context", "16"], "disagree"),
     (["--hardware", "no-such-chip"], "no-such-chip"),
     (["--dtype", "int3"], "int3"),
@@ -46,11 +48,13 @@ def test_table_and_json(config: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     common = ["validate", "--model", str(config), "--hardware", "server-cpu", "--context", "6", "--decode-steps",
               "1", "--warmup", "0", "--iterations", "1"]
-    table = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "a")])
+    table = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "a"), "--repeats", "2"])
     assert table.exit_code == 0, table.output
     for text in ("prefill: predicted vs measured", "decode: per kind", "layers.0.self_attn.q_proj",
-                 "only measured: rotary_emb", "decode forward: predicted"):
+                 "only measured: rotary_emb", "decode forward: predicted", "medians of 2 captures",
+                 "forward measured over 2 captures:"):
         assert text in table.stdout, text
+    assert (tmp_path / "a" / "captured-2.json.gz").is_file()
     result = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "b"), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -59,3 +63,4 @@ def test_table_and_json(config: Path, tmp_path: Path) -> None:
     assert decode["phase"] == "decode" and [s["name"] for s in decode["steps"]] == ["decode_step_0"]
     assert {"name", "kind", "rule", "predicted_s", "measured_s", "error"} <= set(decode["ops"][0])
     assert Path(doc["traces"]["captured"]).is_file()
+    assert (decode["repeats"], len(decode["forward_measured_all_s"]), decode["forward_spread"]) == (1, 1, None)

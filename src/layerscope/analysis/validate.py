@@ -66,10 +66,23 @@ Times are per recorded iteration (a phase's ranges summed, divided by the iterat
 sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's
 whole forward. Errors are signed, ``(predicted − measured) / measured``; the median and p90 of
 ``|error|`` are over the joined rows (:func:`~layerscope.analysis.compare.abs_error_stats`).
+
+Repeats
+-------
+One capture is one sample of a noisy machine: on a shared 2-core VM two captures of the identical
+workload differed by up to 13% (its GEMM rate flips between modes for seconds at a time), more
+than many of the errors being measured. ``repeats=N`` estimates and simulates once, captures N
+times (``captured.json.gz``, ``captured-2.json.gz``, …), joins each capture on its own and
+combines the joins with :func:`combine_repeats`: every measured time (rows, the forward, each
+step, the one-sided entries, the subtracted instrumentation and profiler times and their per-call
+and per-event costs) is the median over the captures, matched by name; the predictions are the
+same in every join and kept once; errors are recomputed from the medians. Each phase keeps every
+capture's whole-forward time (``forward_measured_all_s``) and their spread, (max − min) / median.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -106,6 +119,8 @@ __all__ = [
     "Unmatched",
     "ValidationResult",
     "captured_times",
+    "combine_phases",
+    "combine_repeats",
     "join_phase",
     "resolve_hardware",
     "validate",
@@ -253,6 +268,19 @@ class PhaseValidation:
     """The profiler's time per recorded aten event subtracted from the measured times (0: raw)."""
     profiler_s: float = 0.0
     """The profiler time subtracted from the phase's forward (its events x ``event_overhead_s``)."""
+    repeats: int = 1
+    """Captures whose joins were combined (their measured times are medians when > 1)."""
+    forward_measured_all_s: tuple[float, ...] = ()
+    """Each capture's whole-forward measured time, in capture order (``forward.measured_s`` is their median)."""
+
+    @property
+    def forward_spread(self) -> float | None:
+        """(max − min) / median of the captures' whole-forward times; ``None`` with fewer than two."""
+        times = self.forward_measured_all_s
+        if len(times) < 2:
+            return None
+        median = float(np.median(times))
+        return (max(times) - min(times)) / median if median > 0 else None
 
     @property
     def median_abs_error(self) -> float | None:
@@ -308,10 +336,12 @@ class PhaseValidation:
                 "weighted_abs_error": self.weighted_abs_error, "only_predicted": len(self.only_predicted),
                 "only_measured": len(self.only_measured), "call_overhead_s": self.call_overhead_s,
                 "instrumentation_s": self.instrumentation_s, "event_overhead_s": self.event_overhead_s,
-                "profiler_s": self.profiler_s, "raw_median_abs_error": self.raw_median_abs_error}
+                "profiler_s": self.profiler_s, "raw_median_abs_error": self.raw_median_abs_error,
+                "repeats": self.repeats, "forward_spread": self.forward_spread}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary(), "forward": self.forward.to_dict(), "steps": [s.to_dict() for s in self.steps],
+        return {**self.summary(), "forward": self.forward.to_dict(),
+                "forward_measured_all_s": list(self.forward_measured_all_s), "steps": [s.to_dict() for s in self.steps],
                 "by_kind": [k.to_dict() for k in self.by_kind()], "ops": [r.to_dict() for r in self.rows],
                 "only_predicted_ops": [u.to_dict() for u in self.only_predicted],
                 "only_measured_ops": [u.to_dict() for u in self.only_measured]}
@@ -415,9 +445,100 @@ def join_phase(phase: str, predicted: Sequence[PredictedOp], measured: Mapping[s
         ))
     total_predicted = float(sum(op.time_s for op in predicted))
     profiler_s = event_overhead_s * float(forward_events)
+    forward_measured_s = float(forward_s) - instrumentation_s - profiler_s
     return PhaseValidation(phase, tuple(rows), tuple(only_predicted), tuple(only_measured),
-                           ForwardError(phase, total_predicted, float(forward_s) - instrumentation_s - profiler_s),
-                           tuple(steps), call_overhead_s, instrumentation_s, event_overhead_s, profiler_s)
+                           ForwardError(phase, total_predicted, forward_measured_s),
+                           tuple(steps), call_overhead_s, instrumentation_s, event_overhead_s, profiler_s,
+                           repeats=1, forward_measured_all_s=(forward_measured_s,))
+
+
+def _median(values: Iterable[float]) -> float:
+    return float(np.median(np.asarray(list(values), dtype=np.float64)))
+
+
+def _same_prediction(what: str, values: Sequence[float]) -> float:
+    """The one predicted time of ``what`` across repeats (predictions are deterministic)."""
+    if not np.allclose(values, values[0], rtol=1e-9, atol=0.0):
+        raise AnalysisError(f"combine: predicted time of {what} differs between repeats ({values}); "
+                            "are they validations of the same workload?")
+    return values[0]
+
+
+def _combine_unmatched(lists: Sequence[Sequence[Unmatched]]) -> tuple[Unmatched, ...]:
+    """One entry per (name, counted_in) present in any repeat, its time the median over the repeats that
+    have it; the note of its first occurrence."""
+    groups: dict[tuple[str, str | None], list[Unmatched]] = {}
+    for entries in lists:
+        for u in entries:
+            groups.setdefault((u.name, u.counted_in), []).append(u)
+    return tuple(Unmatched(us[0].name, _median(u.time_s for u in us), us[0].note, us[0].counted_in)
+                 for us in groups.values())
+
+
+def _combine_forwards(what: str, forwards: Sequence[ForwardError]) -> ForwardError:
+    return ForwardError(forwards[0].name, _same_prediction(what, [f.predicted_s for f in forwards]),
+                        _median(f.measured_s for f in forwards))
+
+
+def combine_phases(phases: Sequence[PhaseValidation]) -> PhaseValidation:
+    """One phase joined in several captures of the same workload, combined by median.
+
+    Every measured time (seconds) is the median over the captures: each row's ``measured_s``,
+    ``instrumentation_s`` and ``profiler_s`` (rows matched by name; every capture must have the
+    same rows), the forward and each step (steps matched by name), the one-sided entries (matched
+    by name and ``counted_in``; an entry of any capture is kept, its median over the captures that
+    have it), and the phase's ``call_overhead_s``, ``instrumentation_s``, ``event_overhead_s`` and
+    ``profiler_s``. Predicted times must agree and are kept once. Each input must be one capture's
+    join (``repeats == 1``: a median of medians is not the median). Raises
+    :class:`~layerscope.errors.AnalysisError` on phases that do not match.
+    """
+    if not phases:
+        raise AnalysisError("combine: no phases to combine")
+    first = phases[0]
+    if len(phases) == 1:
+        return first
+    for p in phases:
+        if p.phase != first.phase:
+            raise AnalysisError(f"combine: phase {p.phase!r} differs from {first.phase!r}")
+        if p.repeats != 1:
+            raise AnalysisError(f"combine: phase {p.phase!r} already combines {p.repeats} captures; "
+                                "combine the single captures (a median of medians is not the median)")
+    names = [r.name for r in first.rows]
+    for i, p in enumerate(phases[1:], start=2):
+        other = {r.name for r in p.rows}
+        if other != set(names):
+            differ = sorted(set(names) ^ other)
+            raise AnalysisError(f"combine: {first.phase} rows of repeat {i} differ from repeat 1's: "
+                                f"{', '.join(differ)} (in one of them only)")
+        step_names = [s.name for s in p.steps]
+        if sorted(step_names) != sorted(s.name for s in first.steps):
+            raise AnalysisError(f"combine: {first.phase} steps of repeat {i} ({', '.join(step_names)}) differ from "
+                                f"repeat 1's ({', '.join(s.name for s in first.steps)})")
+    by_name = [{r.name: r for r in p.rows} for p in phases]
+    rows = []
+    for row in first.rows:
+        same = [rows_of[row.name] for rows_of in by_name]
+        rows.append(OpRow(
+            name=row.name, kind=row.kind, rule=row.rule,
+            predicted_s=_same_prediction(f"{first.phase} row {row.name}", [r.predicted_s for r in same]),
+            measured_s=_median(r.measured_s for r in same), predicted_ops=row.predicted_ops, folded=row.folded,
+            instrumentation_s=_median(r.instrumentation_s for r in same),
+            profiler_s=_median(r.profiler_s for r in same),
+        ))
+    steps_by_name = [{s.name: s for s in p.steps} for p in phases]
+    steps = tuple(_combine_forwards(f"{first.phase} step {s.name}", [st[s.name] for st in steps_by_name])
+                  for s in first.steps)
+    return PhaseValidation(
+        phase=first.phase, rows=tuple(rows),
+        only_predicted=_combine_unmatched([p.only_predicted for p in phases]),
+        only_measured=_combine_unmatched([p.only_measured for p in phases]),
+        forward=_combine_forwards(f"{first.phase} forward", [p.forward for p in phases]), steps=steps,
+        call_overhead_s=_median(p.call_overhead_s for p in phases),
+        instrumentation_s=_median(p.instrumentation_s for p in phases),
+        event_overhead_s=_median(p.event_overhead_s for p in phases),
+        profiler_s=_median(p.profiler_s for p in phases),
+        repeats=len(phases), forward_measured_all_s=tuple(p.forward.measured_s for p in phases),
+    )
 
 
 #: The names of a capture's phase ranges (``prefill``, ``decode_step_K``), as a DuckDB regex.
@@ -593,6 +714,46 @@ class ValidationResult:
         }
 
 
+#: The fields of a :class:`ValidationResult` that name its workload: repeats combine only when all agree.
+_WORKLOAD_FIELDS = ("model", "hardware", "cost_model", "device", "dtype", "layers", "batch", "prompt_len",
+                    "decode_steps")
+
+
+def combine_repeats(results: Sequence[ValidationResult]) -> ValidationResult:
+    """Validations of the same workload (one capture each), combined by median per phase
+    (:func:`combine_phases`; module docstring, "Repeats").
+
+    The result is the first validation's (its estimate, capture, hardware and traces) with the
+    combined phases, and its ``traces`` gain ``captured_<i>``: the ``i``-th capture's trace from the
+    second on (the first's stays ``captured``).
+    One result is returned as it is. Raises :class:`~layerscope.errors.AnalysisError` when the
+    workloads or the phases differ.
+    """
+    if not results:
+        raise AnalysisError("combine: no validations to combine")
+    first = results[0]
+    if len(results) == 1:
+        return first
+
+    def workload_value(r: ValidationResult, name: str) -> Any:
+        return r.hardware.name if name == "hardware" else getattr(r, name)
+
+    for i, r in enumerate(results[1:], start=2):
+        for name in _WORKLOAD_FIELDS:
+            a, b = workload_value(first, name), workload_value(r, name)
+            if a != b:
+                raise AnalysisError(f"combine: {name} of repeat {i} ({b!r}) differs from repeat 1's ({a!r}); "
+                                    "repeats must validate the same workload")
+        names = [p.phase for p in r.phases]
+        if names != [p.phase for p in first.phases]:
+            raise AnalysisError(f"combine: phases of repeat {i} ({', '.join(names)}) differ from repeat 1's "
+                                f"({', '.join(p.phase for p in first.phases)})")
+    phases = tuple(combine_phases([r.phase(p.phase) for r in results]) for p in first.phases)
+    traces = {**first.traces,
+              **{f"captured_{i}": r.capture.trace_path for i, r in enumerate(results[1:], start=2)}}
+    return dataclasses.replace(first, phases=phases, traces=traces)
+
+
 def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device: str = "cpu",
                      out: Path | None = None) -> tuple[HardwareSpec, Path | None]:
     """A spec object, a preset name or file, or ``"measure"``: this machine measured through torch
@@ -614,10 +775,10 @@ def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device:
 
 
 def _check_args(layers: int | None, batch: int, prompt_len: int, decode_steps: int, warmup: int,
-                iterations: int) -> None:
+                iterations: int, repeats: int = 1) -> None:
     for name, value, low in (("layers", layers, 1), ("batch", batch, 1), ("prompt_len", prompt_len, 1),
                              ("decode_steps", decode_steps, 0), ("warmup", warmup, 0),
-                             ("iterations", iterations, 1)):
+                             ("iterations", iterations, 1), ("repeats", repeats, 1)):
         if value is not None and value < low:
             raise AnalysisError(f"{name}: {value} is out of range; must be >= {low}")
 
@@ -633,70 +794,10 @@ def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_wei
     return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=load), source.name)
 
 
-def validate(
-    model: str | os.PathLike[str],
-    hardware: str | os.PathLike[str] | HardwareSpec = MEASURE,
-    *,
-    layers: int | None = None,
-    dtype: str = "fp32",
-    batch: int = 1,
-    prompt_len: int = 128,
-    decode_steps: int = 0,
-    warmup: int = 2,
-    iterations: int = 3,
-    cost_model: str = "roofline",
-    device: str = "cpu",
-    random_weights: bool = False,
-    seed: int = 0,
-    out_dir: str | os.PathLike[str] = "out/validate",
-    correct_instrumentation: bool = True,
-) -> ValidationResult:
-    """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
-
-    Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
-    (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
-    ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
-    module annotations and the profiler's measured per-event cost (module docstring, "Instrumentation"). Raises
-    :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
-    """
-    from layerscope.capture import capture
-    from layerscope.capture.build import capture_dtype, require_torch
-    from layerscope.cost import estimate
-    from layerscope.hardware import HardwareSpec, load_hardware
-    from layerscope.trace.simulate import simulate
-    from layerscope.workload import make_workload
-
-    _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations)
-    dt = capture_dtype(dtype).value
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"out_dir {str(out)!r} exists and is not a directory")
-    spec = _captured_spec(model, layers, random_weights)
-    if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
-        hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
-    torch, _ = require_torch()
-    out.mkdir(parents=True, exist_ok=True)
-    hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
-
-    dtypes = {"weight_dtype": dt, "act_dtype": dt, "kv_dtype": dt}
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
-                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
-    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
-    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
-                              "attention": "fused", **dtypes}
-    traces: dict[str, Path] = {}
-    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=out / "simulated-prefill.json.gz",
-                     **common)]
-    traces["simulated_prefill"] = out / "simulated-prefill.json.gz"
-    if decode_steps:
-        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
-                             out=out / "simulated-decode.json.gz", **common))
-        traces["simulated_decode"] = out / "simulated-decode.json.gz"
-
-    cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
-                  decode_steps=decode_steps, warmup=warmup, iterations=iterations, random_weights=random_weights,
-                  seed=seed, out=out / "captured.json.gz")
-    traces["captured"] = cap.trace_path
+def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
+                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
+    """One capture joined with the simulations' predicted ops: the prefill phase, and decode (its
+    steps summed per op) when there are decode steps."""
     measured = captured_times(cap.trace_path, device=device)
     per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
     per_event_s = cap.profiler_event.per_event_s if correct_instrumentation and cap.profiler_event else 0.0
@@ -724,12 +825,94 @@ def validate(
             steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s,
             events=_sum_modules(measured.events.get(s, {}) for s in names),
             forward_events=sum(measured.range_events.get(s, 0.0) for s in names), event_overhead_s=per_event_s))
+    return tuple(phases)
 
-    result = ValidationResult(
-        model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
-        layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
-        threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=tuple(phases), traces=traces,
-    )
+
+def _captured_name(repeat: int) -> str:
+    """The trace file of the ``repeat``-th capture (from 1): ``captured.json.gz``, ``captured-2.json.gz``, …"""
+    return "captured.json.gz" if repeat == 1 else f"captured-{repeat}.json.gz"
+
+
+def validate(
+    model: str | os.PathLike[str],
+    hardware: str | os.PathLike[str] | HardwareSpec = MEASURE,
+    *,
+    layers: int | None = None,
+    dtype: str = "fp32",
+    batch: int = 1,
+    prompt_len: int = 128,
+    decode_steps: int = 0,
+    warmup: int = 2,
+    iterations: int = 3,
+    cost_model: str = "roofline",
+    device: str = "cpu",
+    random_weights: bool = False,
+    seed: int = 0,
+    out_dir: str | os.PathLike[str] = "out/validate",
+    correct_instrumentation: bool = True,
+    repeats: int = 1,
+) -> ValidationResult:
+    """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
+
+    Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
+    (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
+    ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
+    module annotations and the profiler's measured per-event cost (module docstring, "Instrumentation").
+    ``repeats`` > 1 captures the workload that many times (``captured-2.json.gz``, …) and reports
+    the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). Raises
+    :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
+    """
+    from layerscope.capture import capture
+    from layerscope.capture.build import capture_dtype, require_torch
+    from layerscope.cost import estimate
+    from layerscope.hardware import HardwareSpec, load_hardware
+    from layerscope.trace.simulate import simulate
+    from layerscope.workload import make_workload
+
+    _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
+    dt = capture_dtype(dtype).value
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"out_dir {str(out)!r} exists and is not a directory")
+    spec = _captured_spec(model, layers, random_weights)
+    if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
+        hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
+    torch, _ = require_torch()
+    out.mkdir(parents=True, exist_ok=True)
+    hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
+
+    dtypes = {"weight_dtype": dt, "act_dtype": dt, "kv_dtype": dt}
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
+                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
+    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
+    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
+                              "attention": "fused", **dtypes}
+    traces: dict[str, Path] = {}
+    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=out / "simulated-prefill.json.gz",
+                     **common)]
+    traces["simulated_prefill"] = out / "simulated-prefill.json.gz"
+    if decode_steps:
+        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
+                             out=out / "simulated-decode.json.gz", **common))
+        traces["simulated_decode"] = out / "simulated-decode.json.gz"
+
+    results = []
+    for repeat in range(1, repeats + 1):
+        cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
+                      decode_steps=decode_steps, warmup=warmup, iterations=iterations,
+                      random_weights=random_weights, seed=seed, out=out / _captured_name(repeat))
+        phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
+                               correct_instrumentation=correct_instrumentation)
+        results.append(ValidationResult(
+            model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
+            layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+            threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
+            traces={**traces, "captured": cap.trace_path},
+        ))
+        if repeats > 1:
+            log.info("capture %d/%d: forward measured %s", repeat, repeats,
+                     ", ".join(f"{p.phase} {p.forward.measured_s:.4g} s" for p in phases))
+    result = combine_repeats(results)
     with atomic_write(out / "validation.json", "w") as fh:
         json.dump(_strict(result.to_dict()), fh, indent=2)
     for p in result.phases:

@@ -35,6 +35,9 @@ def validate_cmd(
     raw_times: bool = typer.Option(False, "--raw-times",
                                    help="Keep the annotation hooks' and the profiler's own time in the measured "
                                         "times (not subtracted)."),
+    repeats: int = typer.Option(1, "--repeats",
+                                help="Captures of the workload; > 1 reports the median of their joins "
+                                     "(captures on a shared machine differ by 10%+)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
@@ -48,7 +51,7 @@ def validate_cmd(
     result = validate(model, hardware, layers=layers, dtype=dtype, batch=batch, prompt_len=tokens,
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
                       device=device, random_weights=random_weights, out_dir=out,
-                      correct_instrumentation=not raw_times)
+                      correct_instrumentation=not raw_times, repeats=repeats)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -61,6 +64,8 @@ def validate_cmd(
               f"({result.threads} threads) · batch {result.batch} · prompt {result.prompt_len} · "
               f"{result.decode_steps} decode steps · {result.capture.iterations} iteration(s) · "
               f"hardware {result.hardware.name} · cost model {result.cost_model}")
+    if repeats > 1:
+        con.print(f"Measured times are medians of {repeats} captures.")
     for phase in result.phases:
         render_phase(con, phase, top=top)
     con.print("Traces: " + ", ".join(f"{k} {v}" for k, v in result.traces.items()))
@@ -98,6 +103,10 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     con.print(f"[bold]{phase.phase} forward[/]: predicted {fmt_time_s(f.predicted_s)}, measured "
               f"{fmt_time_s(f.measured_s)}, error {_pct(f.error)}; per-op median |error| {med}, p90 {p90} "
               f"over {len(phase.rows)} ops")
+    if phase.repeats > 1 and phase.forward_measured_all_s:
+        times, spread = phase.forward_measured_all_s, phase.forward_spread
+        con.print(f"  forward measured over {phase.repeats} captures: {fmt_time_s(min(times))} – "
+                  f"{fmt_time_s(max(times))}" + ("" if spread is None else f" (spread {spread:.1%} of the median)"))
     if phase.call_overhead_s > 0:
         con.print(f"  instrumentation subtracted: {fmt_time_s(phase.call_overhead_s)} per module call "
                   f"(smallest median gap between sibling ranges), {fmt_time_s(phase.instrumentation_s)} in all")
