@@ -26,7 +26,8 @@ MIB = 1024**2
 #: 16 KiB .. 4x LLC in x8 steps.
 TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), gemm_wide_nk=((4096, 512),),
                        gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
-                       attention_lens=(32, 128), attention_heads=((4, 2, 16),),
+                       attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
+                       sampling_rows=(1, 2),
                        min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
 
 
@@ -41,7 +42,11 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     # The wide shape goes to its own table (per-(M, N) efficiency only, not the Hockney fit).
     assert list(zip(meas.gemm_wide.m, meas.gemm_wide.n, strict=True)) == [(1, 4096), (8, 4096)]
     assert set(meas.stream.kernel) == {"copy", "scale", "gemv"} and len(meas.empty_op_s) == 3
-    assert {"add", "mul", "rmsnorm", "softmax"} == set(meas.vector.kernel)
+    assert {"add", "mul", "rmsnorm", "softmax", "argmax"} == set(meas.vector.kernel)
+    # greedy sampling's argmax gets its own fraction of the vector rate, out of the pooled fit
+    assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "argmax"] == [4096, 8192]
+    assert set(hw.efficiency.vector_per_kind) == {"sampling"} and "argmax" in hw.efficiency.vector_per_kind_source
+    assert "argmax" not in hw.calibration.fit.vector.per_kernel_flops_per_s
     assert steps[-1] == (steps[-1][1], steps[-1][1], "done") and steps[0][0] == 0
     # Any CPU does 0.1 GFLOP/s .. 100 TFLOP/s of fp32 GEMM, moves 0.1 .. 2000 GB/s, dispatches in < 1 ms.
     assert 1e8 < hw.peak_flops(DType.FP32) < 1e14

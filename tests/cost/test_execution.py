@@ -231,6 +231,27 @@ def test_attention_rows_table_sets_the_fused_attention_rate_by_query_length():
         HardwareSpec.from_dict({**CPU, "efficiency": {"attention_rows": {"fp32": [[1, 0.5]]}}})
 
 
+def test_vector_per_kind_sets_the_rate_of_one_op_kind():
+    # Greedy sampling (argmax) at a tenth of the vector rate: the sampling op's compute time is 10x,
+    # every other vector op's unchanged; an unknown kind is refused when an op is timed.
+    from layerscope.errors import HardwareSpecError
+
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"vector_per_kind": {"sampling": 0.1}}})
+    spec = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="prefill", input_len=64, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    g = build_model_graph(spec, w.prefill_pass(), w)
+    t, plain = time_graph(g, hw), time_graph(g, _hw())
+    sample, norm = g.index["sampling"], g.index["norm"]
+    assert t.compute_s[sample] == pytest.approx(10 * plain.compute_s[sample])
+    assert t.compute_s[sample] == pytest.approx(g.ops[sample].flops / (hw.engines.vector_flops_per_s * 0.1))
+    assert t.compute_s[norm] == pytest.approx(plain.compute_s[norm])
+    typo = HardwareSpec.from_dict({**CPU, "efficiency": {"vector_per_kind": {"samplng": 0.1}}})
+    with pytest.raises(CostModelError, match="samplng"):
+        time_graph(g, typo)
+    with pytest.raises(HardwareSpecError, match="vector_per_kind"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"vector_per_kind": {"sampling": 0}}})
+
+
 def test_a_bad_rows_table_is_refused():
     from layerscope.errors import HardwareSpecError
 

@@ -22,6 +22,7 @@ from layerscope.hardware.fit import (
     hockney_time_s,
     matmul_rows_efficiency,
     matmul_shapes_efficiency,
+    vector_kind_efficiency,
 )
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model import load_model_spec
@@ -263,6 +264,28 @@ def test_attention_rows_efficiency_by_hand() -> None:
     rows = attention_rows_efficiency(table, DType.FP32, 100e9, 1e-6)
     assert rows == [(128.0, pytest.approx(0.25)), (1024.0, 1.0)]
     assert attention_rows_efficiency(table, DType.FP16, 100e9, 1e-6) == []
+
+
+def test_vector_kind_efficiency_by_hand_and_out_of_the_pooled_fit() -> None:
+    # argmax rows at 2 and 4 GFLOP/s (after the 5 us overhead) against the synthetic 30 GFLOP/s vector rate:
+    # the sampling kind runs at the median, 3/30 = 10% of it; the pooled vector fit is unchanged.
+    flops = [128256.0, 8 * 128256.0]
+    t = [flops[0] / 2e9 + TRUE["overhead"], flops[1] / 4e9 + TRUE["overhead"]]
+    rows = VectorTable(kernel=["argmax"] * 2, elements=[128256, 8 * 128256], flops=flops,
+                       moved_bytes=[4 * f for f in flops], footprint_bytes=[4 * f for f in flops], time_s=t, median_s=t)
+    assert vector_kind_efficiency(rows, 30e9, TRUE["overhead"]) == {"sampling": pytest.approx(0.1)}
+    base = synthetic()
+    joined = VectorTable(**{col: list(getattr(base.vector, col)) + list(getattr(rows, col))
+                            for col in VectorTable.model_fields})
+    with_argmax = fit_measurements(base.model_copy(update={"vector": joined}), llc_bytes=LLC)
+    plain = fit_measurements(base, llc_bytes=LLC)
+    assert with_argmax.vector == plain.vector and plain.vector_per_kind == {}
+    assert with_argmax.vector_per_kind["sampling"] == pytest.approx(3e9 / plain.vector.vector_flops_per_s)
+    levels = [{"name": "dram", "capacity_bytes": 64e9}]
+    hw = calibrated_spec(base.model_copy(update={"vector": joined}), name="s", description="t", kind="cpu",
+                         engine_count=2, memory_levels=levels, llc_bytes=LLC)
+    assert hw.achievable_vector_flops_per_s("sampling") == pytest.approx(3e9)
+    assert hw.achievable_vector_flops_per_s("norm") == hw.achievable_vector_flops_per_s()
 
 
 def _gemms(shapes: list[tuple[int, int, int, float]]) -> GemmTable:

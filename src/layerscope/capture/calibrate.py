@@ -11,6 +11,7 @@ Measures, on ``device`` with the process's torch thread count:
   (pow, mean, add, rsqrt, mul, mul) and softmax rows, fp32, over a range of sizes;
 * causal ``scaled_dot_product_attention`` over prefill lengths 128 to 2048 with Llama-3.2-1B's and
   Qwen3-0.6B's head shapes (fused attention's rate by query length);
+* greedy sampling (argmax over 128256 logits per row, 1 and 8 rows);
 * the time of an add on one-element tensors (per-op dispatch with no work).
 
 Every timing is the best of repeated calls after a warm-up (``capture.machine.Timer``: wall
@@ -32,6 +33,7 @@ from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, 
 from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
+from layerscope.graph.embedding import SAMPLING_FLOPS_PER_LOGIT
 from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
 from layerscope.hardware.calibration import (
     AttentionTable,
@@ -78,6 +80,10 @@ class CalibrationGrid:
     """Largest stream array; None: 4x the last-level cache (footprint 8x), so at least two sizes
     land beyond the 4x-LLC footprint the fit calls main memory."""
     vector_elements: tuple[int, ...] = (16 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB)
+    sampling_vocab: int = 128256
+    """Vocabulary of the greedy-sampling kernel (argmax over each row of logits; Llama 3's vocabulary)."""
+    sampling_rows: tuple[int, ...] = (1, 8)
+    """Rows (sequences) of the sampling kernel."""
     vector_width: int = 2048
     """Row width of the norm and softmax kernels (a hidden size / a context length)."""
     attention_lens: tuple[int, ...] = (128, 256, 512, 1024, 2048)
@@ -282,6 +288,16 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         tables.add(tables.attention, dtype=DType(dt), batch=1, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                    query_len=tokens, flops=flops, time_s=timing.best_s, median_s=timing.median_s)
 
+    def sampling(rows: int) -> None:
+        # Greedy sampling as generate() runs it: argmax over each sequence's logits; an index-tracking
+        # reduction that runs far below the norms' rate, so it gets its own entry (efficiency.vector_per_kind).
+        logits = torch.randn(rows, grid.sampling_vocab, device=dev)
+        timing = timer.time(partial(torch.argmax, logits, -1), t)
+        n = rows * grid.sampling_vocab
+        tables.add(tables.vector, kernel="argmax", elements=n, flops=float(SAMPLING_FLOPS_PER_LOGIT * n),
+                   moved_bytes=4.0 * n + 8.0 * rows, footprint_bytes=4.0 * n + 8.0 * rows,
+                   time_s=timing.best_s, median_s=timing.median_s)
+
     def empty_op() -> None:
         a = torch.ones(1, device=dev)
         out = torch.empty_like(a)
@@ -321,6 +337,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     for elements in grid.vector_elements:
         for kernel in ("add", "mul", "rmsnorm", "softmax"):
             tasks.append((f"{kernel} {elements} elements", partial(vector, kernel, elements)))
+    for rows in grid.sampling_rows:
+        tasks.append((f"argmax {rows}x{grid.sampling_vocab}", partial(sampling, rows)))
     for dt in dtypes:
         for n, k in grid.gemm_nk:
             for m in grid.gemm_m:

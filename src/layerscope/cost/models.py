@@ -19,6 +19,7 @@ import numpy as np
 from layerscope.cost.execution import kernel_plan
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
+from layerscope.graph.ops import OP_KINDS
 from layerscope.hardware.spec import HardwareSpec, MemoryLevel
 
 BOUND_COMPUTE = 0
@@ -49,7 +50,9 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     W / (W + W½), i.e. takes (W + W½) / rate (see :func:`_matmul_half_flops`).
     """
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
-    vector_rate = hw.achievable_vector_flops_per_s()
+    vector_rate: float | np.ndarray = hw.achievable_vector_flops_per_s()
+    if hw.efficiency.vector_per_kind:
+        vector_rate = _vector_rates_per_kind(features, hw)
     rate = np.where(features.uses_matrix_units, matrix_rates[features.dtype_code], vector_rate)
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         rate = rate * _matmul_rows_fraction(features, hw)
@@ -58,6 +61,17 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     if not hw.efficiency.matmul_half_flops:
         return features.flops / rate
     return (features.flops + _matmul_half_flops(features, hw)) / rate
+
+
+def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: the vector rate of its kind (``efficiency.vector_per_kind``, else ``efficiency.vector``).
+    Raises :class:`CostModelError` for a kind no op can have (a typo would silently do nothing)."""
+    unknown = sorted(set(hw.efficiency.vector_per_kind) - set(OP_KINDS))
+    if unknown:
+        raise CostModelError(f"{hw.name}: efficiency.vector_per_kind names unknown op kinds {unknown}; "
+                                f"known kinds: {', '.join(sorted(OP_KINDS))}")
+    rates = {kind: hw.achievable_vector_flops_per_s(kind) for kind in set(features.kinds)}
+    return np.fromiter((rates[k] for k in features.kinds), dtype=np.float64, count=len(features.kinds))
 
 
 def _matmul_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:

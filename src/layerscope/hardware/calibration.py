@@ -220,6 +220,9 @@ class CalibrationFit(BaseModel):
     """Per dtype, (M, N, achieved rate / peak) for M > 1: ``matmul_rows`` at the largest projection width,
     and the vocabulary-wide GEMMs at their own (M, N) (what a calibrated spec's ``efficiency.matmul_shapes``
     holds; ``hardware.fit.matmul_shapes_efficiency``)."""
+    vector_per_kind: dict[str, float] = Field(default_factory=dict)
+    """Per op kind with a kernel of its own in the vector table (``sampling``: argmax), its achieved rate
+    over the fitted vector rate (``hardware.fit.vector_kind_efficiency``; ``efficiency.vector_per_kind``)."""
     attention_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (query length, achieved rate / the spec's peak) of causal SDPA: the median over the
     head shapes measured (``hardware.fit.attention_rows_efficiency``; a calibrated spec's

@@ -16,7 +16,8 @@ fitted to the very models the cost models evaluate, so a calibrated spec reprodu
   reached. Fitted on the GEMMs that are clearly compute-bound (time minus overhead above twice
   the bytes/bandwidth time); the residuals are then taken over all GEMMs with the full roofline.
 * **Vector FLOP rate** — the rate V for which ``max(F / V, bytes / BW) + overhead`` fits the
-  non-matrix kernels that are slower than their memory time (norms, softmax rows).
+  non-matrix kernels that are slower than their memory time (norms, softmax rows); kernels of
+  :data:`KIND_KERNELS` (greedy sampling's argmax) get their own fraction of V per op kind.
 
 Line fits minimize the sum of squared *relative* errors (weighted least squares with weights
 1/t²), so microsecond and second-long kernels count alike; measurements more than
@@ -28,7 +29,7 @@ distinct sizes in a range, times that do not grow with the work) raise :class:`H
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,9 +46,12 @@ from layerscope.hardware.calibration import (
     OverheadFit,
     StreamTable,
     VectorFit,
+    VectorTable,
 )
 from layerscope.hardware.spec import HardwareKind, HardwareSpec
 from layerscope.units import DType
+
+TableT = TypeVar("TableT", StreamTable, VectorTable)
 
 #: A GEMM (or vector kernel) counts as compute-bound when its time minus the overhead exceeds
 #: this multiple of its bytes / bandwidth time: far enough from the roofline's ridge that the
@@ -304,7 +308,7 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                                 overhead_s=o, what=f"gemm {dt.value}")
     if not matmul:
         raise HardwareSpecError("no GEMM measurements: cannot fit the matrix throughput")
-    vec = meas.vector
+    vec, kind_rows = _split_vector(meas.vector)
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
     # the efficiency tables are fractions of at least every rate measured (else capped at 1)
@@ -319,20 +323,44 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                           weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
                           matmul_shapes={dt: r for dt, r in shapes.items() if r},
                           matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
-                          attention_rows={dt: r for dt, r in attention.items() if r})
+                          attention_rows={dt: r for dt, r in attention.items() if r},
+                          vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o))
+
+
+#: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
+#: and kept out of the pooled vector fit: kernel -> op kind.
+KIND_KERNELS: dict[str, str] = {"argmax": "sampling"}
+
+
+def _kernel_rows(table: TableT, keep: Callable[[str], bool]) -> TableT:
+    """The rows of a table with a ``kernel`` column whose kernel ``keep`` accepts."""
+    kernels = list(table.kernel)
+    idx = [i for i, k in enumerate(kernels) if keep(k)]
+    return type(table)(**{col: [getattr(table, col)[i] for i in idx] for col in type(table).model_fields})
+
+
+def _split_vector(vector: VectorTable) -> tuple[VectorTable, VectorTable]:
+    """The pooled rows (norms, softmax, elementwise), and the rows of :data:`KIND_KERNELS`."""
+    return (_kernel_rows(vector, lambda k: k not in KIND_KERNELS),
+            _kernel_rows(vector, lambda k: k in KIND_KERNELS))
+
+
+def vector_kind_efficiency(table: VectorTable, vector_flops_per_s: float, overhead_s: float) -> dict[str, float]:
+    """Per op kind of :data:`KIND_KERNELS` measured in ``table``: the median over its rows of
+    ``flops / (t_median - overhead)`` over ``vector_flops_per_s``, capped at 1 (median times, as for the GEMM
+    tables: a model runs the op once per step)."""
+    by_kind: dict[str, list[float]] = {}
+    for kernel, flops, t in zip(table.kernel, table.flops, table.median_s, strict=True):
+        if kernel in KIND_KERNELS and t > overhead_s and flops > 0:
+            by_kind.setdefault(KIND_KERNELS[kernel], []).append(flops / (t - overhead_s) / vector_flops_per_s)
+    return {kind: float(min(1.0, np.median(v))) for kind, v in sorted(by_kind.items())}
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
     """The copy/scale rows, and the GEMV weight-streaming rows (None when there are none)."""
-    kernels = list(stream.kernel)
-    if "gemv" not in kernels:
+    if "gemv" not in stream.kernel:
         return stream, None
-
-    def pick(keep: Callable[[str], bool]) -> StreamTable:
-        idx = [i for i, k in enumerate(kernels) if keep(k)]
-        return StreamTable(**{col: [getattr(stream, col)[i] for i in idx] for col in StreamTable.model_fields})
-
-    return pick(lambda k: k != "gemv"), pick(lambda k: k == "gemv")
+    return _kernel_rows(stream, lambda k: k != "gemv"), _kernel_rows(stream, lambda k: k == "gemv")
 
 
 def _achieved_rates(gemm: GemmTable, dtype: DType, overhead_s: float) -> list[tuple[int, int, float]]:
@@ -479,6 +507,11 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                     "width N (projection widths pooled over N x K; vocabulary widths apart), "
                                     "interpolated in log M, then log N"
                                     if fit.matmul_shapes else "",
+            "vector_per_kind": dict(fit.vector_per_kind),
+            "vector_per_kind_source": f"calibrated: {what}; achieved / vector rate of "
+                                      + ", ".join(f"{kind} ({kernel})" for kernel, kind in KIND_KERNELS.items()
+                                                  if kind in fit.vector_per_kind)
+                                      if fit.vector_per_kind else "",
             "attention_rows": {dt.value: rows for dt, rows in fit.attention_rows.items()},
             "attention_rows_source": f"calibrated: {what}; causal scaled_dot_product_attention, achieved / peak "
                                      "rate per query length (median over head shapes), interpolated in log M"

@@ -641,7 +641,7 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     """
     data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
     efficiency = data["efficiency"]
-    for table in ("matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows"):
+    for table in ("matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows", "vector_per_kind"):
         if not efficiency[table] and not efficiency[f"{table}_source"]:
             del efficiency[table], efficiency[f"{table}_source"]
     if data["calibration"] is None:

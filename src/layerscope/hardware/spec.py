@@ -161,6 +161,13 @@ class EfficiencySpec(BaseModel):
     vector: float = Field(default=1.0, gt=0, le=1)
     """Achievable fraction of ``vector_flops_per_s`` for non-tensor arithmetic."""
     vector_source: str = _UNCALIBRATED
+    vector_per_kind: dict[str, float] = Field(default_factory=dict)
+    """Overrides of ``vector`` for the non-matrix ops of particular kinds (``Op.kind``) whose kernels
+    reach less of ``vector_flops_per_s`` than norms, softmax and elementwise ops do: ``sampling``, a
+    greedy sampler's argmax over the vocabulary, is an index-tracking reduction that ran at 1.4-1.9
+    G logits/s on the reference CPU (2 threads), about a tenth of the rate norm rows reach. Written by
+    ``layerscope calibrate``; kinds the cost models do not know are refused when they time an op."""
+    vector_per_kind_source: str = ""
     memory: float = Field(default=1.0, gt=0, le=1)
     """Achievable fraction of the main-memory bandwidth for streaming kernels."""
     memory_source: str = _UNCALIBRATED
@@ -246,6 +253,14 @@ class EfficiencySpec(BaseModel):
                 raise ValueError(
                     f"efficiency.matmul_half_flops.{dtype.value}: must be a finite number >= 0, got {flops!r}"
                 )
+        return value
+
+    @field_validator("vector_per_kind")
+    @classmethod
+    def _kind_fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {kind: f for kind, f in value.items() if not 0 < f <= 1}
+        if bad:
+            raise ValueError(f"efficiency.vector_per_kind: fractions must be in (0, 1], got {bad}")
         return value
 
     @field_validator("matmul_per_dtype")
@@ -476,9 +491,11 @@ class HardwareSpec(BaseModel):
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
         return resolved.peak_flops_per_s * resolved.efficiency
 
-    def achievable_vector_flops_per_s(self) -> float:
-        """Non-tensor FP32 FLOP/s real kernels reach: ``vector_flops_per_s`` × ``efficiency.vector``."""
-        return self.engines.vector_flops_per_s * self.efficiency.vector
+    def achievable_vector_flops_per_s(self, kind: str | None = None) -> float:
+        """Non-tensor FP32 FLOP/s real kernels reach: ``vector_flops_per_s`` × ``efficiency.vector``,
+        or × the override of ops of ``kind`` (``efficiency.vector_per_kind``) when it has one."""
+        fraction = self.efficiency.vector_per_kind.get(kind, self.efficiency.vector) if kind else self.efficiency.vector
+        return self.engines.vector_flops_per_s * fraction
 
     def source(self, field: str) -> str | None:
         """The citation of ``field`` (a dotted path), or None when none is recorded."""
