@@ -1,14 +1,18 @@
 """Predicted vs measured on this CPU: ``python bench/bench_accuracy.py [--quick] [--hardware SPEC]``.
 
-Calibrates this machine once (``layerscope.capture.calibrate`` when it exists, else the quick
-``measure_machine``), then runs ``layerscope.analysis.validate.validate`` over a matrix of models
-and workloads (random weights, fp32, truncated to 1–2 decoder layers) and writes
-bench/ACCURACY.md: the command, the machine, the date, a summary row per case and phase
-(whole-forward error, per-op median / p90 |error|), and per case the per-kind errors and the
-worst ops. Only the text between the ``bench:begin`` / ``bench:end`` markers is replaced, so the
-hand-written analysis of causes below them survives a re-run.
+Runs ``layerscope.analysis.validate.validate`` over a matrix of models and workloads (random
+weights, fp32, truncated to 1–2 decoder layers) in rounds: every case is captured once per round
+(``--repeats``, default 3) and its captures are combined by median. Without ``--hardware`` each
+round starts with a quick calibration of this machine and, at the end, every capture is predicted
+again with the rounds' calibrations combined (``hardware.fit.combine_measurements``,
+``validate.rejoin``): on a shared machine the rates drift for minutes, so calibration and captures
+must sample the same stretch of time. Writes bench/ACCURACY.md: the command, the machine, the date,
+a summary row per case and phase (whole-forward error, spread of the captures, per-op median / p90
+|error|), and per case the per-kind errors and the worst ops. Only the text between the
+``bench:begin`` / ``bench:end`` markers is replaced, so the hand-written analysis of causes below
+them survives a re-run.
 
-The full matrix (about 10–15 min on 2 cores) covers Llama-3.2-1B with 1 and 2 layers, Qwen3-0.6B
+The full matrix (about 10 min on 2 cores with 3 rounds) covers Llama-3.2-1B with 1 and 2 layers, Qwen3-0.6B
 (2 layers) and Qwen3-30B-A3B truncated to 1 layer (a 128-expert MoE); prefill 128 / 512 / 1024
 tokens at batch 1, prefill 128 at batch 4 and 8, decode (4 steps) at context 128 / 512 / 2048 and
 at batch 8. ``--quick`` runs three small cases (about 1 min).
@@ -18,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
-import importlib.util
 import os
 import platform
 import re
@@ -83,36 +85,38 @@ QUICK: tuple[Case, ...] = (
 )
 
 
-def calibrated_hardware(work: Path, quick: bool) -> tuple[Any, str]:
-    """This machine's spec and how it was obtained: calibration when the calibrate module exists
-    (``calibrate(device=..., quick=...)`` returning a HardwareSpec), else the quick measurement."""
-    import inspect
+class RoundCalibration:
+    """A quick calibration per round of captures, combined at the end (median of the rounds' median
+    times per point, ``hardware.fit.combine_measurements``): on a shared machine the rates drift
+    for minutes at a time, so one calibration before the run is one sample of that drift while the
+    captures are many."""
 
-    from layerscope.hardware import HardwareSpec
-    from layerscope.hardware.loaders import dump_hardware_yaml
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.runs: list[Any] = []
+        self.levels: list[dict[str, Any]] = []
+        self.llc = 0.0
+        self.seconds = 0.0
 
-    path = work / "hardware.yaml"
-    spec = None
-    how = "layerscope.capture.machine.measure_machine (quick microbenchmarks; calibrate not available)"
-    if importlib.util.find_spec("layerscope.capture.calibrate") is not None:
-        module = importlib.import_module("layerscope.capture.calibrate")
-        fn = getattr(module, "calibrate", None)
-        kwargs: dict[str, Any] = {"device": "cpu"}
-        if callable(fn) and "quick" in inspect.signature(fn).parameters:
-            kwargs["quick"] = quick
-        result = fn(**kwargs) if callable(fn) else None
-        spec = result if isinstance(result, HardwareSpec) else getattr(result, "hardware", None)
-        if isinstance(spec, HardwareSpec):
-            how = ("layerscope.capture.calibrate.calibrate" + (" --quick" if kwargs.get("quick") else "")
-                   + " (microbenchmarks fitted into a HardwareSpec)")
-        else:
-            spec = None
-    if spec is None:
-        from layerscope.capture.machine import measure_machine
+    def measure(self) -> Any:
+        """One more calibration run; the spec of that run alone."""
+        from layerscope.capture.calibrate import QUICK_GRID, measure, spec_from_measurements
 
-        spec = measure_machine("cpu")
-    path.write_text(dump_hardware_yaml(spec))
-    return spec, f"{how} → `{path}`"
+        t0 = time.perf_counter()
+        meas, self.levels, self.llc = measure("cpu", QUICK_GRID, quick=True)
+        self.seconds += time.perf_counter() - t0
+        self.runs.append(meas)
+        return spec_from_measurements(meas, self.levels, self.llc)
+
+    def combined(self) -> Any:
+        """The spec of every run so far, combined; written to ``work/hardware.yaml``."""
+        from layerscope.capture.calibrate import spec_from_measurements
+        from layerscope.hardware.fit import combine_measurements
+        from layerscope.hardware.loaders import dump_hardware_yaml
+
+        spec = spec_from_measurements(combine_measurements(self.runs), self.levels, self.llc)
+        (self.work / "hardware.yaml").write_text(dump_hardware_yaml(spec))
+        return spec
 
 
 def _pct(x: float | None) -> str:
@@ -192,7 +196,7 @@ def main() -> int:
 
     import torch
 
-    from layerscope.analysis.validate import combine_repeats, validate
+    from layerscope.analysis.validate import combine_repeats, rejoin, validate
     from layerscope.hardware import load_hardware
 
     if a.threads is not None:
@@ -204,19 +208,17 @@ def main() -> int:
     if repeats < 1:
         ap.error(f"--repeats must be >= 1, got {repeats}")
     a.work.mkdir(parents=True, exist_ok=True)
-    t_cal = time.perf_counter()
-    if a.hardware:
-        hw, how = load_hardware(a.hardware), f"`{a.hardware}`"
-    else:
-        hw, how = calibrated_hardware(a.work, a.quick)
-    t_cal = time.perf_counter() - t_cal
-    sys.stderr.write(f"hardware: {hw.name} ({t_cal:.0f} s)\n")
+    calibration = None if a.hardware else RoundCalibration(a.work)
+    fixed = load_hardware(a.hardware) if a.hardware else None
 
     # Rounds over all cases, so one case's captures sample the machine minutes apart rather than
-    # back to back (its GEMM rate changes mode for seconds to minutes at a time).
+    # back to back (its GEMM rate changes mode for seconds to minutes at a time); without --hardware
+    # each round starts with a quick calibration, and every capture is predicted at the end with
+    # the rounds' calibrations combined (rejoin), so both sides sample the same drift.
     runs: dict[Case, list[Any]] = {case: [] for case in cases}
     walls = dict.fromkeys(cases, 0.0)
     for round_ in range(1, repeats + 1):
+        hw = fixed if calibration is None else calibration.measure()
         for case in cases:
             t0 = time.perf_counter()
             r = validate(case.model, hw, layers=case.layers, batch=case.batch, prompt_len=case.prompt_len,
@@ -227,7 +229,15 @@ def main() -> int:
             runs[case].append(r)
             for p in r.phases:
                 sys.stderr.write(f"[{round_}/{repeats}] {case.label} {p.phase}: forward {_pct(p.forward.error)}, "
-                                 f"median {_abs_pct(p.median_abs_error)}\n")
+                                 f"median {_abs_pct(p.median_abs_error)} (this round's calibration)\n")
+    if calibration is None:
+        hw, how, t_cal = fixed, f"`{a.hardware}`", 0.0
+    else:
+        hw = calibration.combined()
+        how = (f"{repeats} quick calibrations (`layerscope.capture.calibrate.measure`, one before each round of "
+               f"captures) combined by `hardware.fit.combine_measurements` → `{a.work / 'hardware.yaml'}`")
+        t_cal = calibration.seconds
+        runs = {case: [rejoin(r, hw) for r in rs] for case, rs in runs.items()}
     results = [(case, combine_repeats(runs[case]), walls[case]) for case in cases]
 
     command = " ".join(["python bench/bench_accuracy.py", *sys.argv[1:]])

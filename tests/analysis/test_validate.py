@@ -452,3 +452,31 @@ def test_validate_repeats_end_to_end(tmp_path: Path) -> None:
     assert p.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
     doc = json.loads((out / "validation.json").read_text())
     assert doc["phases"][0]["repeats"] == 2 and len(doc["phases"][0]["forward_measured_all_s"]) == 2
+
+
+def test_rejoin_predicts_a_capture_again_on_other_hardware(tmp_path: Path) -> None:
+    # The capture stays (same measured times); the predictions are those of the new hardware, and
+    # rejoining on the first hardware gives the first validation back. Combined validations are refused.
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from layerscope.analysis.validate import rejoin, validate
+    from layerscope.hardware import load_hardware
+    from layerscope.model import tiny_config
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny_config("llama")))
+    first = load_hardware("server-cpu")
+    r = validate(config, first, layers=1, prompt_len=8, decode_steps=1, warmup=0, iterations=1,
+                 out_dir=tmp_path / "val")
+    slower = first.model_copy(update={"name": "slower", "launch_overhead_s": 10 * first.launch_overhead_s})
+    again = rejoin(r, slower)
+    assert again.hardware.name == "slower" and again.capture is r.capture
+    for p, q in zip(r.phases, again.phases, strict=True):
+        assert [row.measured_s for row in q.rows] == [row.measured_s for row in p.rows]
+        assert q.forward.measured_s == p.forward.measured_s and q.forward.predicted_s > p.forward.predicted_s
+    assert again.estimate.ttft_s > r.estimate.ttft_s
+    assert json.loads((tmp_path / "val" / "validation.json").read_text())["hardware"] == "slower"
+    back = rejoin(again, first)
+    assert [p.to_dict() for p in back.phases] == [p.to_dict() for p in r.phases]
+    with pytest.raises(AnalysisError, match="combine several captures"):
+        rejoin(combine_repeats([r, r]), first)

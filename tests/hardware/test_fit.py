@@ -15,6 +15,7 @@ from layerscope.hardware.calibration import AttentionTable, CalibrationMeasureme
 from layerscope.hardware.fit import (
     attention_rows_efficiency,
     calibrated_spec,
+    combine_measurements,
     fit_bandwidth,
     fit_line_relative,
     fit_matmul,
@@ -393,3 +394,26 @@ def test_calibrated_spec_recovers_the_attention_rates_and_times_a_prefill_with_t
     g = build_model_graph(spec_1b, w.prefill_pass(), w)
     attn = g.index["layers.0.self_attn.attn"]
     assert time_graph(g, hw).compute_s[attn] == pytest.approx(g.ops[attn].flops / (peak * 0.75), rel=1e-6)
+
+
+def test_combine_measurements_takes_the_best_and_the_median_of_medians() -> None:
+    # Three runs of one grid whose GEMM medians drift by x1, x1.3 and x0.9: the combined median is the
+    # x1 run's, the best the fastest run's; the empty-op samples are pooled; another grid is refused.
+    base = synthetic()
+    runs = []
+    for scale in (1.0, 1.3, 0.9):
+        gemm = base.gemm.model_copy(update={"time_s": [t * scale for t in base.gemm.time_s],
+                                            "median_s": [t * scale for t in base.gemm.median_s]})
+        runs.append(base.model_copy(update={"gemm": gemm}))
+    combined = combine_measurements(runs)
+    assert combined.gemm.median_s == pytest.approx(base.gemm.median_s)
+    assert combined.gemm.time_s == pytest.approx([t * 0.9 for t in base.gemm.time_s])
+    assert combined.stream == base.stream and len(combined.empty_op_s) == 3 * len(base.empty_op_s)
+    assert combine_measurements(runs[:1]).gemm == base.gemm
+    other = base.model_copy(update={"gemm": base.gemm.model_copy(update={"m": [m + 1 for m in base.gemm.m]})})
+    with pytest.raises(HardwareSpecError, match="other gemm points"):
+        combine_measurements([base, other])
+    with pytest.raises(HardwareSpecError, match="threads"):
+        combine_measurements([base, base.model_copy(update={"threads": 4})])
+    with pytest.raises(HardwareSpecError, match="no calibration runs"):
+        combine_measurements([])

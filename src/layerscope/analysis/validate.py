@@ -122,6 +122,7 @@ __all__ = [
     "combine_phases",
     "combine_repeats",
     "join_phase",
+    "rejoin",
     "resolve_hardware",
     "validate",
 ]
@@ -684,6 +685,10 @@ class ValidationResult:
     phases: tuple[PhaseValidation, ...]
     traces: dict[str, Path] = field(default_factory=dict)
     """``simulated_prefill``, ``simulated_decode`` (with decode steps) and ``captured``."""
+    spec: ModelSpec | None = field(default=None, repr=False)
+    """The model spec predicted (the captured config, truncated): what :func:`rejoin` predicts again."""
+    corrected: bool = True
+    """Whether the instrumentation and profiler time were subtracted (``correct_instrumentation``)."""
 
     def phase(self, name: str) -> PhaseValidation:
         for p in self.phases:
@@ -828,6 +833,56 @@ def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, devic
     return tuple(phases)
 
 
+def _predict(spec: ModelSpec, hw: HardwareSpec, *, dtype: str, batch: int, prompt_len: int, decode_steps: int,
+             cost_model: str, out: Path) -> tuple[Estimate, list[SimulationResult], dict[str, Path]]:
+    """The estimate and the 1-engine simulations (prefill; decode with decode steps) of the validated
+    workload, their traces written to ``out``."""
+    from layerscope.cost import estimate
+    from layerscope.trace.simulate import simulate
+    from layerscope.workload import make_workload
+
+    dtypes = {"weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
+                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
+    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
+    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
+                              "attention": "fused", **dtypes}
+    traces = {"simulated_prefill": out / "simulated-prefill.json.gz"}
+    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=traces["simulated_prefill"], **common)]
+    if decode_steps:
+        traces["simulated_decode"] = out / "simulated-decode.json.gz"
+        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
+                             out=traces["simulated_decode"], **common))
+    return est, sims, traces
+
+
+def rejoin(result: ValidationResult, hardware: HardwareSpec) -> ValidationResult:
+    """``result``'s capture predicted again on ``hardware`` and joined anew (same rules, same
+    corrections); the simulated traces and ``validation.json`` beside the capture are rewritten.
+
+    For calibrations taken while the captures run (``bench/bench_accuracy.py`` calibrates once per
+    round and predicts every round's captures with the runs combined): the capture is kept, only the
+    prediction changes. ``result`` must be one capture's validation (combine after rejoining).
+    """
+    if result.spec is None:
+        raise AnalysisError("rejoin: the validation carries no model spec (not made by validate)")
+    several = [p.phase for p in result.phases if p.repeats != 1]
+    if several:
+        raise AnalysisError(f"rejoin: phases {', '.join(several)} combine several captures; rejoin each capture, "
+                            "then combine")
+    out = result.capture.trace_path.parent
+    est, sims, traces = _predict(result.spec, hardware, dtype=result.dtype, batch=result.batch,
+                                 prompt_len=result.prompt_len, decode_steps=result.decode_steps,
+                                 cost_model=result.cost_model, out=out)
+    phases = _join_capture(result.capture, sims, device=result.device, decode_steps=result.decode_steps,
+                           correct_instrumentation=result.corrected)
+    again = dataclasses.replace(result, hardware=hardware, hardware_path=None, estimate=est, phases=phases,
+                                traces={**result.traces, **traces})
+    with atomic_write(out / "validation.json", "w") as fh:
+        json.dump(_strict(again.to_dict()), fh, indent=2)
+    return again
+
+
 def _captured_name(repeat: int) -> str:
     """The trace file of the ``repeat``-th capture (from 1): ``captured.json.gz``, ``captured-2.json.gz``, …"""
     return "captured.json.gz" if repeat == 1 else f"captured-{repeat}.json.gz"
@@ -864,10 +919,7 @@ def validate(
     """
     from layerscope.capture import capture
     from layerscope.capture.build import capture_dtype, require_torch
-    from layerscope.cost import estimate
     from layerscope.hardware import HardwareSpec, load_hardware
-    from layerscope.trace.simulate import simulate
-    from layerscope.workload import make_workload
 
     _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
     dt = capture_dtype(dtype).value
@@ -881,21 +933,8 @@ def validate(
     out.mkdir(parents=True, exist_ok=True)
     hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
 
-    dtypes = {"weight_dtype": dt, "act_dtype": dt, "kv_dtype": dt}
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
-                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
-    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
-    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
-                              "attention": "fused", **dtypes}
-    traces: dict[str, Path] = {}
-    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=out / "simulated-prefill.json.gz",
-                     **common)]
-    traces["simulated_prefill"] = out / "simulated-prefill.json.gz"
-    if decode_steps:
-        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
-                             out=out / "simulated-decode.json.gz", **common))
-        traces["simulated_decode"] = out / "simulated-decode.json.gz"
-
+    est, sims, traces = _predict(spec, hw, dtype=dt, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+                                 cost_model=cost_model, out=out)
     results = []
     for repeat in range(1, repeats + 1):
         cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
@@ -907,7 +946,7 @@ def validate(
             model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
             layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
             threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
-            traces={**traces, "captured": cap.trace_path},
+            traces={**traces, "captured": cap.trace_path}, spec=spec, corrected=correct_instrumentation,
         ))
         if repeats > 1:
             log.info("capture %d/%d: forward measured %s", repeat, repeats,

@@ -372,6 +372,14 @@ def calibrate(device: str = "cpu", *, quick: bool = False, grid: CalibrationGrid
     """Measure this machine and fit the measurements into a calibrated ``HardwareSpec``."""
     grid = grid or (QUICK_GRID if quick else FULL_GRID)
     meas, levels, llc = measure(device, grid, quick=quick, progress=progress)
+    return spec_from_measurements(meas, levels, llc, name=name)
+
+
+def spec_from_measurements(meas: CalibrationMeasurements, levels: list[dict[str, Any]], llc: float, *,
+                           name: str | None = None) -> HardwareSpec:
+    """The calibrated spec of :func:`measure`'s tables (or of several runs' tables combined with
+    :func:`~layerscope.hardware.fit.combine_measurements`)."""
+    device, quick = meas.device, meas.quick
     kind: HardwareKind = "gpu" if device == "cuda" else "cpu"
     label = name or (f"calibrated-{kind} ({meas.device_name}, {meas.threads} "
                      f"{'threads' if kind == 'cpu' else 'SMs'})")

@@ -438,6 +438,41 @@ def attention_rows_efficiency(table: AttentionTable, dtype: DType, peak_flops_pe
     return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
 
 
+def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> CalibrationMeasurements:
+    """Several runs of the same calibration grid on the same machine as one: per measurement, the
+    best time is the best over the runs and the median time the median of the runs' medians; the
+    empty-op and cold-op samples are pooled.
+
+    A shared machine's rates drift for minutes at a time (reference VM: M = 128 fp32 GEMMs at 135 or
+    185 GFLOP/s for stretches of seconds to minutes, while M = 512 held 190), so a calibration taken
+    once is one sample of that drift; runs spread over the time a validation takes sample it as its
+    captures do. Raises :class:`HardwareSpecError` when the runs measured different things.
+    """
+    if not runs:
+        raise HardwareSpecError("combine_measurements: no calibration runs")
+    first = runs[0]
+    for i, run in enumerate(runs[1:], start=2):
+        for key in ("device", "device_name", "threads", "torch_version"):
+            if getattr(run, key) != getattr(first, key):
+                raise HardwareSpecError(f"combine_measurements: run {i}'s {key} ({getattr(run, key)!r}) differs "
+                                        f"from run 1's ({getattr(first, key)!r})")
+    tables: dict[str, Any] = {}
+    for name in ("gemm", "gemm_wide", "stream", "vector", "attention"):
+        parts = [getattr(run, name) for run in runs]
+        keys = [col for col in type(parts[0]).model_fields if col not in ("time_s", "median_s")]
+        for i, part in enumerate(parts[1:], start=2):
+            if any(list(getattr(part, col)) != list(getattr(parts[0], col)) for col in keys):
+                raise HardwareSpecError(f"combine_measurements: run {i} measured other {name} points than run 1")
+        best = np.min([part.time_s for part in parts], axis=0) if len(parts[0]) else []
+        median = np.median([part.median_s for part in parts], axis=0) if len(parts[0]) else []
+        tables[name] = parts[0].model_copy(update={"time_s": [float(x) for x in best],
+                                                   "median_s": [float(x) for x in median]})
+    return first.model_copy(update={
+        **tables, "quick": all(run.quick for run in runs),
+        "empty_op_s": [t for run in runs for t in run.empty_op_s],
+        "cold_op_s": [t for run in runs for t in run.cold_op_s]})
+
+
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
                     engine_count: int, memory_levels: Sequence[dict[str, Any]], llc_bytes: float) -> HardwareSpec:
     """The spec that reproduces ``meas``: fitted rates as peaks (efficiency 1.0), Hockney W½ per
