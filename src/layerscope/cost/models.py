@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -92,10 +92,14 @@ def _matmul_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         if shapes:
             fraction[sel] = shapes_fraction(shapes, m[sel], n[sel])
         elif rows:
-            ms = np.log([r[0] for r in rows])
-            fr = np.array([r[1] for r in rows])
-            fraction[sel] = np.interp(np.log(m[sel]), ms, fr)
+            fraction[sel] = rows_fraction(rows, m[sel])
     return fraction
+
+
+def rows_fraction(rows: Sequence[tuple[float, float]], m: np.ndarray) -> np.ndarray:
+    """Fraction of peak at ``m`` rows from measured (M, fraction) pairs, ascending in M: linear in
+    log M, held at the table's ends."""
+    return np.interp(np.log(np.asarray(m, dtype=np.float64)), np.log([r[0] for r in rows]), [r[1] for r in rows])
 
 
 def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
@@ -110,7 +114,7 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
         sel = applies & (features.dtype_code == code)
         rows = hw.attention_rows(dt) if sel.any() else ()
         if rows:
-            fraction[sel] = np.interp(np.log(m[sel]), np.log([r[0] for r in rows]), [r[1] for r in rows])
+            fraction[sel] = rows_fraction(rows, m[sel])
     return fraction
 
 
@@ -119,11 +123,8 @@ def shapes_fraction(shapes: tuple[tuple[float, float, float], ...], m: np.ndarra
     within each measured width, linear in log M (held at that width's smallest and largest M);
     across widths, linear in log N between the two measured widths around ``n`` (held at the ends)."""
     widths = sorted({w for _, w, _ in shapes})
-    log_m = np.log(np.asarray(m, dtype=np.float64))
     # per_width[j]: every op's fraction as if its N were widths[j].
-    per_width = np.stack([
-        np.interp(log_m, np.log([r[0] for r in shapes if r[1] == w]), [r[2] for r in shapes if r[1] == w])
-        for w in widths])
+    per_width = np.stack([rows_fraction([(rm, f) for rm, rw, f in shapes if rw == w], m) for w in widths])
     if len(widths) == 1:
         return per_width[0]
     log_w = np.log(widths)

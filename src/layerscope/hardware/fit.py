@@ -28,7 +28,7 @@ distinct sizes in a range, times that do not grow with the work) raise :class:`H
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -52,6 +52,7 @@ from layerscope.hardware.spec import HardwareKind, HardwareSpec
 from layerscope.units import DType
 
 TableT = TypeVar("TableT", StreamTable, VectorTable)
+KeyT = TypeVar("KeyT", int, str, tuple[int, int])
 
 #: A GEMM (or vector kernel) counts as compute-bound when its time minus the overhead exceeds
 #: this multiple of its bytes / bandwidth time: far enough from the roofline's ridge that the
@@ -349,11 +350,18 @@ def vector_kind_efficiency(table: VectorTable, vector_flops_per_s: float, overhe
     """Per op kind of :data:`KIND_KERNELS` measured in ``table``: the median over its rows of
     ``flops / (t_median - overhead)`` over ``vector_flops_per_s``, capped at 1 (median times, as for the GEMM
     tables: a model runs the op once per step)."""
-    by_kind: dict[str, list[float]] = {}
-    for kernel, flops, t in zip(table.kernel, table.flops, table.median_s, strict=True):
-        if kernel in KIND_KERNELS and t > overhead_s and flops > 0:
-            by_kind.setdefault(KIND_KERNELS[kernel], []).append(flops / (t - overhead_s) / vector_flops_per_s)
-    return {kind: float(min(1.0, np.median(v))) for kind, v in sorted(by_kind.items())}
+    return _capped_medians((KIND_KERNELS[kernel], flops / (t - overhead_s) / vector_flops_per_s)
+                           for kernel, flops, t in zip(table.kernel, table.flops, table.median_s, strict=True)
+                           if kernel in KIND_KERNELS and t > overhead_s and flops > 0)
+
+
+def _capped_medians(pairs: Iterable[tuple[KeyT, float]]) -> dict[KeyT, float]:
+    """The median of the fractions under each key, capped at 1, in key order (the measured
+    efficiency tables: one fraction per M, (N, M) or op kind out of all the measurements there)."""
+    groups: dict[KeyT, list[float]] = {}
+    for key, fraction in pairs:
+        groups.setdefault(key, []).append(fraction)
+    return {key: float(min(1.0, np.median(v))) for key, v in sorted(groups.items())}
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
@@ -389,10 +397,8 @@ def matmul_rows_efficiency(gemm: GemmTable, dtype: DType, peak_flops_per_s: floa
     M), and not monotonically (kernel choices change with M), so the measured curve is kept as a
     table rather than fitted to a formula.
     """
-    by_m: dict[int, list[float]] = {}
-    for m, _, fraction in _achieved_fractions(gemm, dtype, peak_flops_per_s, overhead_s):
-        by_m.setdefault(m, []).append(fraction)
-    return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
+    medians = _capped_medians((m, f) for m, _, f in _achieved_fractions(gemm, dtype, peak_flops_per_s, overhead_s))
+    return [(float(m), f) for m, f in medians.items()]
 
 
 def matmul_shapes_efficiency(gemm: GemmTable, gemm_wide: GemmTable, dtype: DType, peak_flops_per_s: float,
@@ -413,10 +419,9 @@ def matmul_shapes_efficiency(gemm: GemmTable, gemm_wide: GemmTable, dtype: DType
     pooled = matmul_rows_efficiency(gemm, dtype, peak_flops_per_s, overhead_s)
     widths = [n for d, n in zip(gemm.dtype, gemm.n, strict=True) if DType(d) == dtype]
     rows = {(float(max(widths)), m): f for m, f in pooled} if widths else {}
-    by_shape: dict[tuple[int, int], list[float]] = {}
-    for m, n, fraction in _achieved_fractions(gemm_wide, dtype, peak_flops_per_s, overhead_s):
-        by_shape.setdefault((n, m), []).append(fraction)
-    rows |= {(float(n), float(m)): float(min(1.0, np.median(v))) for (n, m), v in by_shape.items()}
+    wide = _capped_medians(((n, m), f) for m, n, f in _achieved_fractions(gemm_wide, dtype, peak_flops_per_s,
+                                                                           overhead_s))
+    rows |= {(float(n), float(m)): f for (n, m), f in wide.items()}
     return [(m, n, f) for (n, m), f in sorted(rows.items())]
 
 
@@ -431,11 +436,11 @@ def attention_rows_efficiency(table: AttentionTable, dtype: DType, peak_flops_pe
     tokens, 70 at 512, 117 at 1024, 140 at 2048, where large GEMMs ran at 183). Kept as a measured
     table in M, like :func:`matmul_rows_efficiency`.
     """
-    by_m: dict[int, list[float]] = {}
-    for d, m, flops, t in zip(table.dtype, table.query_len, table.flops, table.median_s, strict=True):
-        if DType(d) == dtype and m > 1 and t > overhead_s:
-            by_m.setdefault(int(m), []).append(flops / (t - overhead_s) / peak_flops_per_s)
-    return [(float(m), float(min(1.0, np.median(v)))) for m, v in sorted(by_m.items())]
+    medians = _capped_medians((int(m), flops / (t - overhead_s) / peak_flops_per_s)
+                              for d, m, flops, t in zip(table.dtype, table.query_len, table.flops, table.median_s,
+                                                        strict=True)
+                              if DType(d) == dtype and m > 1 and t > overhead_s)
+    return [(float(m), f) for m, f in medians.items()]
 
 
 def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> CalibrationMeasurements:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,6 +30,7 @@ RowsTable = tuple[tuple[float, float], ...]
 #: (M, N, fraction of peak) triples of a measured GEMM-efficiency table by row count M and output
 #: width N, sorted by (N, M).
 ShapesTable = tuple[tuple[float, float, float], ...]
+TableT = TypeVar("TableT", RowsTable, ShapesTable)
 
 _UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
 
@@ -458,29 +460,24 @@ class HardwareSpec(BaseModel):
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
         return halves.get(resolved.dtype or DType.FP32, 0.0)
 
-    def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
-        """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
-        table = self.efficiency.matmul_rows
+    def _dtype_table(self, table: Mapping[DType, TableT], dtype: DType | str, allow_tf32: bool) -> TableT | tuple[()]:
+        """``table``'s entry for the unit that runs ``dtype`` (after the fallback rules); empty when none."""
         if not table:
             return ()
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
         return table.get(resolved.dtype or DType.FP32, ())
+
+    def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
+        """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
+        return self._dtype_table(self.efficiency.matmul_rows, dtype, allow_tf32)
 
     def attention_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (query rows, fraction) table of fused attention in ``dtype``; empty when none."""
-        table = self.efficiency.attention_rows
-        if not table:
-            return ()
-        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
-        return table.get(resolved.dtype or DType.FP32, ())
+        return self._dtype_table(self.efficiency.attention_rows, dtype, allow_tf32)
 
     def matmul_shapes(self, dtype: DType | str, *, allow_tf32: bool = True) -> ShapesTable:
         """The measured (M, N, fraction) table of the unit that runs ``dtype``; empty when none."""
-        table = self.efficiency.matmul_shapes
-        if not table:
-            return ()
-        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
-        return table.get(resolved.dtype or DType.FP32, ())
+        return self._dtype_table(self.efficiency.matmul_shapes, dtype, allow_tf32)
 
     def peak_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Dense peak FLOP/s of matrix arithmetic in ``dtype``, after the fallback rules."""
