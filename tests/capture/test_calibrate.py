@@ -28,7 +28,7 @@ TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), 
                        gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
                        attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
                        sampling_rows=(1, 2),
-                       min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
+                       gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -67,7 +67,12 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert [m for m, _ in hw.attention_rows(DType.FP32)] == [32.0, 128.0]
     assert all(0 < f <= 1 for _, f in hw.attention_rows(DType.FP32))
     # The spec charges the cold per-kernel time measured after a weight stream, never less than the hot one.
-    assert len(meas.cold_op_s) == 5
+    assert len(meas.cold_op_s) == 5 and len(meas.cold_module_call_s) == 5
+    assert hw.execution.module_call_s == pytest.approx(hw.calibration.fit.overhead.module_call_s)
+    # One-row GEMMs at each K beyond the LLC: the spec's weight-stream factors by reduction width.
+    assert list(zip(meas.gemv.m, meas.gemv.n, meas.gemv.k, strict=True)) == [(1, 256, 256), (1, 256, 1024)]
+    assert [k for k, _ in hw.weight_stream_k(DType.FP32)] == [256.0, 1024.0]
+    assert all(0.05 < f < 4 for _, f in hw.weight_stream_k(DType.FP32))
     assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s)
     assert hw.launch_overhead_s >= 0.5 * hw.calibration.fit.overhead.empty_op_s
     path = tmp_path / "hw.yaml"

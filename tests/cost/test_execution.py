@@ -321,3 +321,59 @@ def test_hf_eager_prefill_lm_head_runs_one_gemv_per_sequence(batch, engines, pas
     j = d.index["lm_head"]
     assert kernel_plan("hf-eager", d.ops).gemv_rows[j] == 0
     assert time_graph(d, hw).compute_s[j] > d.ops[j].flops / 100e9 / 0.21
+
+
+def test_weight_stream_k_sets_the_rate_of_gemm_weights_by_reduction_width():
+    # Main memory 10 GB/s; weights with K = 1024 stream at 0.8x, K = 8192 at 1.6x. Decode's q_proj
+    # (K = 2048, a third of the way in log K: 0.8 + 0.8 / 3) streams its weight at that factor and
+    # its activations at the bandwidth; down_proj (K = 8192) at 1.6x; a norm (no weights) unchanged.
+    table = {"fp32": [[1024, 0.8], [8192, 1.6]]}
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"weight_stream_k": table}})
+    assert hw.weight_stream_k("fp32") == ((1024.0, 0.8), (8192.0, 1.6)) and hw.weight_stream_k("bf16") == ()
+    d = _layer("fp32", phase="decode", context_len=64)
+    t, plain = time_graph(d, hw), time_graph(d, _hw())
+    q, down, norm = (d.index[f"layers.0.{name}"] for name in ("self_attn.q_proj", "mlp.down_proj", "input_layernorm"))
+    f_q = 0.8 + 0.8 * np.log(2) / np.log(8)
+    w = d.ops[q].weight_bytes
+    assert w == 2048 * 2048 * 4
+    rest = d.ops[q].act_read_bytes + d.ops[q].act_write_bytes
+    assert t.memory_s[q] == pytest.approx(w / (10e9 * f_q) + rest / 10e9)
+    assert t.memory_s[down] == pytest.approx(d.ops[down].weight_bytes / 16e9 + (
+        d.ops[down].act_read_bytes + d.ops[down].act_write_bytes) / 10e9)
+    assert t.memory_s[norm] == pytest.approx(plain.memory_s[norm])
+    # bf16 weights have no table here: unchanged
+    b = _layer("bf16", phase="decode", context_len=64)
+    assert time_graph(b, hw).memory_s[b.index["layers.0.self_attn.q_proj"]] == pytest.approx(
+        time_graph(b, _hw()).memory_s[b.index["layers.0.self_attn.q_proj"]])
+    # every cost model applies it to the weights' main-memory traffic
+    for model in ("tiling", "hierarchical"):
+        assert time_graph(d, hw, model).memory_s[q] < time_graph(d, _hw(), model).memory_s[q]
+        assert time_graph(d, hw, model).memory_s[down] < time_graph(d, hw, model).memory_s[q] * 4 / 1.5
+
+
+@pytest.mark.parametrize("table", [{"fp32": [[8192, 1.2], [1024, 0.8]]}, {"fp32": [[1024, 0.0]]},
+                                   {"fp32": [[1024, 5.0]]}, {"fp32": []}])
+def test_a_bad_weight_stream_table_is_refused(table):
+    from layerscope.errors import HardwareSpecError
+
+    with pytest.raises(HardwareSpecError, match="weight_stream_k"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"weight_stream_k": table}})
+
+
+def test_module_calls_cost_each_eager_op_its_python_calls():
+    # hf-eager with 20 us per module call: a projection and a norm pay one call, the gated activation
+    # two (the MLP's and its act_fn's), each residual add half of the decoder layer's; RoPE and the
+    # KV write none. Fused kernels run no Python per op: no module time even when set.
+    eager = _hw(kernels="hf-eager", module_call_s=20e-6)
+    g = _layer("fp32", phase="decode", context_len=64)
+    t, base = time_graph(g, eager), time_graph(g, _hw(kernels="hf-eager"))
+    extra = {name: t.overhead_s[g.index[f"layers.0.{name}"]] - base.overhead_s[g.index[f"layers.0.{name}"]]
+             for name in ("self_attn.q_proj", "input_layernorm", "mlp.act_mul", "residual_attn", "self_attn.rope",
+                          "self_attn.kv_write", "self_attn.attn")}
+    assert extra == pytest.approx({"self_attn.q_proj": 20e-6, "input_layernorm": 20e-6, "mlp.act_mul": 40e-6,
+                                   "residual_attn": 10e-6, "self_attn.rope": 0.0, "self_attn.kv_write": 0.0,
+                                   "self_attn.attn": 20e-6})
+    assert np.allclose(t.time_s - base.time_s, t.overhead_s - base.overhead_s)
+    fused = time_graph(g, _hw(kernels="fused", module_call_s=20e-6))
+    assert np.allclose(fused.overhead_s, time_graph(g, _hw()).overhead_s)
+    assert kernel_plan("fused", g.ops).module_calls.sum() == 0

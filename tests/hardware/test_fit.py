@@ -24,6 +24,7 @@ from layerscope.hardware.fit import (
     matmul_rows_efficiency,
     matmul_shapes_efficiency,
     vector_kind_efficiency,
+    weight_stream_factors,
 )
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model import load_model_spec
@@ -417,3 +418,49 @@ def test_combine_measurements_takes_the_best_and_the_median_of_medians() -> None
         combine_measurements([base, base.model_copy(update={"threads": 4})])
     with pytest.raises(HardwareSpecError, match="no calibration runs"):
         combine_measurements([])
+
+
+def test_weight_stream_factors_by_hand() -> None:
+    # One-row fp32 GEMMs after a 1 us overhead: K = 1024 at 16 GB/s for N = 2048 and 24 GB/s for N = 512
+    # (median 20), K = 8192 at 30 GB/s, against a 20 GB/s main memory: factors 1.0 and 1.5, not capped;
+    # rows with M > 1 and other dtypes are left out.
+    shapes = [(1, 2048, 1024, 16e9), (1, 512, 1024, 24e9), (1, 2048, 8192, 30e9), (4, 2048, 1024, 1e9)]
+    t = [n * k * 4 / rate + 1e-6 for _, n, k, rate in shapes]
+    gemv = GemmTable(dtype=[DType.FP32] * 4, m=[s[0] for s in shapes], n=[s[1] for s in shapes],
+                     k=[s[2] for s in shapes], time_s=t, median_s=t)
+    assert weight_stream_factors(gemv, DType.FP32, 20e9, 1e-6) == [(1024.0, pytest.approx(1.0)),
+                                                                    (8192.0, pytest.approx(1.5))]
+    assert weight_stream_factors(gemv, DType.BF16, 20e9, 1e-6) == []
+
+
+def test_gemv_and_module_call_measurements_reach_the_spec(tmp_path) -> None:
+    # The GEMV table becomes efficiency.weight_stream_k relative to the spec's main-memory bandwidth (the
+    # synthetic machine's 20 GB/s copy rate: no GEMV stream rows); the cold module-call samples' median
+    # becomes execution.module_call_s; combining runs keeps both.
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    t = [2048 * k * 4 / rate for k, rate in ((2048, 20e9), (8192, 25e9))]
+    gemv = GemmTable(dtype=[DType.FP32] * 2, m=[1, 1], n=[2048, 2048], k=[2048, 8192], time_s=t, median_s=t)
+    meas = synthetic().model_copy(update={"gemv": gemv, "cold_op_s": [8e-6] * 3,
+                                          "cold_module_call_s": [10e-6, 30e-6, 12e-6]})
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    o = TRUE["overhead"]
+    assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(20e9, rel=1e-3)
+    bw = hw.achievable_bandwidth_bytes_per_s()
+    expected = [(float(k), 2048 * k * 4 / (tt - o) / bw) for k, tt in zip((2048, 8192), t, strict=True)]
+    got = hw.weight_stream_k(DType.FP32)
+    assert [k for k, _ in got] == [2048.0, 8192.0]
+    assert [f for _, f in got] == pytest.approx([f for _, f in expected])
+    assert "reduction width K" in hw.efficiency.weight_stream_k_source
+    assert hw.execution.module_call_s == pytest.approx(12e-6)
+    assert hw.calibration is not None and hw.calibration.fit.overhead.module_call_s == pytest.approx(12e-6)
+    assert "module calls" in hw.execution.source
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    assert load_hardware(path) == hw
+    both = combine_measurements([meas, meas])
+    assert both.gemv == meas.gemv and len(both.cold_module_call_s) == 6
+    # Not measured (older files, GPUs): no table, no module time.
+    plain = calibrated_spec(synthetic(), name="s", description="t", kind="cpu", engine_count=2,
+                            memory_levels=levels, llc_bytes=LLC)
+    assert plain.efficiency.weight_stream_k == {} and plain.execution.module_call_s == 0.0

@@ -12,7 +12,11 @@ Measures, on ``device`` with the process's torch thread count:
 * causal ``scaled_dot_product_attention`` over prefill lengths 128 to 2048 with Llama-3.2-1B's and
   Qwen3-0.6B's head shapes (fused attention's rate by query length);
 * greedy sampling (argmax over 128256 logits per row, 1 and 8 rows);
-* the time of an add on one-element tensors (per-op dispatch with no work).
+* one-row GEMMs over weights far beyond the last-level cache at reduction widths K = 1024 to 8192
+  (decode's weight streaming by row length);
+* the time of an add on one-element tensors (per-op dispatch with no work), and a one-row RMSNorm
+  right after a weight stream, as bare calls and as an ``nn.Module`` (the cold per-kernel and
+  per-module-call costs inside a model).
 
 Every timing is the best of repeated calls after a warm-up (``capture.machine.Timer``: wall
 clock on CPU, CUDA events on GPU). The tables are fitted by :mod:`layerscope.hardware.fit`;
@@ -86,6 +90,9 @@ class CalibrationGrid:
     """Rows (sequences) of the sampling kernel."""
     vector_width: int = 2048
     """Row width of the norm and softmax kernels (a hidden size / a context length)."""
+    gemv_k: tuple[int, ...] = (1024, 2048, 4096, 8192)
+    """Reduction widths K of the one-row GEMMs timing weight streaming by row length (``gemv_n`` rows each)."""
+    gemv_n: int = 2048
     attention_lens: tuple[int, ...] = (128, 256, 512, 1024, 2048)
     """Prefill lengths (query = key tokens per sequence) of the causal attention measurements."""
     attention_heads: tuple[tuple[int, int, int], ...] = ((32, 8, 64), (16, 8, 128))
@@ -107,6 +114,7 @@ QUICK_GRID = CalibrationGrid(
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
     stream_step=4,
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
+    gemv_k=(1024, 2048, 8192),
     attention_lens=(128, 512, 1024, 2048),
     min_time_s=0.05,
     empty_op_samples=5,
@@ -121,8 +129,10 @@ class _Tables:
     stream: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in StreamTable.model_fields})
     vector: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in VectorTable.model_fields})
     attention: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in AttentionTable.model_fields})
+    gemv: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in GemmTable.model_fields})
     empty_op_s: list[float] = field(default_factory=list)
     cold_op_s: list[float] = field(default_factory=list)
+    cold_module_call_s: list[float] = field(default_factory=list)
 
     @staticmethod
     def add(table: dict[str, list[Any]], **row: Any) -> None:
@@ -171,6 +181,20 @@ def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
     # x: [rows, width]; Hugging Face LlamaRMSNorm.forward in eager mode (the kernels a capture times).
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + 1e-6))
+
+
+def _rmsnorm_module(torch: Any, weight: Any) -> Any:
+    """:func:`_rmsnorm` as an ``nn.Module`` (HF's ``LlamaRMSNorm`` in fp32: the same kernels)."""
+
+    class RMSNorm(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+        def forward(self, x: Any) -> Any:
+            return _rmsnorm(torch, x, self.weight)
+
+    return RMSNorm()
 
 
 def _causal_sdpa(torch: Any, q: Any, k: Any, v: Any) -> Any:
@@ -254,6 +278,17 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         tables.add(tables.stream, kernel="gemv", moved_bytes=float(n * k * 4), footprint_bytes=float(count * n * k * 4),
                    time_s=best_s, median_s=median_s)
 
+    def gemv_k(dt: str, k: int) -> None:
+        # Decode's projections by row length: y = x W^T over [n, k] weights filling 4x the LLC (every
+        # call reads its matrix from main memory), in the GEMM's dtype.
+        n = grid.gemv_n
+        tdt = torch_dtypes[dt]
+        w_bytes = n * k * torch.tensor([], dtype=tdt).element_size()
+        count = max(2, -(-int(4 * llc) // w_bytes))
+        weights = list(torch.rand(count, n, k, device=dev).to(tdt).unbind(0))
+        best_s, median_s = _time_cold_linear(torch, timer, torch.randn(1, k, device=dev).to(tdt), weights, t)
+        tables.add(tables.gemv, dtype=DType(dt), m=1, n=n, k=k, time_s=best_s, median_s=median_s)
+
     def vector(kernel: str, elements: int) -> None:
         width = min(grid.vector_width, elements)
         rows = elements // width
@@ -316,14 +351,23 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         x = torch.randn(1, grid.vector_width, device=dev)
         w = torch.ones(grid.vector_width, device=dev)
         linear = torch.nn.functional.linear
+        norm = _rmsnorm_module(torch, w)
         _rmsnorm(torch, x, w)
-        for _ in range(grid.cold_op_samples):
+        norm(x)
+
+        def cold_s(fn: Callable[[], object]) -> float:
             for wt in weights:
                 linear(xv, wt)
             start = time.perf_counter()
-            _rmsnorm(torch, x, w)
-            tables.cold_op_s.append((time.perf_counter() - start) / RMSNORM_EAGER_FP32_KERNELS)
-        del weights
+            fn()
+            return time.perf_counter() - start
+
+        for _ in range(grid.cold_op_samples):
+            bare_s = cold_s(partial(_rmsnorm, torch, x, w))
+            tables.cold_op_s.append(bare_s / RMSNORM_EAGER_FP32_KERNELS)
+            # The same kernels through an nn.Module call (as every HF norm, projection and embedding
+            # runs): the difference is the module call's own cold cost.
+            tables.cold_module_call_s.append(cold_s(partial(norm, x)) - bare_s)
 
     tasks.append(("empty op", empty_op))
     if device == "cpu":
@@ -346,6 +390,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         for n, k in _fitting_shapes(grid.gemm_wide_nk, mem):
             for m in grid.gemm_wide_m:
                 tasks.append((f"gemm {dt} {m}x{n}x{k}", partial(gemm, dt, m, n, k, wide=True)))
+        for k in grid.gemv_k:
+            tasks.append((f"gemv {dt} 1x{grid.gemv_n}x{k} beyond the LLC", partial(gemv_k, dt, k)))
         for heads, kv_heads, head_dim in grid.attention_heads:
             for tokens in grid.attention_lens:
                 tasks.append((f"attention {dt} {heads}/{kv_heads}x{head_dim} causal {tokens}",
@@ -363,7 +409,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
         gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
         vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
-        attention=AttentionTable(**tables.attention))
+        cold_module_call_s=tables.cold_module_call_s,
+        attention=AttentionTable(**tables.attention), gemv=GemmTable(**tables.gemv))
     return meas, levels, llc
 
 

@@ -46,6 +46,12 @@ that copy it), per op of N elements of ``a`` bytes (the activation type):
   (The passes are not linear in B: ``cost.sweep`` times such prefills point by point through ``estimate``.)
 
 Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
+
+Eager modules also cost Python time of their own: each ``nn.Module`` call (``__call__``, hook dispatch,
+the ``forward`` body's attribute lookups) runs cold inside a model, as the kernels do, after weights
+streamed through the caches (reference CPU: a one-row RMSNorm took 45 µs bare and 58 µs as a module
+right after four cold 2048 x 2048 GEMVs; an add 8.6 and 16). ``HF_EAGER_MODULE_CALLS`` counts the calls
+each op's time includes; each pays ``execution.module_call_s``, which ``layerscope calibrate`` measures.
 """
 
 from __future__ import annotations
@@ -73,11 +79,14 @@ class KernelPlan:
     out_share: np.ndarray
     gemv_rows: np.ndarray
     """Rows run as separate GEMVs over one shared weight (``bmm`` with a broadcast weight); 0: not so."""
+    module_calls: np.ndarray
+    """Python ``nn.Module`` calls the op's time includes (each pays ``execution.module_call_s``); 0 when
+    the op is not run through modules (every fused profile)."""
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
         n = len(ops)
-        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n))
+        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n), np.zeros(n))
 
 
 def output_share(ops: Sequence[Op]) -> np.ndarray:
@@ -167,6 +176,24 @@ HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
 }
 
 
+#: ``nn.Module`` calls per op of each kind in HF eager (transformers 5.x Llama/Qwen3/Mixtral modules):
+#: projections, the router and the embedding are ``nn.Linear``/``nn.Embedding``, norms a module each;
+#: the gated activation carries the MLP module's call and its ``act_fn`` module's; attention the
+#: attention module's; the experts op the sparse-MoE block's and the experts module's; each of a
+#: layer's two residual adds half of the decoder layer's call (its own code, between its children).
+#: RoPE, the KV-cache update, top-k and sampling are functions and methods, not modules.
+HF_EAGER_MODULE_CALLS: dict[str, float] = {
+    "gemm": 1.0,
+    "router": 1.0,
+    "embedding": 1.0,
+    "norm": 1.0,
+    "activation": 2.0,
+    "attention": 1.0,
+    "moe_experts": 2.0,
+    "residual_add": 0.5,
+}
+
+
 def _eager_gemv_rows(op: Op) -> float:
     """Sequences whose last position lm_head reads out of a longer ``[B, S, H]`` input: HF's
     ``hidden_states[:, -1:, :]`` is then a strided view and ``matmul`` runs B GEMVs (``bmm``)."""
@@ -185,7 +212,9 @@ def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
                     dtype=np.float64).reshape(len(ops), 3)
     return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy(),
                       out_share=output_share(ops),
-                      gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=len(ops)))
+                      gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=len(ops)),
+                      module_calls=np.fromiter((HF_EAGER_MODULE_CALLS.get(op.kind, 0.0) for op in ops),
+                                               dtype=np.float64, count=len(ops)))
 
 
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).

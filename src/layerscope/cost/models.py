@@ -164,6 +164,8 @@ class _Execution:
     cache_bw: float = 0.0
     write_allocate_bytes: np.ndarray | None = None
     """Extra main-memory bytes: the read for ownership of each output written to a cold buffer."""
+    module_s: np.ndarray | None = None
+    """Per op: the Python module calls' time (``module_calls · execution.module_call_s``)."""
 
 
 _DEFAULT_EXECUTION = _Execution(None, None)
@@ -213,27 +215,59 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
             cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
             in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
             resident = np.where(footprint <= capacity, in_cache, 0.0)
-    return scaled, _Execution(plan.launches, resident, cache_bw, cold)
+    module_s = plan.module_calls * execution.module_call_s if execution.module_call_s else None
+    return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s)
 
 
-def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution) -> np.ndarray:
+def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
+    """Per op: the factor on the main-memory bandwidth at which its weights stream, from the measured
+    (K, factor) table of its dtype (``efficiency.weight_stream_k``) at the op's reduction width K,
+    interpolated linearly in log K and held at the table's ends; 1 for ops without weights or a
+    GEMM shape and for dtypes without a table. None when the spec has no table at all."""
+    if not hw.efficiency.weight_stream_k:
+        return None
+    k = features.gemm_mnkb[:, 2].astype(np.float64)
+    factor = np.ones(len(k))
+    has_weights = (np.asarray(features.weight_bytes).reshape(-1, len(k)) > 0).any(axis=0)
+    applies = (k > 0) & has_weights
+    for code, dt in enumerate(DTYPE_ORDER):
+        sel = applies & (features.dtype_code == code)
+        rows = hw.weight_stream_k(dt) if sel.any() else ()
+        if rows:
+            factor[sel] = rows_fraction(rows, k[sel])
+    return factor
+
+
+def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None) -> np.ndarray:
+    """Time of ``bytes_`` of main-memory traffic at ``bw``, the op's weight bytes among them (at most
+    all of them) at ``bw`` times its :func:`weight_stream_factor`."""
+    if factor is None:
+        return bytes_ / bw
+    weights = np.minimum(features.weight_bytes, bytes_)
+    return (bytes_ - weights) / bw + weights / (bw * factor)
+
+
+def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: OpFeatures) -> np.ndarray:
     """Main-memory time of ``bytes_`` (plus any read-for-ownership bytes), less the cache-resident
-    bytes, which move at cache bandwidth."""
+    bytes, which move at cache bandwidth; weights stream at their measured rate (:func:`weight_stream_factor`)."""
     bw = hw.achievable_bandwidth_bytes_per_s()
+    factor = weight_stream_factor(features, hw)
     extra = 0.0 if run.write_allocate_bytes is None else run.write_allocate_bytes / bw
     if run.resident_bytes is None:
-        return bytes_ / bw + extra
+        return _main_memory_s(bytes_, features, bw, factor) + extra
     resident = np.minimum(run.resident_bytes, bytes_)
-    return (bytes_ - resident) / bw + resident / run.cache_bw + extra
+    return _main_memory_s(bytes_ - resident, features, bw, factor) + resident / run.cache_bw + extra
 
 
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
-             memory_bytes: np.ndarray, launches: np.ndarray | None = None) -> CostArrays:
+             memory_bytes: np.ndarray, run: _Execution = _DEFAULT_EXECUTION) -> CostArrays:
     # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term);
-    # an op run as several kernels pays the overhead once per kernel.
+    # an op run as several kernels pays the overhead once per kernel, and its module calls' time.
     busy = np.maximum(compute_s, memory_s)
-    overhead = np.full_like(busy, overhead_s) if launches is None else np.broadcast_to(
-        overhead_s * launches, busy.shape).copy()
+    overhead = np.full_like(busy, overhead_s) if run.launches is None else np.broadcast_to(
+        overhead_s * run.launches, busy.shape).copy()
+    if run.module_s is not None:
+        overhead = overhead + run.module_s
     time_s = busy + overhead
     bound = np.where(compute_s >= memory_s, BOUND_COMPUTE, BOUND_MEMORY)
     bound = np.where(overhead > busy, BOUND_OVERHEAD, bound)
@@ -248,8 +282,8 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     """
     features, run = _prepare(features, hw)
     bytes_ = features.total_bytes
-    memory_s = _memory_s(bytes_, hw, run)
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run.launches)
+    memory_s = _memory_s(bytes_, hw, run, features)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,8 +379,8 @@ def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     if level is not None:
         tiled = _gemm_traffic(features, level.capacity_bytes)
         bytes_ = np.where(np.isnan(tiled), bytes_, np.maximum(tiled, bytes_))
-    memory_s = _memory_s(bytes_, hw, run)
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run.launches)
+    memory_s = _memory_s(bytes_, hw, run, features)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run)
 
 
 def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
@@ -365,6 +399,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     level_times = []
     main_bytes = compulsory
     levels = hw.memory
+    factor = weight_stream_factor(features, hw)
     for inner, outer in itertools.pairwise(levels):
         capacity = inner.capacity_bytes
         tiled = _gemm_traffic(features, capacity)
@@ -377,13 +412,13 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         if is_main and run.write_allocate_bytes is not None:
             traffic = traffic + run.write_allocate_bytes
         if bw:
-            level_times.append(traffic / bw)
+            level_times.append(_main_memory_s(traffic, features, bw, factor) if is_main else traffic / bw)
         if is_main:
             main_bytes = traffic
     if len(levels) == 1:
-        level_times.append(compulsory / hw.achievable_bandwidth_bytes_per_s())
+        level_times.append(_main_memory_s(compulsory, features, hw.achievable_bandwidth_bytes_per_s(), factor))
     memory_s = np.max(np.stack(np.broadcast_arrays(*level_times)), axis=0)
-    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run.launches)
+    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run)
 
 
 CostModelFn = Callable[[OpFeatures, HardwareSpec], CostArrays]

@@ -115,8 +115,15 @@ class CalibrationMeasurements(BaseModel):
     cold_op_s: list[float] = Field(default_factory=list)
     """Per-kernel times of an eager RMSNorm on one row, each timed right after weights streamed
     past the last-level cache (as a decode step runs it): what a small op costs inside a model."""
+    cold_module_call_s: list[float] = Field(default_factory=list)
+    """Per pair of cold samples (each right after its own weight stream): the RMSNorm's time as an
+    ``nn.Module`` call less its time as bare calls, i.e. the module call's own cost inside a model."""
     attention: AttentionTable = Field(default_factory=AttentionTable)
     """Causal SDPA over prefill lengths: fused attention's efficiency by query length."""
+    gemv: GemmTable = Field(default_factory=GemmTable)
+    """One-row GEMMs (``m`` = 1, decode's projections) over a grid of reduction widths ``k``, each call
+    on the next of enough ``[n, k]`` weights to fill several times the last-level cache (cold, as in
+    a decode step): the weight-streaming rate by row length (``efficiency.weight_stream_k``)."""
 
 
 class FitStats(BaseModel):
@@ -186,6 +193,10 @@ class OverheadFit(BaseModel):
     """Median per-kernel time of small eager ops right after a weight stream (instructions, dispatch
     tables and allocator state evicted): the per-kernel cost inside a model; None when not measured."""
 
+    module_call_s: float | None = Field(default=None, ge=0)
+    """Median of the cold module-call samples (at least 0): one ``nn.Module`` call's own cost inside a
+    model; None when not measured."""
+
     @property
     def in_model_s(self) -> float:
         """The per-kernel overhead a spec should charge: the cold one when measured."""
@@ -209,6 +220,12 @@ class CalibrationFit(BaseModel):
     weight_stream: BandwidthFit | None = None
     """Main-memory bandwidth of GEMV weight streaming (``y = x W^T`` over matrices far beyond the
     LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""
+
+    @property
+    def main_memory(self) -> BandwidthFit:
+        """The fit a calibrated spec gives main memory: GEMV weight streaming where measured (what decode
+        projections and ``lm_head`` achieve; STREAM copy/scale stays in the record), else copy/scale."""
+        return self.weight_stream if self.weight_stream is not None else self.memory
     matmul_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (M, achieved rate / peak) for M > 1: the median over the grid's N x K shapes."""
     matmul_reference: dict[DType, float] = Field(default_factory=dict)
@@ -227,6 +244,10 @@ class CalibrationFit(BaseModel):
     """Per dtype, (query length, achieved rate / the spec's peak) of causal SDPA: the median over the
     head shapes measured (``hardware.fit.attention_rows_efficiency``; a calibrated spec's
     ``efficiency.attention_rows``)."""
+    weight_stream_k: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
+    """Per dtype, (reduction width K, weight bytes streamed per second by a cold one-row GEMM / the
+    main-memory bandwidth of the spec): the median over the widths N measured at that K
+    (``hardware.fit.weight_stream_factors``; a calibrated spec's ``efficiency.weight_stream_k``)."""
 
 
 class CalibrationRecord(BaseModel):
@@ -246,5 +267,7 @@ class CalibrationRecord(BaseModel):
                            "gemm_points": len(meas.gemm), "gemm_wide_points": len(meas.gemm_wide),
                            "stream_points": len(meas.stream),
                            "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s),
-                           "cold_op_points": len(meas.cold_op_s), "attention_points": len(meas.attention)}
+                           "cold_op_points": len(meas.cold_op_s),
+                           "cold_module_call_points": len(meas.cold_module_call_s),
+                           "attention_points": len(meas.attention), "gemv_points": len(meas.gemv)}
         return out

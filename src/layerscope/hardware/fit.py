@@ -280,7 +280,9 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     intercept_s = cache.intercept_s if cache is not None else empty_op_s
     overhead = OverheadFit(empty_op_s=empty_op_s, intercept_s=intercept_s,
                            launch_overhead_s=max(empty_op_s, intercept_s),
-                           cold_op_s=float(np.median(meas.cold_op_s)) if meas.cold_op_s else None)
+                           cold_op_s=float(np.median(meas.cold_op_s)) if meas.cold_op_s else None,
+                           module_call_s=max(0.0, float(np.median(meas.cold_module_call_s)))
+                           if meas.cold_module_call_s else None)
     memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
                            min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                            intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
@@ -292,6 +294,7 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                                       min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                                       intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
     bw = memory.bandwidth_bytes_per_s
+    main_bw = (weight_stream or memory).bandwidth_bytes_per_s  # CalibrationFit.main_memory
     o = overhead.launch_overhead_s
     # A GEMM is compute-bound when its time is well beyond its bytes at the rate its (cold) weights
     # actually stream: the GEMV rate where measured (22 GB/s on the reference CPU, against 93 GB/s
@@ -325,7 +328,9 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                           matmul_shapes={dt: r for dt, r in shapes.items() if r},
                           matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
                           attention_rows={dt: r for dt, r in attention.items() if r},
-                          vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o))
+                          vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o),
+                          weight_stream_k={dt: f for dt in dict.fromkeys(meas.gemv.dtype)
+                                           if (f := weight_stream_factors(meas.gemv, dt, main_bw, o))})
 
 
 #: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
@@ -355,13 +360,37 @@ def vector_kind_efficiency(table: VectorTable, vector_flops_per_s: float, overhe
                            if kernel in KIND_KERNELS and t > overhead_s and flops > 0)
 
 
-def _capped_medians(pairs: Iterable[tuple[KeyT, float]]) -> dict[KeyT, float]:
-    """The median of the fractions under each key, capped at 1, in key order (the measured
-    efficiency tables: one fraction per M, (N, M) or op kind out of all the measurements there)."""
+def _medians(pairs: Iterable[tuple[KeyT, float]], cap: float = np.inf) -> dict[KeyT, float]:
+    """The median of the values under each key, capped at ``cap``, in key order (the measured
+    efficiency tables: one fraction per M, (N, M), K or op kind out of all the measurements there)."""
     groups: dict[KeyT, list[float]] = {}
     for key, fraction in pairs:
         groups.setdefault(key, []).append(fraction)
-    return {key: float(min(1.0, np.median(v))) for key, v in sorted(groups.items())}
+    return {key: float(min(cap, np.median(v))) for key, v in sorted(groups.items())}
+
+
+def _capped_medians(pairs: Iterable[tuple[KeyT, float]]) -> dict[KeyT, float]:
+    """:func:`_medians` of fractions of a peak, capped at 1."""
+    return _medians(pairs, cap=1.0)
+
+
+def weight_stream_factors(gemv: GemmTable, dtype: DType, main_bandwidth_bytes_per_s: float,
+                          overhead_s: float) -> list[tuple[float, float]]:
+    """(K, factor) for ``dtype``'s one-row GEMMs: the weight bytes ``n·k·size`` over ``t_median - overhead``
+    (the rate the cold weights streamed at), over ``main_bandwidth_bytes_per_s``; the median over the
+    widths N measured at each K, not capped (a factor above 1 streams faster than the bandwidth's
+    reference GEMV).
+
+    A GEMV ``y = x W^T`` reads each weight row once for one dot product, so its rate depends on the row
+    length K rather than on the matrix size: on the reference CPU (MKL sgemv, 2 threads, 256 MiB of
+    weights) 27-28 GB/s at K = 1024-2048, 31 at 4096 and 35 at 8192, for every N from 512 to 32768
+    (bf16: 28-31 and 33). Median times, as for the GEMM tables: a decode step runs each projection once.
+    """
+    size = dtype.bits / 8
+    return [(float(k), f) for k, f in _medians(
+        (int(k), n * k * size / (t - overhead_s) / main_bandwidth_bytes_per_s)
+        for d, m, n, k, t in zip(gemv.dtype, gemv.m, gemv.n, gemv.k, gemv.median_s, strict=True)
+        if DType(d) == dtype and m == 1 and t > overhead_s).items()]
 
 
 def _split_stream(stream: StreamTable) -> tuple[StreamTable, StreamTable | None]:
@@ -462,7 +491,7 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
                 raise HardwareSpecError(f"combine_measurements: run {i}'s {key} ({getattr(run, key)!r}) differs "
                                         f"from run 1's ({getattr(first, key)!r})")
     tables: dict[str, Any] = {}
-    for name in ("gemm", "gemm_wide", "stream", "vector", "attention"):
+    for name in ("gemm", "gemm_wide", "stream", "vector", "attention", "gemv"):
         parts = [getattr(run, name) for run in runs]
         keys = [col for col in type(parts[0]).model_fields if col not in ("time_s", "median_s")]
         for i, part in enumerate(parts[1:], start=2):
@@ -475,7 +504,8 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
     return first.model_copy(update={
         **tables, "quick": all(run.quick for run in runs),
         "empty_op_s": [t for run in runs for t in run.empty_op_s],
-        "cold_op_s": [t for run in runs for t in run.cold_op_s]})
+        "cold_op_s": [t for run in runs for t in run.cold_op_s],
+        "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s]})
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
@@ -492,9 +522,7 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
     levels = [dict(level) for level in memory_levels]
     if not levels:
         raise HardwareSpecError("calibrated_spec: memory_levels needs at least the main memory")
-    # Main memory: the GEMV weight-streaming rate when measured (what decode projections and
-    # lm_head achieve; STREAM copy/scale stays in the record), else the copy/scale fit.
-    main_bw = fit.weight_stream if fit.weight_stream is not None else fit.memory
+    main_bw = fit.main_memory
     levels[-1]["bandwidth_bytes_per_s"] = main_bw.bandwidth_bytes_per_s
     sources = {
         "engines.count": "torch.get_num_threads()" if meas.device == "cpu" else "CUDA multi_processor_count",
@@ -552,6 +580,10 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                       + ", ".join(f"{kind} ({kernel})" for kernel, kind in KIND_KERNELS.items()
                                                   if kind in fit.vector_per_kind)
                                       if fit.vector_per_kind else "",
+            "weight_stream_k": {dt.value: rows for dt, rows in fit.weight_stream_k.items()},
+            "weight_stream_k_source": f"calibrated: {what}; weight bytes per second of cold one-row GEMMs per "
+                                      "reduction width K / the main-memory bandwidth, interpolated in log K"
+                                      if fit.weight_stream_k else "",
             "attention_rows": {dt.value: rows for dt, rows in fit.attention_rows.items()},
             "attention_rows_source": f"calibrated: {what}; causal scaled_dot_product_attention, achieved / peak "
                                      "rate per query length (median over head shapes), interpolated in log M"
@@ -561,10 +593,12 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         # aten op; layerscope.cost.execution); on a CPU, megabyte activations stay in the LLC, but
         # each op's output goes to a freshly allocated, cache-cold buffer (write-allocate).
         "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
-                      "cold_outputs": kind == "cpu",
+                      "cold_outputs": kind == "cpu", "module_call_s": fit.overhead.module_call_s or 0.0,
                       "source": f"calibrated: {what}; PyTorch eager kernels"
                                 + ("; activations resident in the last-level cache, outputs written to cold "
-                                   "buffers" if kind == "cpu" else "")},
+                                   "buffers" if kind == "cpu" else "")
+                                + ("; module calls: a cold RMSNorm as an nn.Module less its kernels"
+                                   if fit.overhead.module_call_s is not None else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
     }, origin="calibrated spec")

@@ -32,6 +32,9 @@ RowsTable = tuple[tuple[float, float], ...]
 ShapesTable = tuple[tuple[float, float, float], ...]
 TableT = TypeVar("TableT", RowsTable, ShapesTable)
 
+#: Largest ``efficiency.weight_stream_k`` factor accepted: a GEMV streaming 4x faster than the
+#: main-memory bandwidth means the bandwidth or the table is wrong.
+MAX_STREAM_FACTOR = 4.0
 _UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
 
 
@@ -206,9 +209,18 @@ class EfficiencySpec(BaseModel):
     kernel, 2 threads) causal SDPA reached 45-50 GFLOP/s at 128 tokens and 140 at 2048, against
     183 for large GEMMs. Written by ``layerscope calibrate``; empty (the default) means none."""
     attention_rows_source: str = ""
+    weight_stream_k: dict[DType, RowsTable] = Field(default_factory=dict)
+    """Measured main-memory rate of a GEMM's weight stream by its reduction width K, per dtype:
+    ``(K, factor)`` pairs, K ascending, where the factor multiplies the main-memory bandwidth for the
+    weight bytes of GEMM ops (the rest of their bytes, and every other op, stream at the bandwidth
+    itself). Interpolated linearly in log K and held at the ends; absent dtypes are not affected.
+    A factor may exceed 1: the bandwidth is that of one reference GEMV shape, and a GEMV reads one
+    weight row per dot product, so longer rows stream faster (reference CPU, MKL sgemv on 2 threads:
+    27-28 GB/s at K = 1024-2048, 35 at 8192, whatever N). Written by ``layerscope calibrate``."""
+    weight_stream_k_source: str = ""
 
     @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows",
-                     mode="before")
+                     "weight_stream_k", mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
@@ -224,6 +236,19 @@ class EfficiencySpec(BaseModel):
             bad = [f for _, f in rows if not 0 < f <= 1]
             if bad:
                 raise ValueError(f"{where}: fractions must be in (0, 1], got {bad}")
+        return value
+
+    @field_validator("weight_stream_k")
+    @classmethod
+    def _stream_table(cls, value: dict[DType, RowsTable]) -> dict[DType, RowsTable]:
+        for dtype, rows in value.items():
+            where = f"efficiency.weight_stream_k.{dtype.value}"
+            ks = [k for k, _ in rows]
+            if not rows or ks != sorted(set(ks)) or ks[0] < 1:
+                raise ValueError(f"{where}: needs (K, factor) pairs with K >= 1, strictly ascending; got K = {ks}")
+            bad = [f for _, f in rows if not 0 < f <= MAX_STREAM_FACTOR]
+            if bad:
+                raise ValueError(f"{where}: factors must be in (0, {MAX_STREAM_FACTOR:g}], got {bad}")
         return value
 
     @field_validator("matmul_shapes")
@@ -304,6 +329,10 @@ class ExecutionSpec(BaseModel):
     kernels: ExecutionKernels = "fused"
     activations_in_cache: bool = False
     cold_outputs: bool = False
+    module_call_s: float = Field(default=0.0, ge=0)
+    """Python time of one ``nn.Module`` call inside a model (``hf-eager``: each op pays it per module
+    call its time includes, ``cost.execution.HF_EAGER_MODULE_CALLS``); 0 for fused engines, which run
+    no Python per op. ``layerscope calibrate`` measures it on CPUs."""
     source: str = "assumption: fused kernels, activations in main memory"
 
     @property
@@ -474,6 +503,11 @@ class HardwareSpec(BaseModel):
     def attention_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (query rows, fraction) table of fused attention in ``dtype``; empty when none."""
         return self._dtype_table(self.efficiency.attention_rows, dtype, allow_tf32)
+
+    def weight_stream_k(self, dtype: DType | str) -> RowsTable:
+        """The measured (K, bandwidth factor) table of GEMM weights in ``dtype`` (no fallback to another
+        dtype: the rate is the kernel's, and a bf16 GEMV is not an fp32 one); empty when none."""
+        return self.efficiency.weight_stream_k.get(DType(dtype), ())
 
     def matmul_shapes(self, dtype: DType | str, *, allow_tf32: bool = True) -> ShapesTable:
         """The measured (M, N, fraction) table of the unit that runs ``dtype``; empty when none."""
