@@ -21,6 +21,7 @@ from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS
 from layerscope.hardware.spec import HardwareSpec, MemoryLevel
+from layerscope.units import DType
 
 BOUND_COMPUTE = 0
 BOUND_MEMORY = 1
@@ -107,14 +108,21 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
     (``efficiency.attention_rows``; the M of the op's QK product), interpolated linearly in log M and
     held at the table's ends; 1 for every other op, for decode (M = 1) and for attention over
     sequence groups of different lengths (no single M: the op carries no product shape)."""
-    fraction = np.ones(len(features.kinds))
     m = features.gemm_mnkb[:, 0].astype(np.float64)
     applies = (np.fromiter((k == "attention" for k in features.kinds), dtype=bool, count=len(m))) & (m > 1)
+    return _per_dtype_rows(features, applies, m, hw.attention_rows)
+
+
+def _per_dtype_rows(features: OpFeatures, applies: np.ndarray, x: np.ndarray,
+                    table: Callable[[DType], Sequence[tuple[float, float]]]) -> np.ndarray:
+    """Per op: :func:`rows_fraction` of ``table(op dtype)`` at ``x`` where ``applies`` and the dtype has
+    a table; 1 elsewhere."""
+    fraction = np.ones(len(x))
     for code, dt in enumerate(DTYPE_ORDER):
         sel = applies & (features.dtype_code == code)
-        rows = hw.attention_rows(dt) if sel.any() else ()
+        rows = table(dt) if sel.any() else ()
         if rows:
-            fraction[sel] = rows_fraction(rows, m[sel])
+            fraction[sel] = rows_fraction(rows, x[sel])
     return fraction
 
 
@@ -227,15 +235,8 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     if not hw.efficiency.weight_stream_k:
         return None
     k = features.gemm_mnkb[:, 2].astype(np.float64)
-    factor = np.ones(len(k))
     has_weights = (np.asarray(features.weight_bytes).reshape(-1, len(k)) > 0).any(axis=0)
-    applies = (k > 0) & has_weights
-    for code, dt in enumerate(DTYPE_ORDER):
-        sel = applies & (features.dtype_code == code)
-        rows = hw.weight_stream_k(dt) if sel.any() else ()
-        if rows:
-            factor[sel] = rows_fraction(rows, k[sel])
-    return factor
+    return _per_dtype_rows(features, (k > 0) & has_weights, k, hw.weight_stream_k)
 
 
 def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None) -> np.ndarray:

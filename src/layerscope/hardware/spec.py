@@ -225,30 +225,22 @@ class EfficiencySpec(BaseModel):
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
 
-    @field_validator("matmul_rows", "attention_rows")
+    @field_validator("matmul_rows", "attention_rows", "weight_stream_k")
     @classmethod
     def _rows_table(cls, value: dict[DType, RowsTable], info: Any) -> dict[DType, RowsTable]:
+        # (M, fraction of peak) with M > 1, or (K, bandwidth factor) with K >= 1 and factors up to MAX_STREAM_FACTOR
+        stream = info.field_name == "weight_stream_k"
+        key, what, bound, high = (("K", "factor", "K >= 1", MAX_STREAM_FACTOR) if stream
+                                  else ("M", "fraction", "M > 1", 1.0))
         for dtype, rows in value.items():
             where = f"efficiency.{info.field_name}.{dtype.value}"
-            ms = [m for m, _ in rows]
-            if not rows or ms != sorted(set(ms)) or ms[0] <= 1:
-                raise ValueError(f"{where}: needs (M, fraction) pairs with M > 1, strictly ascending; got M = {ms}")
-            bad = [f for _, f in rows if not 0 < f <= 1]
+            xs = [x for x, _ in rows]
+            if not rows or xs != sorted(set(xs)) or (xs[0] < 1 if stream else xs[0] <= 1):
+                raise ValueError(f"{where}: needs ({key}, {what}) pairs with {bound}, strictly ascending; "
+                                 f"got {key} = {xs}")
+            bad = [f for _, f in rows if not 0 < f <= high]
             if bad:
-                raise ValueError(f"{where}: fractions must be in (0, 1], got {bad}")
-        return value
-
-    @field_validator("weight_stream_k")
-    @classmethod
-    def _stream_table(cls, value: dict[DType, RowsTable]) -> dict[DType, RowsTable]:
-        for dtype, rows in value.items():
-            where = f"efficiency.weight_stream_k.{dtype.value}"
-            ks = [k for k, _ in rows]
-            if not rows or ks != sorted(set(ks)) or ks[0] < 1:
-                raise ValueError(f"{where}: needs (K, factor) pairs with K >= 1, strictly ascending; got K = {ks}")
-            bad = [f for _, f in rows if not 0 < f <= MAX_STREAM_FACTOR]
-            if bad:
-                raise ValueError(f"{where}: factors must be in (0, {MAX_STREAM_FACTOR:g}], got {bad}")
+                raise ValueError(f"{where}: {what}s must be in (0, {high:g}], got {bad}")
         return value
 
     @field_validator("matmul_shapes")
