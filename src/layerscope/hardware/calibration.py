@@ -220,12 +220,6 @@ class CalibrationFit(BaseModel):
     weight_stream: BandwidthFit | None = None
     """Main-memory bandwidth of GEMV weight streaming (``y = x W^T`` over matrices far beyond the
     LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""
-
-    @property
-    def main_memory(self) -> BandwidthFit:
-        """The fit a calibrated spec gives main memory: GEMV weight streaming where measured (what decode
-        projections and ``lm_head`` achieve; STREAM copy/scale stays in the record), else copy/scale."""
-        return self.weight_stream if self.weight_stream is not None else self.memory
     matmul_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (M, achieved rate / peak) for M > 1: the median over the grid's N x K shapes."""
     matmul_reference: dict[DType, float] = Field(default_factory=dict)
@@ -248,6 +242,12 @@ class CalibrationFit(BaseModel):
     """Per dtype, (reduction width K, weight bytes streamed per second by a cold one-row GEMM / the
     main-memory bandwidth of the spec): the median over the widths N measured at that K
     (``hardware.fit.weight_stream_factors``; a calibrated spec's ``efficiency.weight_stream_k``)."""
+
+    @property
+    def main_memory(self) -> BandwidthFit:
+        """The fit a calibrated spec gives main memory: GEMV weight streaming where measured (what decode
+        projections and ``lm_head`` achieve; STREAM copy/scale stays in the record), else copy/scale."""
+        return self.weight_stream if self.weight_stream is not None else self.memory
 
 
 class CalibrationRecord(BaseModel):

@@ -294,7 +294,6 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                                       min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                                       intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
     bw = memory.bandwidth_bytes_per_s
-    main_bw = (weight_stream or memory).bandwidth_bytes_per_s  # CalibrationFit.main_memory
     o = overhead.launch_overhead_s
     # A GEMM is compute-bound when its time is well beyond its bytes at the rate its (cold) weights
     # actually stream: the GEMV rate where measured (22 GB/s on the reference CPU, against 93 GB/s
@@ -323,14 +322,16 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
     peaks = {dt: reference[dt] if rows[dt] or shapes[dt] else fit.peak_flops_per_s for dt, fit in matmul.items()}
     attention = {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul}
-    return CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
-                          weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
-                          matmul_shapes={dt: r for dt, r in shapes.items() if r},
-                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
-                          attention_rows={dt: r for dt, r in attention.items() if r},
-                          vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o),
-                          weight_stream_k={dt: f for dt in dict.fromkeys(meas.gemv.dtype)
-                                           if (f := weight_stream_factors(meas.gemv, dt, main_bw, o))})
+    fit = CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
+                         weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
+                         matmul_shapes={dt: r for dt, r in shapes.items() if r},
+                         matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
+                         attention_rows={dt: r for dt, r in attention.items() if r},
+                         vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o))
+    # weight-stream factors are relative to the bandwidth the spec gives main memory
+    main_bw = fit.main_memory.bandwidth_bytes_per_s
+    return fit.model_copy(update={"weight_stream_k": {
+        dt: f for dt in dict.fromkeys(meas.gemv.dtype) if (f := weight_stream_factors(meas.gemv, dt, main_bw, o))}})
 
 
 #: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
@@ -597,7 +598,7 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                       "source": f"calibrated: {what}; PyTorch eager kernels"
                                 + ("; activations resident in the last-level cache, outputs written to cold "
                                    "buffers" if kind == "cpu" else "")
-                                + ("; module calls: a cold RMSNorm as an nn.Module less its kernels"
+                                + ("; module calls: a cold RMSNorm as an nn.Module less the same as bare calls"
                                    if fit.overhead.module_call_s is not None else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
