@@ -252,7 +252,8 @@ def test_captured_times_count_the_aten_events_in_each_range(tmp_path: Path) -> N
     assert got.events["decode_step_0"] == {}
 
 
-def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unprofiled", [True, False])
+def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from layerscope.analysis.validate import validate
@@ -262,7 +263,7 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
     config.write_text(json.dumps(tiny_config("llama")))
     out = tmp_path / "val"
     r = validate(config, "server-cpu", layers=1, prompt_len=8, decode_steps=2, warmup=1, iterations=1,
-                 out_dir=out)
+                 out_dir=out, unprofiled=unprofiled)
     for name in ("simulated-prefill.json.gz", "simulated-decode.json.gz", "captured.json.gz", "validation.json"):
         assert (out / name).is_file(), name
     assert [p.phase for p in r.phases] == ["prefill", "decode"] and r.layers == 1
@@ -272,6 +273,7 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
     assert decode.forward.predicted_s == pytest.approx(r.estimate.phase_times_s["decode"], rel=1e-6)
     assert [s.name for s in decode.steps] == ["decode_step_0", "decode_step_1"]
     assert decode.forward.measured_s == pytest.approx(sum(s.measured_s for s in decode.steps))
+    trace_times = captured_times(r.capture.trace_path)
     for p in r.phases:
         rows = {row.name: row for row in p.rows}
         assert rows["layers.0.self_attn.q_proj"].rule == "module"
@@ -283,12 +285,27 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path) -> None:
         unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
         assert sum(row.measured_s for row in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
         assert p.call_overhead_s > 0 and p.instrumentation_s > 0
-        # The profiler's per-event cost, measured by the capture, is charged on the events the trace recorded.
-        assert r.capture.profiler_event is not None and p.event_overhead_s == r.capture.profiler_event.per_event_s
-        assert (p.profiler_s > 0) if p.event_overhead_s > 0 else (p.profiler_s == 0)
         assert p.median_abs_error is not None and p.p90_abs_error >= p.median_abs_error
+        ranges = ["prefill"] if p.phase == "prefill" else [s.name for s in decode.steps]
+        if unprofiled:
+            # Measured by the pass without the profiler; the raw times are the trace's own.
+            assert p.timing == "unprofiled" and p.event_overhead_s == 0
+            assert r.capture.unprofiled is not None
+            assert p.call_overhead_s == r.capture.unprofiled.call_overhead_s
+            q = rows["layers.0.self_attn.q_proj"]
+            traced = sum(trace_times.modules[k]["layers.0.self_attn.q_proj"] for k in ranges)
+            assert q.measured_s + q.instrumentation_s + q.profiler_s == pytest.approx(traced)
+            assert q.measured_s == pytest.approx(sum(r.capture.unprofiled.modules[k]["layers.0.self_attn.q_proj"]
+                                                     for k in ranges))
+        else:
+            # The profiler's per-event cost, measured by the capture, is charged on the events the trace recorded.
+            assert p.timing == "profiled" and r.capture.unprofiled is None
+            assert r.capture.profiler_event is not None and p.event_overhead_s == r.capture.profiler_event.per_event_s
+            assert p.profiler_s > 0
+            assert p.call_overhead_s == trace_times.call_overhead_s
     doc = json.loads((out / "validation.json").read_text())
     assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)
+    assert doc["phases"][0]["timing"] == ("unprofiled" if unprofiled else "profiled")
     with pytest.raises(AnalysisError, match="known: prefill, decode"):
         r.phase("chunked")
 
@@ -480,3 +497,35 @@ def test_rejoin_predicts_a_capture_again_on_other_hardware(tmp_path: Path) -> No
     assert [p.to_dict() for p in back.phases] == [p.to_dict() for p in r.phases]
     with pytest.raises(AnalysisError, match="combine several captures"):
         rejoin(combine_repeats([r, r]), first)
+
+
+def test_unprofiled_join_keeps_the_trace_as_raw_by_hand() -> None:
+    from layerscope.analysis.validate import _with_profiled
+
+    # The same phase: the trace measured every module 10% slower than the pass without the profiler.
+    traced = {k: 1.1 * v for k, v in MEASURED.items()}
+    calls = dict.fromkeys(MEASURED, 1.0)
+    clean = join_phase("prefill", PREDICTED, MEASURED, 12.0, calls=calls, call_overhead_s=0.01)
+    raw = join_phase("prefill", PREDICTED, traced, 13.2)
+    got = _with_profiled(clean, raw)
+    assert got.timing == "unprofiled" and got.event_overhead_s == 0
+    rows, raw_rows = {r.name: r for r in got.rows}, {r.name: r for r in raw.rows}
+    for name, row in rows.items():
+        # Measured from the unprofiled pass, hooks subtracted; raw = the trace's own time.
+        assert row.measured_s == {r.name: r for r in clean.rows}[name].measured_s
+        assert row.measured_s + row.instrumentation_s + row.profiler_s == pytest.approx(raw_rows[name].measured_s)
+        assert row.raw_error == pytest.approx(raw_rows[name].error)
+    # self_attn: clean 6 - 2 - one child call 0.01 = 3.99; trace 6.6 - 2.2 = 4.4 -> profiler 0.4.
+    sa = rows["layers.0.self_attn"]
+    assert (sa.measured_s, sa.instrumentation_s, sa.profiler_s) == (pytest.approx(3.99), pytest.approx(0.01),
+                                                                    pytest.approx(0.4))
+    # The forward: 12 less every call's hooks (7 x 0.01); the trace adds 1.2 on top of the unhooked 12.
+    assert got.forward.measured_s == pytest.approx(12.0 - 0.07)
+    assert got.profiler_s == pytest.approx(13.2 - 12.0)
+
+
+def test_combine_refuses_captures_measured_differently() -> None:
+    other = dataclasses.replace(REPEATS[1], timing="unprofiled")
+    with pytest.raises(AnalysisError, match="measured the same way"):
+        combine_phases([REPEATS[0], other])
+    assert combine_phases([dataclasses.replace(r, timing="unprofiled") for r in REPEATS]).timing == "unprofiled"

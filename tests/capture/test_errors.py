@@ -124,3 +124,10 @@ def test_missing_output_directory_fails_before_running(capsys: pytest.CaptureFix
     code, _, err = run_cli(["capture", "--model", "gpt2", "--layers", "1", "--out",
                             str(tmp_path / "missing" / "t.json.gz")], capsys, monkeypatch)
     assert code == 2 and "output directory" in err and "does not exist" in err
+
+
+def test_unprofiled_timing_is_cpu_only(tiny_config_path: Callable[[str], Path]) -> None:
+    from layerscope.capture import capture
+
+    with pytest.raises(CaptureError, match=r"unprofiled: .* needs device 'cpu', not 'cuda'"):
+        capture(tiny_config_path("llama"), device="cuda", unprofiled=True)

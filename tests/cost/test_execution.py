@@ -377,3 +377,34 @@ def test_module_calls_cost_each_eager_op_its_python_calls():
     fused = time_graph(g, _hw(kernels="fused", module_call_s=20e-6))
     assert np.allclose(fused.overhead_s, time_graph(g, _hw()).overhead_s)
     assert kernel_plan("fused", g.ops).module_calls.sum() == 0
+
+
+def test_routed_experts_stream_each_projection_at_its_own_reduction_width():
+    # Qwen3-30B-A3B decode: gate-up (2/3 of the experts' bytes) reduces over the hidden size 2048,
+    # down (1/3) over the expert width 768. Table: K = 512 at 0.5x, K = 2048 at 1.0x (log-linear):
+    # K = 768 is log(1.5)/log(4) of the way, 0.5 + 0.5 * 0.2925 = 0.646x.
+    table = {"fp32": [[512, 0.5], [2048, 1.0]]}
+    hw = HardwareSpec.from_dict({**CPU, "efficiency": {"weight_stream_k": table}})
+    spec = load_model_spec("qwen3-30b-a3b")
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=64)
+    g = build_layer_graph(spec, w.passes()[0], w, 0)
+    ex = g.index["layers.0.mlp.experts"]
+    assert g.ops[ex].attr("expert_intermediate") == 768 and g.ops[ex].gemm.k == 2048
+    f_down = 0.5 + 0.5 * np.log(768 / 512) / np.log(4)
+    f = 1 / ((2 / 3) / 1.0 + (1 / 3) / f_down)
+    wb = g.ops[ex].weight_bytes
+    rest = g.ops[ex].act_read_bytes + g.ops[ex].act_write_bytes
+    assert time_graph(g, hw).memory_s[ex] == pytest.approx(wb / (10e9 * f) + rest / 10e9)
+    # The router (K = 2048) streams at its own K's factor, unblended.
+    r = g.index["layers.0.mlp.gate"]
+    assert time_graph(g, hw).memory_s[r] == pytest.approx(time_graph(g, _hw()).memory_s[r])
+
+
+def test_hf_eager_experts_run_transformers_grouped_mm_kernels_whatever_they_hit():
+    spec = load_model_spec("qwen3-30b-a3b")
+    for phase, kw in (("decode", {"context_len": 64}), ("prefill", {"input_len": 512})):
+        w = make_workload(phase=phase, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", **kw)
+        g = build_layer_graph(spec, w.passes()[0], w, 0)
+        plan = kernel_plan("hf-eager", g.ops)
+        assert plan.launches[g.index["layers.0.mlp.experts"]] == 17
+        assert plan.launches[g.index["layers.0.mlp.topk"]] == 5

@@ -44,6 +44,8 @@ def test_qwen3_moe_decode_batch1(spec) -> None:
     assert router.kind == "router" and router.flops == 2 * 2048 * 128
     topk = op(g, "layers.0.mlp.topk")
     assert topk.kind == "topk" and topk.definition == "topk_d128_k8"
+    # transformers 5 routers select inside their own module: the top-k runs in mlp.gate's range.
+    assert topk.module == router.name == "layers.0.mlp.gate"
     ex = op(g, "layers.0.mlp.experts")
     assert ex.kind == "moe_experts"
     assert ex.definition == "moe_fused_e128_h2048_i768_topk8"
@@ -87,6 +89,7 @@ def test_gpt_oss_expert_biases(spec) -> None:
     per_expert = (3 * 2880 * 2880 + 2 * 2880 + 2880) * BF16
     assert ex.weight_bytes == 4 * per_expert
     assert "layers.0.mlp.router" in g.index
+    assert op(g, "layers.0.mlp.topk").module == "layers.0.mlp.router"
 
 
 def test_moe_tensor_parallel(spec) -> None:

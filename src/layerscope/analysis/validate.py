@@ -62,6 +62,18 @@ that fits in the caches runs whole small ops in less than the cold figure per ev
 row the events outside its kept children, from the forward all of its events. The raw times stay
 reported (``raw_error``, ``raw_median_abs_error``).
 
+No one figure per event is right, though: the 2,939 events of a Qwen3-MoE experts block in decode
+(``torch._grouped_mm``'s per-expert loop of tiny nested ops) cost 0.29 µs each, so the RMSNorm's
+0.6-0.9 µs took 2.6 ms off a call that runs in 6-7 ms without the profiler. So on the CPU
+``validate`` (``unprofiled=True``, the default there) has each capture run its recorded iterations
+once more without the profiler, every module call and phase range timed by ``perf_counter`` in the
+same hooks (:mod:`layerscope.capture.unprofiled`), and joins *those* times by the same rule:
+``PhaseValidation.timing`` is ``unprofiled``, nothing is estimated per event, the hooks' own cost is
+subtracted as above (its per-call figure the smallest median sibling gap of that pass), and each
+row's ``profiler_s`` is what the profiled trace measured on top of the unprofiled pass (so
+``raw_error`` is the error against the trace's own time; noise can make it negative). The trace
+stays what the Perfetto views show.
+
 Times are per recorded iteration (a phase's ranges summed, divided by the iterations); decode
 sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's
 whole forward. Errors are signed, ``(predicted − measured) / measured``; the median and p90 of
@@ -101,6 +113,7 @@ from layerscope.units import atomic_write
 
 if TYPE_CHECKING:
     from layerscope.capture import CaptureResult
+    from layerscope.capture.unprofiled import UnprofiledTimes
     from layerscope.cost import Estimate
     from layerscope.hardware import HardwareSpec
     from layerscope.model import ModelSpec
@@ -124,6 +137,7 @@ __all__ = [
     "join_phase",
     "rejoin",
     "resolve_hardware",
+    "unprofiled_captured_times",
     "validate",
 ]
 
@@ -273,6 +287,9 @@ class PhaseValidation:
     """Captures whose joins were combined (their measured times are medians when > 1)."""
     forward_measured_all_s: tuple[float, ...] = ()
     """Each capture's whole-forward measured time, in capture order (``forward.measured_s`` is their median)."""
+    timing: Literal["profiled", "unprofiled"] = "profiled"
+    """Where the measured times come from: the profiled trace (less the estimated profiler time per event),
+    or the capture's unprofiled pass (``profiler_s``: what the trace adds on top of it)."""
 
     @property
     def forward_spread(self) -> float | None:
@@ -338,7 +355,7 @@ class PhaseValidation:
                 "only_measured": len(self.only_measured), "call_overhead_s": self.call_overhead_s,
                 "instrumentation_s": self.instrumentation_s, "event_overhead_s": self.event_overhead_s,
                 "profiler_s": self.profiler_s, "raw_median_abs_error": self.raw_median_abs_error,
-                "repeats": self.repeats, "forward_spread": self.forward_spread}
+                "repeats": self.repeats, "forward_spread": self.forward_spread, "timing": self.timing}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "forward": self.forward.to_dict(),
@@ -504,6 +521,9 @@ def combine_phases(phases: Sequence[PhaseValidation]) -> PhaseValidation:
         if p.repeats != 1:
             raise AnalysisError(f"combine: phase {p.phase!r} already combines {p.repeats} captures; "
                                 "combine the single captures (a median of medians is not the median)")
+        if p.timing != first.timing:
+            raise AnalysisError(f"combine: {p.phase} times of one capture are {p.timing}, of another {first.timing}; "
+                                "combine captures measured the same way")
     names = [r.name for r in first.rows]
     for i, p in enumerate(phases[1:], start=2):
         other = {r.name for r in p.rows}
@@ -539,6 +559,7 @@ def combine_phases(phases: Sequence[PhaseValidation]) -> PhaseValidation:
         event_overhead_s=_median(p.event_overhead_s for p in phases),
         profiler_s=_median(p.profiler_s for p in phases),
         repeats=len(phases), forward_measured_all_s=tuple(p.forward.measured_s for p in phases),
+        timing=first.timing,
     )
 
 
@@ -799,16 +820,13 @@ def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_wei
     return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=load), source.name)
 
 
-def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
-                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
-    """One capture joined with the simulations' predicted ops: the prefill phase, and decode (its
-    steps summed per op) when there are decode steps."""
-    measured = captured_times(cap.trace_path, device=device)
-    per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
-    per_event_s = cap.profiler_event.per_event_s if correct_instrumentation and cap.profiler_event else 0.0
+def _join_times(measured: CapturedTimes, sims: Sequence[SimulationResult], *, decode_steps: int,
+                per_call_s: float, per_event_s: float, correct: bool) -> list[PhaseValidation]:
+    """One capture's times joined with the simulations' predicted ops: the prefill phase, and decode
+    (its steps summed per op) when there are decode steps."""
 
     def range_s(name: str) -> float:  # a phase range's time, less its instrumentation when correcting
-        if not correct_instrumentation:
+        if not correct:
             return measured.ranges.get(name, 0.0)
         return (measured.ranges.get(name, 0.0) - measured.instrumentation_s(name)
                 - per_event_s * measured.range_events.get(name, 0.0))
@@ -830,7 +848,41 @@ def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, devic
             steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s,
             events=_sum_modules(measured.events.get(s, {}) for s in names),
             forward_events=sum(measured.range_events.get(s, 0.0) for s in names), event_overhead_s=per_event_s))
-    return tuple(phases)
+    return phases
+
+
+def _with_profiled(clean: PhaseValidation, raw: PhaseValidation) -> PhaseValidation:
+    """``clean`` (the unprofiled pass, hooks subtracted) with the profiler's time of each row and of the
+    forward set to what the profiled trace (``raw``, uncorrected) adds on top of it, so that
+    ``raw_error`` is the error against the trace's own times. Noise can make it negative."""
+    raw_rows = {r.name: r for r in raw.rows}
+    rows = tuple(dataclasses.replace(r, profiler_s=raw_rows[r.name].measured_s - r.measured_s - r.instrumentation_s)
+                 if r.name in raw_rows else r for r in clean.rows)
+    profiler_s = raw.forward.measured_s - clean.forward.measured_s - clean.instrumentation_s
+    return dataclasses.replace(clean, rows=rows, profiler_s=profiler_s, event_overhead_s=0.0, timing="unprofiled")
+
+
+def unprofiled_captured_times(times: UnprofiledTimes) -> CapturedTimes:
+    """A capture's unprofiled pass (``CaptureResult.unprofiled``) in the form :func:`captured_times` reads a trace."""
+    return CapturedTimes(modules={k: dict(v) for k, v in times.modules.items()}, ranges=dict(times.ranges),
+                         iterations=times.iterations, calls={k: dict(v) for k, v in times.calls.items()},
+                         call_overhead_s=times.call_overhead_s)
+
+
+def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
+                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
+    """One capture joined with the simulations' predicted ops (module docstring, "Instrumentation"):
+    from its unprofiled pass when it has one and the times are corrected, else from its trace."""
+    measured = captured_times(cap.trace_path, device=device)
+    if correct_instrumentation and cap.unprofiled is not None:
+        clean = _join_times(unprofiled_captured_times(cap.unprofiled), sims, decode_steps=decode_steps,
+                            per_call_s=cap.unprofiled.call_overhead_s, per_event_s=0.0, correct=True)
+        raw = _join_times(measured, sims, decode_steps=decode_steps, per_call_s=0.0, per_event_s=0.0, correct=False)
+        return tuple(_with_profiled(c, r) for c, r in zip(clean, raw, strict=True))
+    per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
+    per_event_s = cap.profiler_event.per_event_s if correct_instrumentation and cap.profiler_event else 0.0
+    return tuple(_join_times(measured, sims, decode_steps=decode_steps, per_call_s=per_call_s,
+                             per_event_s=per_event_s, correct=correct_instrumentation))
 
 
 def _predict(spec: ModelSpec, hw: HardwareSpec, *, dtype: str, batch: int, prompt_len: int, decode_steps: int,
@@ -906,6 +958,7 @@ def validate(
     out_dir: str | os.PathLike[str] = "out/validate",
     correct_instrumentation: bool = True,
     repeats: int = 1,
+    unprofiled: bool = True,
 ) -> ValidationResult:
     """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
 
@@ -914,7 +967,9 @@ def validate(
     ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
     module annotations and the profiler's measured per-event cost (module docstring, "Instrumentation").
     ``repeats`` > 1 captures the workload that many times (``captured-2.json.gz``, …) and reports
-    the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). Raises
+    the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). ``unprofiled``
+    (on the CPU; ignored on CUDA) runs each capture's iterations again without the profiler and
+    measures from that pass (module docstring, "Instrumentation"). Raises
     :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
@@ -939,7 +994,8 @@ def validate(
     for repeat in range(1, repeats + 1):
         cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations,
-                      random_weights=random_weights, seed=seed, out=out / _captured_name(repeat))
+                      random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
+                      unprofiled=unprofiled and correct_instrumentation and device == "cpu")
         phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
                                correct_instrumentation=correct_instrumentation)
         results.append(ValidationResult(

@@ -34,9 +34,10 @@ from layerscope.capture.build import (
 from layerscope.capture.machine import cache_levels
 from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
 from layerscope.capture.profiler_cost import ProfilerEventCost, measure_profiler_event_cost
-from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled
+from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled, run_unprofiled
 from layerscope.capture.source import ModelSource, resolve_model
 from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
+from layerscope.capture.unprofiled import UnprofiledTimes
 from layerscope.errors import CaptureError, LayerscopeError, OutputError
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType, atomic_write
@@ -80,6 +81,9 @@ class CaptureResult(BaseModel):
     profiler_event: ProfilerEventCost | None = None
     """The profiler's own time per recorded aten op, hot and cold, measured in this process before the
     run (:mod:`layerscope.capture.profiler_cost`); None on CUDA, where it is host time off the GPU's clock."""
+    unprofiled: UnprofiledTimes | None = None
+    """Module and phase-range times of the recorded iterations run again without the profiler
+    (``capture(unprofiled=True)``, CPU only; :mod:`layerscope.capture.unprofiled`), else None."""
     phases: list[PhaseRecord]
     summary: list[ModuleRecord]
 
@@ -189,6 +193,7 @@ def capture(
     random_weights: bool = False,
     out: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    unprofiled: bool = False,
 ) -> CaptureResult:
     """Capture a profiled run of ``model`` and write its annotated trace to ``out``.
 
@@ -198,12 +203,17 @@ def capture(
     Weights are loaded when a checkpoint is available and ``random_weights`` is false; otherwise
     the model is built with weights drawn from a generator seeded with ``seed``. ``layers=N``
     keeps the first N decoder layers. Each recorded iteration is one ``prefill`` of
-    ``prompt_len`` random tokens and ``decode_steps`` greedy ``decode_step_K`` steps.
+    ``prompt_len`` random tokens and ``decode_steps`` greedy ``decode_step_K`` steps. With
+    ``unprofiled`` (CPU only) the recorded iterations run once more without the profiler, their
+    module times taken by ``perf_counter`` (``CaptureResult.unprofiled``).
 
     Raises :class:`CaptureError` (no torch, unknown model, missing checkpoint, no GPU, model too
     big, bad argument) or :class:`ConfigError` (unreadable config).
     """
     _check_args(batch, prompt_len, decode_steps, warmup, iterations, cache)
+    if unprofiled and device != "cpu":
+        raise CaptureError(f"unprofiled: timing modules without the profiler needs device 'cpu', not {device!r} "
+                           "(perf_counter around a module on a GPU times its launches, not its kernels)")
     parsed_dtype = capture_dtype(dtype)
     torch, transformers = require_torch()
     _check_device(torch, device)
@@ -268,6 +278,7 @@ def capture(
         raw = Path(tmp) / "trace.json"
         try:
             annotator = run_profiled(hf_model, plan, root=root, trace_path=raw)
+            untimed = run_unprofiled(hf_model, plan, root=root) if unprofiled else None
         except torch.OutOfMemoryError as exc:
             raise CaptureError(f"out of memory while running the model: {exc}; try --layers 1") from None
         result = CaptureResult(
@@ -291,6 +302,7 @@ def capture(
             torch_version=str(torch.__version__),
             transformers_version=str(transformers.__version__),
             profiler_event=profiler_event,
+            unprofiled=untimed,
             phases=[],
             summary=[],
         )

@@ -90,8 +90,9 @@ class CalibrationGrid:
     """Rows (sequences) of the sampling kernel."""
     vector_width: int = 2048
     """Row width of the norm and softmax kernels (a hidden size / a context length)."""
-    gemv_k: tuple[int, ...] = (1024, 2048, 4096, 8192)
-    """Reduction widths K of the one-row GEMMs timing weight streaming by row length (``gemv_n`` rows each)."""
+    gemv_k: tuple[int, ...] = (512, 768, 1024, 2048, 4096, 8192)
+    """Reduction widths K of the one-row GEMMs timing weight streaming by row length (``gemv_n`` rows each);
+    MoE experts' down projections reduce over 512-2048 (Qwen3-30B-A3B: 768)."""
     gemv_n: int = 2048
     attention_lens: tuple[int, ...] = (128, 256, 512, 1024, 2048)
     """Prefill lengths (query = key tokens per sequence) of the causal attention measurements."""
@@ -114,7 +115,7 @@ QUICK_GRID = CalibrationGrid(
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192)),
     stream_step=4,
     vector_elements=(16 * _KIB, 256 * _KIB, 4096 * _KIB),
-    gemv_k=(1024, 2048, 8192),
+    gemv_k=(768, 1024, 2048, 8192),
     attention_lens=(128, 512, 1024, 2048),
     min_time_s=0.05,
     empty_op_samples=5,

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from layerscope.capture.annotate import ModuleAnnotator
+from layerscope.capture.unprofiled import SpanClock, UnprofiledTimes, unprofiled_times
+from layerscope.errors import CaptureError
 
 logger = logging.getLogger(__name__)
 
@@ -56,43 +58,43 @@ def _forward_kwargs(model: Any) -> dict[str, Any]:
     return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
 
-def _sample(logits: Any) -> Any:
+def _sample(logits: Any, span: Any) -> Any:
     """Greedy next token of each sequence, annotated ``sampling`` like the graph's sampling op."""
-    from torch.autograd.profiler import record_function
-
     from layerscope.capture.recorder import note_sampling
 
     # logits: [B, S, V] -> token: [B, 1]
-    with record_function(SAMPLING):
+    with span(SAMPLING):
         last = logits[:, -1, :]
         note_sampling(last)
         return last.argmax(dim=-1, keepdim=True)
 
 
 def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, plan: RunPlan,
-                   annotator: ModuleAnnotator) -> None:
+                   annotator: ModuleAnnotator, span: Any = None) -> None:
     """One prefill and ``plan.decode_steps`` greedy decode steps; each phase's range closes
-    after a device synchronize, so its kernels land inside it."""
+    after a device synchronize, so its kernels land inside it. ``span`` opens the phase and
+    sampling ranges (``record_function`` unless given)."""
     from torch.autograd.profiler import record_function
 
+    span = span or record_function
     cache = _make_cache(transformers, model, plan)
     device = plan.device
     extra = _forward_kwargs(model)
     # input_ids: [B, S]
     annotator.phase = "prefill"
-    with record_function("prefill"):
+    with span("prefill"):
         positions = torch.arange(plan.prompt_len, device=device)
         out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions,
                     **extra)
-        token = _sample(out.logits)  # [B, 1]
+        token = _sample(out.logits, span)  # [B, 1]
         _sync(torch, device)
     annotator.phase = "decode"
     for step in range(plan.decode_steps):
-        with record_function(f"decode_step_{step}"):
+        with span(f"decode_step_{step}"):
             positions = torch.tensor([plan.prompt_len + step], device=device)
             out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True,
                         cache_position=positions, **extra)
-            token = _sample(out.logits)
+            token = _sample(out.logits, span)
             _sync(torch, device)
 
 
@@ -148,3 +150,27 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
         prof.export_chrome_trace(str(trace_path))
     logger.info("profiled %d iteration(s) after %d warm-up", plan.iterations, plan.warmup)
     return annotator
+
+
+def run_unprofiled(model: Any, plan: RunPlan, *, root: str | None) -> UnprofiledTimes:
+    """Run ``plan``'s recorded iterations again without the profiler, every module call and phase
+    range timed by a :class:`SpanClock` (:mod:`layerscope.capture.unprofiled`), after one untimed
+    iteration when the plan has warm-up. CPU only: on a GPU, ``perf_counter`` around a module
+    measures its launches, not its kernels."""
+    import torch
+    import transformers
+
+    if plan.device != "cpu":
+        raise CaptureError(f"unprofiled timing runs on the CPU only, not on {plan.device!r}")
+    input_ids = prompt_ids(torch, int(model.config.vocab_size), plan)
+    clock = SpanClock()
+    with torch.inference_mode():
+        if plan.warmup >= 1:
+            scratch_clock = SpanClock()
+            with ModuleAnnotator(model, root, span=scratch_clock.span) as scratch:
+                _one_iteration(torch, transformers, model, input_ids, plan, scratch, span=scratch_clock.span)
+        with ModuleAnnotator(model, root, span=clock.span) as annotator:
+            for _ in range(plan.iterations):
+                _one_iteration(torch, transformers, model, input_ids, plan, annotator, span=clock.span)
+    logger.info("timed %d iteration(s) without the profiler", plan.iterations)
+    return unprofiled_times(clock, plan.iterations)

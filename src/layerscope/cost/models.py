@@ -227,16 +227,33 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s)
 
 
+#: Share of a gated expert's weights in its gate-up projection (2·H·I of 3·H·I; graph/moe.py).
+EXPERT_GATE_UP_SHARE = 2.0 / 3.0
+
+
 def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
     """Per op: the factor on the main-memory bandwidth at which its weights stream, from the measured
     (K, factor) table of its dtype (``efficiency.weight_stream_k``) at the op's reduction width K,
     interpolated linearly in log K and held at the table's ends; 1 for ops without weights or a
-    GEMM shape and for dtypes without a table. None when the spec has no table at all."""
+    GEMM shape and for dtypes without a table. None when the spec has no table at all. A routed-experts
+    op blends its two projections' K (hidden size, expert width), weighted by their bytes."""
     if not hw.efficiency.weight_stream_k:
         return None
     k = features.gemm_mnkb[:, 2].astype(np.float64)
     has_weights = (np.asarray(features.weight_bytes).reshape(-1, len(k)) > 0).any(axis=0)
-    return _per_dtype_rows(features, (k > 0) & has_weights, k, hw.weight_stream_k)
+    applies = (k > 0) & has_weights
+    factor = _per_dtype_rows(features, applies, k, hw.weight_stream_k)
+    down_k = np.fromiter((float(op.attr("expert_intermediate", 0) or 0)  # type: ignore[arg-type]
+                          if op.kind == "moe_experts" else 0.0 for op in features.ops),
+                         dtype=np.float64, count=len(features.ops))
+    if len(down_k) == len(k) and (down_k > 0).any():
+        # Routed experts: the gate-up projection (2/3 of an expert's weights) reduces over the hidden
+        # size (the op's K), the down projection (1/3) over the expert width, each streaming at its
+        # own K's rate; the op's weight bytes take the time-weighted (harmonic) mean of the two.
+        sel = applies & (down_k > 0)
+        down = _per_dtype_rows(features, sel, down_k, hw.weight_stream_k)
+        factor[sel] = 1.0 / (EXPERT_GATE_UP_SHARE / factor[sel] + (1.0 - EXPERT_GATE_UP_SHARE) / down[sel])
+    return factor
 
 
 def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None) -> np.ndarray:

@@ -63,8 +63,11 @@ def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple
     router = linear(ctx, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router")
     ops.append(router)
     topk_name = f"{mlp}.topk"
+    # transformers 5 routes inside the router module (``Qwen3MoeTopKRouter``, ``MixtralTopKRouter``,
+    # ``DeepseekV3TopkRouter``, gpt-oss, Llama 4: logits, softmax/sigmoid, top-k, renormalization in its
+    # forward), so the top-k runs in the router's module range.
     topk = Op(
-        name=topk_name, kind="topk", module=mlp, layer=layer, inputs=router.outputs,
+        name=topk_name, kind="topk", module=router_name, layer=layer, inputs=router.outputs,
         outputs=(act(f"{topk_name}:weights", (t, k), adt), act(f"{topk_name}:ids", (t, k), INDEX_DTYPE)),
         flops=(SOFTMAX_FLOPS_PER_SCORE + TOPK_SELECT_FLOPS) * t * e,
         act_read_bytes=nbytes(t * e, adt.bits), act_write_bytes=nbytes(t * k, adt.bits) + t * k * 4,

@@ -14,7 +14,7 @@ modules of their own get a suffix under the module that runs them:
 ``layers.N.residual_attn`` / ``layers.N.residual_mlp``  residual adds (``layers.N.residual``
                                            for the parallel block layout)
 ``{mlp}.act_mul`` / ``{mlp}.{act}``        gated activation·mul / the plain MLP's activation module
-``{mlp}.topk``                             MoE top-k routing
+``{mlp}.topk``                             MoE top-k routing (run by the router module: ``Op.module``)
 ``{mlp}.shared_add``                       routed + shared experts
 ``{mlp}.{down_proj}.all_reduce`` / ``{mlp}.all_reduce``  all-reduce after the dense / MoE MLP
 ``{pos_embed}.add``                        token + learned position embedding
