@@ -563,8 +563,6 @@ def combine_phases(phases: Sequence[PhaseValidation]) -> PhaseValidation:
     )
 
 
-#: The names of a capture's phase ranges (``prefill``, ``decode_step_K``), as a DuckDB regex.
-_PHASE_RANGE_RE = "prefill|decode_step_[0-9]+"
 
 
 @dataclass(frozen=True)
@@ -595,9 +593,11 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
     """Read the annotation ranges of a layerscope capture (``user_annotation`` on CPU, the
     ``gpu_user_annotation`` spans of the kernels on CUDA) and sum them per phase range."""
     from layerscope.analysis.engine import TraceDB
+    from layerscope.capture.unprofiled import PHASE_RANGE_RE
 
     category = "user_annotation" if device == "cpu" else "gpu_user_annotation"
-    phase_re, not_module_re = _PHASE_RANGE_RE, f"{_PHASE_RANGE_RE}|ProfilerStep#[0-9]+"
+    phase_re = PHASE_RANGE_RE.pattern  # the capture's phase-range names, as a DuckDB regex
+    not_module_re = f"{phase_re}|ProfilerStep#[0-9]+"
     # A range belongs to the phase range that contains its start (one clock; phases never overlap).
     sql = f"""
         WITH ann AS (SELECT ts, dur, name FROM slice WHERE category = '{category}' AND dur >= 0

@@ -11,7 +11,6 @@ from typing import Any
 
 from layerscope.capture.annotate import ModuleAnnotator
 from layerscope.capture.unprofiled import SpanClock, UnprofiledTimes, unprofiled_times
-from layerscope.errors import CaptureError
 
 logger = logging.getLogger(__name__)
 
@@ -155,13 +154,11 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
 def run_unprofiled(model: Any, plan: RunPlan, *, root: str | None) -> UnprofiledTimes:
     """Run ``plan``'s recorded iterations again without the profiler, every module call and phase
     range timed by a :class:`SpanClock` (:mod:`layerscope.capture.unprofiled`), after one untimed
-    iteration when the plan has warm-up. CPU only: on a GPU, ``perf_counter`` around a module
-    measures its launches, not its kernels."""
+    iteration when the plan has warm-up. CPU only (``capture`` refuses other devices): on a GPU,
+    ``perf_counter`` around a module measures its launches, not its kernels."""
     import torch
     import transformers
 
-    if plan.device != "cpu":
-        raise CaptureError(f"unprofiled timing runs on the CPU only, not on {plan.device!r}")
     input_ids = prompt_ids(torch, int(model.config.vocab_size), plan)
     clock = SpanClock()
     with torch.inference_mode():

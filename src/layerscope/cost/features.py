@@ -46,7 +46,8 @@ class OpFeatures:
     ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
     """The graph's ops (static facts for the execution profiles of :mod:`layerscope.cost.execution`)."""
     plans: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """Kernel plans per execution profile, computed on first use and shared by :meth:`with_work`."""
+    """Derived per-op facts, computed on first use and shared by :meth:`with_work`: kernel plans per
+    execution profile, and the routed experts' down-projection K (``cost.models.weight_stream_factor``)."""
 
     @property
     def compute_dtype(self) -> tuple[DType, ...]:

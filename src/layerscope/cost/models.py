@@ -229,6 +229,8 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
 
 #: Share of a gated expert's weights in its gate-up projection (2·H·I of 3·H·I; graph/moe.py).
 EXPERT_GATE_UP_SHARE = 2.0 / 3.0
+#: Key of the experts' down-projection K per op in ``OpFeatures.plans`` (0 for other ops).
+_EXPERT_DOWN_K = "(expert_down_k)"  # parenthesized: never an execution profile name
 
 
 def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
@@ -243,9 +245,11 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     has_weights = (np.asarray(features.weight_bytes).reshape(-1, len(k)) > 0).any(axis=0)
     applies = (k > 0) & has_weights
     factor = _per_dtype_rows(features, applies, k, hw.weight_stream_k)
-    down_k = np.fromiter((float(op.attr("expert_intermediate", 0) or 0)  # type: ignore[arg-type]
-                          if op.kind == "moe_experts" else 0.0 for op in features.ops),
-                         dtype=np.float64, count=len(features.ops))
+    down_k = features.plans.get(_EXPERT_DOWN_K)
+    if down_k is None:  # one scan of the ops per graph, not per cost call
+        down_k = features.plans[_EXPERT_DOWN_K] = np.fromiter(
+            (float(op.attr("expert_intermediate", 0) or 0)  # type: ignore[arg-type]
+             if op.kind == "moe_experts" else 0.0 for op in features.ops), dtype=np.float64, count=len(features.ops))
     if len(down_k) == len(k) and (down_k > 0).any():
         # Routed experts: the gate-up projection (2/3 of an expert's weights) reduces over the hidden
         # size (the op's K), the down projection (1/3) over the expert width, each streaming at its
