@@ -83,3 +83,61 @@ def test_span_left_open_by_an_exception_is_closed_with_its_parent() -> None:
     outer.__exit__(None, None, None)
     assert not clock.open
     assert clock.ends[0] >= clock.starts[0]
+
+
+def _call_timer_model(torch):  # type: ignore[no-untyped-def]
+    class Leaf(torch.nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return x + 1
+
+    class Layer(torch.nn.Module):  # overrides __call__ and calls super(), as transformers' checkpointing layers do
+        def __init__(self) -> None:
+            super().__init__()
+            self.leaf = Leaf()
+            self.untimed = Leaf()
+
+        def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return super().__call__(*args, **kwargs)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.untimed(self.leaf(x))
+
+    return Layer()
+
+
+def test_module_call_timer_times_whole_calls_and_restores_module_call() -> None:
+    torch = pytest.importorskip("torch")
+    import time
+
+    from layerscope.capture.unprofiled import ModuleCallTimer
+
+    layer = _call_timer_model(torch)
+    original = torch.nn.Module.__dict__["__call__"]
+    # A pre-hook runs inside the call but outside the forward body: a hook-to-hook range misses it,
+    # a whole-call span holds it.
+    layer.leaf.register_forward_pre_hook(lambda module, args: time.sleep(0.02))
+    clock = SpanClock()
+    with ModuleCallTimer(torch.nn.Module, [("layers.0", layer), ("layers.0.leaf", layer.leaf)], clock.span) as timer:
+        assert timer.phase == "prefill"
+        with clock.span("prefill"):
+            out = layer(torch.zeros(2))
+    assert torch.equal(out, torch.full((2,), 2.0))
+    assert torch.nn.Module.__dict__["__call__"] is original
+    assert clock.names == ["prefill", "layers.0", "layers.0.leaf"]  # the unnamed module is not timed
+    assert clock.parents == [-1, 0, 1]
+    got = unprofiled_times(clock, iterations=1)
+    assert got.modules["prefill"]["layers.0.leaf"] >= 0.02
+    assert got.modules["prefill"]["layers.0"] >= got.modules["prefill"]["layers.0.leaf"]
+
+
+def test_module_call_timer_restores_module_call_after_an_exception() -> None:
+    torch = pytest.importorskip("torch")
+    from layerscope.capture.unprofiled import ModuleCallTimer
+
+    layer = _call_timer_model(torch)
+    original = torch.nn.Module.__dict__["__call__"]
+    clock = SpanClock()
+    with pytest.raises(TypeError), ModuleCallTimer(torch.nn.Module, [("layers.0.leaf", layer.leaf)], clock.span):
+        layer.leaf("not a tensor")  # str + 1 raises inside the forward
+    assert torch.nn.Module.__dict__["__call__"] is original
+    assert not clock.open and clock.ends[0] >= clock.starts[0]

@@ -66,13 +66,17 @@ No one figure per event is right, though: the 2,939 events of a Qwen3-MoE expert
 (``torch._grouped_mm``'s per-expert loop of tiny nested ops) cost 0.29 µs each, so the RMSNorm's
 0.6-0.9 µs took 2.6 ms off a call that runs in 6-7 ms without the profiler. So on the CPU
 ``validate`` (``unprofiled=True``, the default there) has each capture run its recorded iterations
-once more without the profiler, every module call and phase range timed by ``perf_counter`` in the
-same hooks (:mod:`layerscope.capture.unprofiled`), and joins *those* times by the same rule:
-``PhaseValidation.timing`` is ``unprofiled``, nothing is estimated per event, the hooks' own cost is
-subtracted as above (its per-call figure the smallest median sibling gap of that pass), and each
+once more without the profiler, every module call and phase range timed by ``perf_counter``
+(:mod:`layerscope.capture.unprofiled`), and joins *those* times by the same rule:
+``PhaseValidation.timing`` is ``unprofiled``, nothing is estimated per event, the instrumentation's own
+cost is subtracted as above (its per-call figure the smallest median sibling gap of that pass), and each
 row's ``profiler_s`` is what the profiled trace measured on top of the unprofiled pass (so
-``raw_error`` is the error against the trace's own time; noise can make it negative). The trace
-stays what the Perfetto views show.
+``raw_error`` is the error against the trace's own time; noise can make it negative). There a
+module's span is its whole call, not hook to hook: the call's own Python (``__call__``, the hook
+dispatch) then counts in the module's row, where the cost model books it
+(``cost.execution.HF_EAGER_MODULE_CALLS``), not in its parent's; a decode step's one-row RMSNorm is
+~40-75 µs whole against 23-26 hook to hook on the reference CPU, and the per-call instrumentation
+measured between siblings fell from ~9 µs to ~2.5. The trace stays what the Perfetto views show.
 
 Times are per recorded iteration (a phase's ranges summed, divided by the iterations); decode
 sums its steps per op (``decode_step_K.`` prefixes stripped) and also reports every step's

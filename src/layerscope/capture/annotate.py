@@ -76,6 +76,16 @@ def _tensor_shapes(value: Any, depth: int = 0) -> list[Shape]:
     return shapes
 
 
+def annotated_modules(model: Any, root: str | None = None) -> list[tuple[str, Any]]:
+    """(op name, module) of every module of ``model`` a capture times, in ``named_modules()`` order:
+    all but the root itself and the ``ModuleList``/``ModuleDict`` containers, which are never called."""
+    import torch
+
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict)
+    named = ((module_op_name(path, root), module) for path, module in model.named_modules())
+    return [(name, module) for name, module in named if name and not isinstance(module, containers)]
+
+
 class ModuleAnnotator:
     """Context manager that wraps each module's forward in ``record_function(op_name)``.
 
@@ -101,13 +111,7 @@ class ModuleAnnotator:
         """Op names of the annotated modules, in ``named_modules()`` order."""
 
     def __enter__(self) -> ModuleAnnotator:
-        import torch
-
-        containers = (torch.nn.ModuleList, torch.nn.ModuleDict)
-        for path, module in self._model.named_modules():
-            name = module_op_name(path, self._root)
-            if not name or isinstance(module, containers):  # containers are never called
-                continue
+        for name, module in annotated_modules(self._model, self._root):
             self.names.append(name)
             self._handles.append(
                 module.register_forward_pre_hook(self._make_pre_hook(name), with_kwargs=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerscope.capture.annotate import ModuleAnnotator
-from layerscope.capture.unprofiled import SpanClock, UnprofiledTimes, unprofiled_times
+from layerscope.capture.annotate import ModuleAnnotator, annotated_modules
+from layerscope.capture.unprofiled import ModuleCallTimer, SpanClock, UnprofiledTimes, unprofiled_times
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _sample(logits: Any, span: Any) -> Any:
 
 
 def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, plan: RunPlan,
-                   annotator: ModuleAnnotator, span: Any = None) -> None:
+                   annotator: ModuleAnnotator | ModuleCallTimer, span: Any = None) -> None:
     """One prefill and ``plan.decode_steps`` greedy decode steps; each phase's range closes
     after a device synchronize, so its kernels land inside it. ``span`` opens the phase and
     sampling ranges (``record_function`` unless given)."""
@@ -152,22 +152,24 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
 
 
 def run_unprofiled(model: Any, plan: RunPlan, *, root: str | None) -> UnprofiledTimes:
-    """Run ``plan``'s recorded iterations again without the profiler, every module call and phase
-    range timed by a :class:`SpanClock` (:mod:`layerscope.capture.unprofiled`), after one untimed
+    """Run ``plan``'s recorded iterations again without the profiler, every module call (whole, by
+    :class:`ModuleCallTimer`) and phase range timed by a :class:`SpanClock`
+    (:mod:`layerscope.capture.unprofiled`), after one untimed
     iteration when the plan has warm-up. CPU only (``capture`` refuses other devices): on a GPU,
     ``perf_counter`` around a module measures its launches, not its kernels."""
     import torch
     import transformers
 
     input_ids = prompt_ids(torch, int(model.config.vocab_size), plan)
+    modules = annotated_modules(model, root)
     clock = SpanClock()
     with torch.inference_mode():
         if plan.warmup >= 1:
             scratch_clock = SpanClock()
-            with ModuleAnnotator(model, root, span=scratch_clock.span) as scratch:
+            with ModuleCallTimer(torch.nn.Module, modules, scratch_clock.span) as scratch:
                 _one_iteration(torch, transformers, model, input_ids, plan, scratch, span=scratch_clock.span)
-        with ModuleAnnotator(model, root, span=clock.span) as annotator:
+        with ModuleCallTimer(torch.nn.Module, modules, clock.span) as timer:
             for _ in range(plan.iterations):
-                _one_iteration(torch, transformers, model, input_ids, plan, annotator, span=clock.span)
+                _one_iteration(torch, transformers, model, input_ids, plan, timer, span=clock.span)
     logger.info("timed %d iteration(s) without the profiler", plan.iterations)
     return unprofiled_times(clock, plan.iterations)

@@ -9,13 +9,22 @@ call without the profiler, 7.90 with it, the same block, cold, interleaved). No 
 figure fits both: subtracting the RMSNorm's from that block took 2.6 ms off a 7 ms call and had a
 6.2 ms block measured at 4.3.
 
-So the capture can also run the recorded iterations once more without the profiler: the module
-hooks and phase ranges open and close :class:`SpanClock` spans instead of ``record_function``
-ranges, each a pair of ``perf_counter`` readings. :func:`unprofiled_times` sums them per phase
-range exactly as :func:`layerscope.analysis.validate.captured_times` sums the trace's ranges
-(module → inclusive time and calls per iteration; a range belongs to the phase range it starts
-in), and estimates the hooks' own cost per call the same way, as the smallest median gap between
-consecutive sibling spans. Those times carry the hooks but no profiler time at all.
+So the capture can also run the recorded iterations once more without the profiler, each module
+call and phase range timed by a :class:`SpanClock` span (a pair of ``perf_counter`` readings).
+:func:`unprofiled_times` sums them per phase range exactly as
+:func:`layerscope.analysis.validate.captured_times` sums the trace's ranges (module → inclusive time
+and calls per iteration; a span belongs to the phase range it starts in), and estimates the
+instrumentation's own cost per call the same way, as the smallest median gap between consecutive
+sibling spans. Those times carry no profiler time at all.
+
+The spans are not opened by forward hooks, as the profiled ranges are, but around the whole call
+(:class:`ModuleCallTimer` wraps ``nn.Module.__call__`` for the pass): a hook-to-hook range holds only
+the ``forward`` body, and the call's own Python (``__call__``, ``_call_impl``'s hook dispatch, which
+hooks make take its slow path) lands in the parent's time. Run cold inside a model, that part is
+most of a small module's cost: on the reference CPU a decode RMSNorm measured 23-26 µs hook to hook,
+where a one-row RMSNorm module costs ~20 µs more than its bare kernels after a weight stream. The
+cost model books that call on the module's own op (``cost.execution.HF_EAGER_MODULE_CALLS``), and
+the whole-call span measures it there, with no hooks to dispatch.
 
 torch is not needed here.
 """
@@ -26,6 +35,7 @@ import itertools
 import re
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +58,7 @@ class UnprofiledTimes(BaseModel):
     calls: dict[str, dict[str, float]]
     """Phase range → module op name → calls."""
     call_overhead_s: float = Field(ge=0)
-    """The hooks' time per module call: the smallest median gap between consecutive sibling spans."""
+    """The instrumentation's time per module call: the smallest median gap between consecutive sibling spans."""
 
 
 class _Span:
@@ -95,6 +105,44 @@ class SpanClock:
 
     def span(self, name: str) -> Any:
         return _Span(self, name)
+
+
+class ModuleCallTimer:
+    """Times every call of the given modules whole: for the duration of the ``with`` block,
+    ``module_class.__call__`` (``torch.nn.Module``'s) is a wrapper that opens ``span(name)`` around
+    the original call of a named module and calls straight through for any other. The original is
+    restored on exit, whatever happened inside.
+
+    ``phase`` mirrors :class:`~layerscope.capture.annotate.ModuleAnnotator`'s (the runner sets it);
+    nothing here reads it. Calls a subclass routes past ``nn.Module.__call__`` (an override that does
+    not call ``super().__call__``) are not timed and show as missing modules.
+    """
+
+    def __init__(self, module_class: type, modules: Iterable[tuple[str, Any]], span: Any) -> None:
+        self._class = module_class
+        self._names = {module: name for name, module in modules}
+        self._span = span
+        self._original: Any = None
+        self.phase = "prefill"
+
+    def __enter__(self) -> ModuleCallTimer:
+        original = self._original = self._class.__dict__["__call__"]
+        names, span = self._names, self._span
+
+        def timed_call(module: Any, *args: Any, **kwargs: Any) -> Any:
+            name = names.get(module)
+            if name is None:
+                return original(module, *args, **kwargs)
+            with span(name):
+                return original(module, *args, **kwargs)
+
+        setattr(self._class, "__call__", timed_call)  # noqa: B010 (a method slot, rebound for the pass)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._original is not None:
+            setattr(self._class, "__call__", self._original)  # noqa: B010
+            self._original = None
 
 
 def _phase_of(clock: SpanClock, i: int) -> str | None:

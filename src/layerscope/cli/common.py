@@ -54,13 +54,14 @@ def fmt_si(value: float, unit: str = "") -> str:
 
 
 def fmt_time_s(seconds: float) -> str:
-    """Seconds in the most readable unit."""
+    """Seconds in the most readable unit (chosen by magnitude: a negative time keeps its sign)."""
     if not math.isfinite(seconds):
         return "-"
-    if seconds >= 1:
+    size = abs(seconds)
+    if size >= 1:
         return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
+    if size >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
-    if seconds >= 1e-6:
+    if size >= 1e-6:
         return f"{seconds * 1e6:.2f} µs"
     return f"{seconds * 1e9:.0f} ns"

@@ -116,7 +116,7 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
         con.print(f"  instrumentation subtracted: {fmt_time_s(phase.call_overhead_s)} per module call "
                   f"(smallest median gap between sibling ranges), {fmt_time_s(phase.instrumentation_s)} in all")
     if phase.timing == "unprofiled":
-        con.print(f"  measured without the profiler (the iterations run again, modules timed by their hooks); "
+        con.print(f"  measured without the profiler (the iterations run again, each module call timed whole); "
                   f"the profiled trace adds {fmt_time_s(phase.profiler_s)} to the forward")
     if phase.event_overhead_s > 0:
         con.print(f"  profiler bookkeeping subtracted: {fmt_time_s(phase.event_overhead_s)} per aten event "
