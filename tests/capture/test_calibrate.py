@@ -28,7 +28,8 @@ TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), 
                        gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
                        attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
                        sampling_rows=(1, 2),
-                       gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5)
+                       gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5,
+                       grouped_mm_samples=2)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -69,6 +70,10 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     # The spec charges the cold per-kernel time measured after a weight stream, never less than the hot one.
     assert len(meas.cold_op_s) == 5 and len(meas.cold_module_call_s) == 5
     assert hw.execution.module_call_s == pytest.approx(hw.calibration.fit.overhead.module_call_s)
+    # torch._grouped_mm's loop over expert groups: a per-group host time well under a millisecond.
+    assert len(meas.grouped_mm_group_s) == 2
+    assert hw.execution.grouped_mm_group_s == pytest.approx(hw.calibration.fit.overhead.grouped_mm_group_s)
+    assert 0 < hw.execution.grouped_mm_group_s < 1e-3
     # One-row GEMMs at each K beyond the LLC: the spec's weight-stream factors by reduction width.
     assert list(zip(meas.gemv.m, meas.gemv.n, meas.gemv.k, strict=True)) == [(1, 256, 256), (1, 256, 1024)]
     assert [k for k, _ in hw.weight_stream_k(DType.FP32)] == [256.0, 1024.0]

@@ -408,3 +408,22 @@ def test_hf_eager_experts_run_transformers_grouped_mm_kernels_whatever_they_hit(
         plan = kernel_plan("hf-eager", g.ops)
         assert plan.launches[g.index["layers.0.mlp.experts"]] == 17
         assert plan.launches[g.index["layers.0.mlp.topk"]] == 5
+        # Two _grouped_mm calls, each looping over all 128 experts; nothing else loops over groups.
+        assert plan.grouped_mm_groups[g.index["layers.0.mlp.experts"]] == 256
+        assert plan.grouped_mm_groups.sum() == 256
+
+
+def test_grouped_mm_groups_cost_the_experts_op_their_host_loop():
+    # 1.2 us per group on an hf-eager CPU: Qwen3-30B-A3B's experts op pays 2 x 128 x 1.2 us in its
+    # overhead, in decode and prefill alike; other ops and fused kernels pay nothing.
+    spec = load_model_spec("qwen3-30b-a3b")
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=64)
+    g = build_layer_graph(spec, w.passes()[0], w, 0)
+    t = time_graph(g, _hw(kernels="hf-eager", grouped_mm_group_s=1.2e-6))
+    base = time_graph(g, _hw(kernels="hf-eager"))
+    ex = g.index["layers.0.mlp.experts"]
+    extra = t.overhead_s - base.overhead_s
+    assert extra[ex] == pytest.approx(256 * 1.2e-6)
+    assert np.count_nonzero(extra) == 1 and np.allclose(t.time_s - base.time_s, extra)
+    fused = time_graph(g, _hw(kernels="fused", grouped_mm_group_s=1.2e-6))
+    assert np.allclose(fused.overhead_s, time_graph(g, _hw()).overhead_s)

@@ -441,7 +441,8 @@ def test_gemv_and_module_call_measurements_reach_the_spec(tmp_path) -> None:
     t = [2048 * k * 4 / rate for k, rate in ((2048, 20e9), (8192, 25e9))]
     gemv = GemmTable(dtype=[DType.FP32] * 2, m=[1, 1], n=[2048, 2048], k=[2048, 8192], time_s=t, median_s=t)
     meas = synthetic().model_copy(update={"gemv": gemv, "cold_op_s": [8e-6] * 3,
-                                          "cold_module_call_s": [10e-6, 30e-6, 12e-6]})
+                                          "cold_module_call_s": [10e-6, 30e-6, 12e-6],
+                                          "grouped_mm_group_s": [1.1e-6, 1.3e-6, 0.9e-6, -0.2e-6]})
     hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
                          llc_bytes=LLC)
     o = TRUE["overhead"]
@@ -455,12 +456,17 @@ def test_gemv_and_module_call_measurements_reach_the_spec(tmp_path) -> None:
     assert hw.execution.module_call_s == pytest.approx(12e-6)
     assert hw.calibration is not None and hw.calibration.fit.overhead.module_call_s == pytest.approx(12e-6)
     assert "module calls" in hw.execution.source
+    # The grouped GEMM's per-group samples: their median (one noisy negative sample among them).
+    assert hw.execution.grouped_mm_group_s == pytest.approx(1.0e-6)
+    assert hw.calibration.fit.overhead.grouped_mm_group_s == pytest.approx(1.0e-6)
+    assert "grouped GEMM groups" in hw.execution.source
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
     assert load_hardware(path) == hw
     both = combine_measurements([meas, meas])
-    assert both.gemv == meas.gemv and len(both.cold_module_call_s) == 6
+    assert both.gemv == meas.gemv and len(both.cold_module_call_s) == 6 and len(both.grouped_mm_group_s) == 8
     # Not measured (older files, GPUs): no table, no module time.
     plain = calibrated_spec(synthetic(), name="s", description="t", kind="cpu", engine_count=2,
                             memory_levels=levels, llc_bytes=LLC)
     assert plain.efficiency.weight_stream_k == {} and plain.execution.module_call_s == 0.0
+    assert plain.execution.grouped_mm_group_s == 0.0

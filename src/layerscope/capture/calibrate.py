@@ -103,6 +103,10 @@ class CalibrationGrid:
     empty_op_samples: int = 9
     cold_op_samples: int = 60
     """Eager RMSNorms timed one at a time right after a weight stream (CPU only)."""
+    grouped_mm_extra_groups: int = 128
+    """Empty expert groups added to a one-group ``torch._grouped_mm`` to time its per-group loop (CPU
+    only; Qwen3-30B-A3B has 128 experts)."""
+    grouped_mm_samples: int = 5
 
 
 FULL_GRID = CalibrationGrid(
@@ -134,6 +138,7 @@ class _Tables:
     empty_op_s: list[float] = field(default_factory=list)
     cold_op_s: list[float] = field(default_factory=list)
     cold_module_call_s: list[float] = field(default_factory=list)
+    grouped_mm_group_s: list[float] = field(default_factory=list)
 
     @staticmethod
     def add(table: dict[str, list[Any]], **row: Any) -> None:
@@ -370,9 +375,24 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
             # runs): the difference is the module call's own cold cost.
             tables.cold_module_call_s.append(cold_s(partial(norm, x)) - bare_s)
 
+    def grouped_mm_groups() -> None:
+        # transformers 5 runs MoE experts through torch._grouped_mm, whose CPU kernel loops over every
+        # expert group (an mm and its views each, empty groups too): time one row in the first of
+        # 1 + extra groups of small [64, 64] weights against the same with one group, per extra group.
+        extra = grid.grouped_mm_extra_groups
+        x = torch.randn(1, 64, device=dev)
+        weights = {g: torch.randn(g, 64, 64, device=dev) for g in (1, 1 + extra)}
+        offs = {g: torch.ones(g, dtype=torch.int32, device=dev) for g in weights}
+        for _ in range(grid.grouped_mm_samples):
+            one, many = (timer.time(partial(torch._grouped_mm, x, weights[g], offs=offs[g]), t / 10).median_s
+                         for g in sorted(weights))
+            tables.grouped_mm_group_s.append((many - one) / extra)
+
     tasks.append(("empty op", empty_op))
     if device == "cpu":
         tasks.append(("cold small ops", cold_ops))
+        if hasattr(torch, "_grouped_mm"):
+            tasks.append(("grouped GEMM groups", grouped_mm_groups))
     for nbytes in stream_sizes:
         for kernel in ("copy", "scale"):
             tasks.append((f"{kernel} {nbytes / _MIB:.3g} MiB", partial(stream, kernel, nbytes)))
@@ -410,7 +430,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
         gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
         vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
-        cold_module_call_s=tables.cold_module_call_s,
+        cold_module_call_s=tables.cold_module_call_s, grouped_mm_group_s=tables.grouped_mm_group_s,
         attention=AttentionTable(**tables.attention), gemv=GemmTable(**tables.gemv))
     return meas, levels, llc
 

@@ -34,10 +34,11 @@ that copy it), per op of N elements of ``a`` bytes (the activation type):
   ``grouped_mm`` in ``integrations/moe.py``, whenever ``torch._grouped_mm`` exists): sort the
   (token, expert) pairs, gather tokens and weights, histogram and cumsum the offsets, two grouped GEMMs,
   act and mul, the routing-weight multiply, the inverse permutation (empty, arange, index_put, index)
-  and the sum over top-k: 17 kernels whatever the experts hit. On the CPU each ``_grouped_mm`` loops over
-  all E experts (an ``mm`` per group, empty ones too: 0.7 µs each hot on the reference CPU, 0.19 ms per
-  decode step at E = 128), which is not booked. Routing top-k is softmax, topk, sum, div and a cast
-  (5 kernels), inside the router module.
+  and the sum over top-k: 17 kernels whatever the experts hit. On the CPU each of the two ``_grouped_mm``
+  calls loops over all E experts (an ``mm`` and its views per group, empty ones too: 1.2 µs a group hot
+  on the reference CPU, 0.3 ms per decode step at E = 128); ``grouped_mm_groups`` counts them (2E per
+  op) and each pays ``execution.grouped_mm_group_s``, which ``layerscope calibrate`` measures.
+  Routing top-k is softmax, topk, sum, div and a cast (5 kernels), inside the router module.
 
 * **lm_head on the last position of several sequences** (prefill, batch > 1): ``hidden_states[:, -1:, :]``
   of a ``[B, S, H]`` tensor is not contiguous, so ``torch.matmul`` cannot fold it into one GEMM and
@@ -86,11 +87,14 @@ class KernelPlan:
     module_calls: np.ndarray
     """Python ``nn.Module`` calls the op's time includes (each pays ``execution.module_call_s``); 0 when
     the op is not run through modules (every fused profile)."""
+    grouped_mm_groups: np.ndarray
+    """Expert groups the op's ``torch._grouped_mm`` calls loop over (each pays
+    ``execution.grouped_mm_group_s``); 0 for every other op and every fused profile."""
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
         n = len(ops)
-        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n), np.zeros(n))
+        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n), np.zeros(n), np.zeros(n))
 
 
 def output_share(ops: Sequence[Op]) -> np.ndarray:
@@ -171,6 +175,14 @@ def _eager_moe(op: Op) -> PlanRow:
     return float(GROUPED_MM_EXPERTS_KERNELS), 1.0, 1.0
 
 
+def hf_eager_grouped_mm_groups(op: Op) -> float:
+    """Expert groups an HF-eager op's ``torch._grouped_mm`` calls loop over: the routed experts' gate-up
+    and down projections, each over every expert (module docstring, "MoE"); 0 for other ops."""
+    if op.kind != "moe_experts":
+        return 0.0
+    return 2.0 * float(op.attr("num_experts", 0) or 0)  # type: ignore[arg-type]
+
+
 #: hf-eager rules by op kind; kinds not listed run as one kernel.
 HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
     "norm": _eager_norm,
@@ -221,7 +233,9 @@ def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
                       out_share=output_share(ops),
                       gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=len(ops)),
                       module_calls=np.fromiter((HF_EAGER_MODULE_CALLS.get(op.kind, 0.0) for op in ops),
-                                               dtype=np.float64, count=len(ops)))
+                                               dtype=np.float64, count=len(ops)),
+                      grouped_mm_groups=np.fromiter((hf_eager_grouped_mm_groups(op) for op in ops),
+                                                    dtype=np.float64, count=len(ops)))
 
 
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).

@@ -173,7 +173,9 @@ class _Execution:
     write_allocate_bytes: np.ndarray | None = None
     """Extra main-memory bytes: the read for ownership of each output written to a cold buffer."""
     module_s: np.ndarray | None = None
-    """Per op: the Python module calls' time (``module_calls · execution.module_call_s``)."""
+    """Per op: host time outside its kernels: the Python module calls (``module_calls ·
+    execution.module_call_s``) and the grouped GEMMs' per-group loop (``grouped_mm_groups ·
+    execution.grouped_mm_group_s``)."""
 
 
 _DEFAULT_EXECUTION = _Execution(None, None)
@@ -223,7 +225,8 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
             cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
             in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
             resident = np.where(footprint <= capacity, in_cache, 0.0)
-    module_s = plan.module_calls * execution.module_call_s if execution.module_call_s else None
+    host_s = plan.module_calls * execution.module_call_s + plan.grouped_mm_groups * execution.grouped_mm_group_s
+    module_s = host_s if host_s.any() else None
     return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s)
 
 

@@ -118,6 +118,10 @@ class CalibrationMeasurements(BaseModel):
     cold_module_call_s: list[float] = Field(default_factory=list)
     """Per pair of cold samples (each right after its own weight stream): the RMSNorm's time as an
     ``nn.Module`` call less its time as bare calls, i.e. the module call's own cost inside a model."""
+    grouped_mm_group_s: list[float] = Field(default_factory=list)
+    """Per sample: ``torch._grouped_mm``'s time over many expert groups less its time over one, per extra
+    group (every row in the first group, the others empty): the grouped GEMM's host loop per group.
+    Empty on GPUs and where torch has no ``_grouped_mm``."""
     attention: AttentionTable = Field(default_factory=AttentionTable)
     """Causal SDPA over prefill lengths: fused attention's efficiency by query length."""
     gemv: GemmTable = Field(default_factory=GemmTable)
@@ -196,6 +200,8 @@ class OverheadFit(BaseModel):
     module_call_s: float | None = Field(default=None, ge=0)
     """Median of the cold module-call samples (at least 0): one ``nn.Module`` call's own cost inside a
     model; None when not measured."""
+    grouped_mm_group_s: float | None = Field(default=None, ge=0)
+    """Median of the grouped-GEMM per-group samples (at least 0); None when not measured."""
 
     @property
     def in_model_s(self) -> float:
@@ -269,5 +275,6 @@ class CalibrationRecord(BaseModel):
                            "vector_points": len(meas.vector), "empty_op_points": len(meas.empty_op_s),
                            "cold_op_points": len(meas.cold_op_s),
                            "cold_module_call_points": len(meas.cold_module_call_s),
+                           "grouped_mm_group_points": len(meas.grouped_mm_group_s),
                            "attention_points": len(meas.attention), "gemv_points": len(meas.gemv)}
         return out

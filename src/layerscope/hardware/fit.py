@@ -282,7 +282,9 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                            launch_overhead_s=max(empty_op_s, intercept_s),
                            cold_op_s=float(np.median(meas.cold_op_s)) if meas.cold_op_s else None,
                            module_call_s=max(0.0, float(np.median(meas.cold_module_call_s)))
-                           if meas.cold_module_call_s else None)
+                           if meas.cold_module_call_s else None,
+                           grouped_mm_group_s=max(0.0, float(np.median(meas.grouped_mm_group_s)))
+                           if meas.grouped_mm_group_s else None)
     memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
                            min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                            intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
@@ -506,7 +508,8 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
         **tables, "quick": all(run.quick for run in runs),
         "empty_op_s": [t for run in runs for t in run.empty_op_s],
         "cold_op_s": [t for run in runs for t in run.cold_op_s],
-        "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s]})
+        "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s],
+        "grouped_mm_group_s": [t for run in runs for t in run.grouped_mm_group_s]})
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
@@ -595,11 +598,14 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         # each op's output goes to a freshly allocated, cache-cold buffer (write-allocate).
         "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
                       "cold_outputs": kind == "cpu", "module_call_s": fit.overhead.module_call_s or 0.0,
+                      "grouped_mm_group_s": fit.overhead.grouped_mm_group_s or 0.0,
                       "source": f"calibrated: {what}; PyTorch eager kernels"
                                 + ("; activations resident in the last-level cache, outputs written to cold "
                                    "buffers" if kind == "cpu" else "")
                                 + ("; module calls: a cold RMSNorm as an nn.Module less the same as bare calls"
-                                   if fit.overhead.module_call_s is not None else "")},
+                                   if fit.overhead.module_call_s is not None else "")
+                                + ("; grouped GEMM groups: torch._grouped_mm over many groups less over one, "
+                                   "per group" if fit.overhead.grouped_mm_group_s is not None else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
     }, origin="calibrated spec")

@@ -325,6 +325,11 @@ class ExecutionSpec(BaseModel):
     """Python time of one ``nn.Module`` call inside a model (``hf-eager``: each op pays it per module
     call its time includes, ``cost.execution.HF_EAGER_MODULE_CALLS``); 0 for fused engines, which run
     no Python per op. ``layerscope calibrate`` measures it on CPUs."""
+    grouped_mm_group_s: float = Field(default=0.0, ge=0)
+    """Host time per expert group of one ``torch._grouped_mm`` call (``hf-eager`` MoE experts, two calls
+    per op, ``cost.execution.hf_eager_grouped_mm_groups``): PyTorch's CPU kernel loops over every group,
+    an empty one too, with an ``mm`` and its views each. 0 where the grouped GEMM is one kernel (CUDA)
+    or it was not measured; ``layerscope calibrate`` measures it on CPUs."""
     source: str = "assumption: fused kernels, activations in main memory"
 
     @property
