@@ -132,7 +132,7 @@ def _ms(s: float) -> str:
 
 
 def _raw_forward_error(p: Any) -> float:
-    """The forward error with the hooks' and the profiler's time left in the measured time."""
+    """The forward error with the instrumentation's and the profiler's time left in the measured time."""
     raw_s = p.forward.measured_s + p.instrumentation_s + p.profiler_s
     return (p.forward.predicted_s - raw_s) / raw_s if raw_s > 0 else float("nan")
 
@@ -154,7 +154,7 @@ def case_section(case: Case, result: Any, wall_s: float, work: Path) -> list[str
         lines += [f"**{p.phase}**: forward predicted {_ms(p.forward.predicted_s)} ms, measured "
                   f"{_ms(p.forward.measured_s)} ms ({_pct(p.forward.error)}; {_spread(p)}); per-op median |error| "
                   f"{_abs_pct(p.median_abs_error)}, p90 {_abs_pct(p.p90_abs_error)}, time-weighted "
-                  f"{_abs_pct(p.weighted_abs_error)} over {len(p.rows)} ops; module-hook instrumentation "
+                  f"{_abs_pct(p.weighted_abs_error)} over {len(p.rows)} ops; instrumentation "
                   f"subtracted: {p.call_overhead_s * 1e6:.1f} µs per call, {_ms(p.instrumentation_s)} ms in all; "
                   + (f"measured in a pass without the profiler, which the profiled trace exceeds by "
                      f"{_ms(p.profiler_s)} ms" if p.timing == "unprofiled" else
@@ -263,8 +263,9 @@ def main() -> int:
         f"{FORWARD_TARGET:.0%}, per-op median |error| ≤ {MEDIAN_TARGET:.0%}.",
         "",
         "Measured times come from each capture's pass without the profiler (its recorded iterations run again, "
-        "every module call and phase range timed by `perf_counter` in the same hooks; `validate`'s "
-        "\"Instrumentation\"), less the hooks' own time (the smallest median gap between sibling module ranges, "
+        "every module call timed whole and every phase range by `perf_counter`; `validate`'s "
+        "\"Instrumentation\"), less the instrumentation's own time (the smallest median gap between sibling "
+        "module ranges, "
         "per child call); the raw per-op median is against the profiled trace's own times.",
         "",
         "| case | phase | predicted ms | measured ms | spread | forward error | median \\|err\\| | p90 \\|err\\| | "
