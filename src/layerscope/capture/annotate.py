@@ -94,15 +94,13 @@ class ModuleAnnotator:
     never change a module's inputs or outputs. All hooks are removed on exit, and any range left
     open by an exception inside a forward is closed, innermost first.
 
-    ``phase`` is set by the runner (``prefill`` / ``decode``) and keys the shape records. ``span``
-    opens the range of a call in place of ``record_function`` (``SpanClock.span`` for the
-    unprofiled pass, :mod:`layerscope.capture.unprofiled`).
+    ``phase`` is set by the runner (``prefill`` / ``decode``) and keys the shape records. (The
+    unprofiled pass times whole calls instead: :class:`layerscope.capture.unprofiled.ModuleCallTimer`.)
     """
 
-    def __init__(self, model: Any, root: str | None = None, span: Any = None) -> None:
+    def __init__(self, model: Any, root: str | None = None) -> None:
         self._model = model
         self._root = root
-        self._span = span
         self._handles: list[Any] = []
         self._stack: list[tuple[str, Any]] = []
         self.phase = "prefill"
@@ -138,14 +136,12 @@ class ModuleAnnotator:
     def _make_pre_hook(self, name: str) -> Any:
         from torch.autograd.profiler import record_function
 
-        open_range = self._span or record_function
-
         def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             rec = self._record(name)
             if rec.calls == 0:
                 rec.input_shapes = _tensor_shapes(args) + _tensor_shapes(kwargs)
             rec.calls += 1
-            ctx = open_range(name)
+            ctx = record_function(name)
             ctx.__enter__()
             self._stack.append((name, ctx))
 
