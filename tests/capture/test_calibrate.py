@@ -29,7 +29,7 @@ TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), 
                        attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
                        sampling_rows=(1, 2),
                        gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5,
-                       grouped_mm_samples=2)
+                       cold_reuse_llc=(0.5, 2.0), cold_pool_llc=2.0, grouped_mm_samples=2)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -68,8 +68,16 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert [m for m, _ in hw.attention_rows(DType.FP32)] == [32.0, 128.0]
     assert all(0 < f <= 1 for _, f in hw.attention_rows(DType.FP32))
     # The spec charges the cold per-kernel time measured after a weight stream, never less than the hot one.
-    assert len(meas.cold_op_s) == 5 and len(meas.cold_module_call_s) == 5
-    assert hw.execution.module_call_s == pytest.approx(hw.calibration.fit.overhead.module_call_s)
+    # Five samples at each reuse distance (mock layers of half and twice the LLC), fitted per distance into
+    # the spec's cold costs by reuse; the scalar fallbacks are the largest distance's.
+    assert len(meas.cold_op_s) == len(meas.cold_module_call_s) == len(meas.cold_reuse_bytes) == 10
+    llc = hw.calibration.fit.overhead
+    assert sorted(set(meas.cold_reuse_bytes)) == llc.cold_reuse_bytes
+    assert llc.cold_reuse_bytes[1] == pytest.approx(4 * llc.cold_reuse_bytes[0])
+    cold = hw.execution.cold_by_reuse
+    assert [p.reuse_bytes for p in cold] == llc.cold_reuse_bytes
+    assert [p.kernel_s for p in cold] == llc.cold_kernel_s and all(p.kernel_s > 0 for p in cold)
+    assert hw.execution.module_call_s == pytest.approx(llc.module_call_s) == cold[-1].module_call_s
     # torch._grouped_mm's loop over expert groups: a per-group host time well under a millisecond.
     assert len(meas.grouped_mm_group_s) == 2
     assert hw.execution.grouped_mm_group_s == pytest.approx(hw.calibration.fit.overhead.grouped_mm_group_s)
@@ -78,7 +86,7 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert list(zip(meas.gemv.m, meas.gemv.n, meas.gemv.k, strict=True)) == [(1, 256, 256), (1, 256, 1024)]
     assert [k for k, _ in hw.weight_stream_k(DType.FP32)] == [256.0, 1024.0]
     assert all(0.05 < f < 4 for _, f in hw.weight_stream_k(DType.FP32))
-    assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s)
+    assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s) == cold[-1].kernel_s
     assert hw.launch_overhead_s >= 0.5 * hw.calibration.fit.overhead.empty_op_s
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))

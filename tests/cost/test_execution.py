@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from layerscope.cost.api import sum_decode_steps, time_graph
-from layerscope.cost.execution import EXECUTION_PROFILES, kernel_plan
-from layerscope.errors import CostModelError
+from layerscope.cost.execution import EXECUTION_PROFILES, code_role, kernel_plan, previous_same_role, reuse_bytes
+from layerscope.errors import CostModelError, HardwareSpecError
 from layerscope.graph import build_layer_graph, build_model_graph
+from layerscope.graph.builder import build_steps_graph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model import load_model_spec
 from layerscope.workload import make_workload
@@ -160,11 +161,17 @@ def test_eager_never_faster_than_fused(model):
     assert eager.total_s > fused.total_s
 
 
-def test_eager_generation_sum_is_exact_per_step():
+COLD_POINTS = [{"reuse_bytes": 1024.0**2, "kernel_s": 1e-6, "module_call_s": 10e-6},
+               {"reuse_bytes": 1024.0**3, "kernel_s": 4e-6, "module_call_s": 40e-6}]
+
+
+@pytest.mark.parametrize("cold", [{}, {"cold_by_reuse": COLD_POINTS}])
+def test_eager_generation_sum_is_exact_per_step(cold):
     # The profile multiplies each op's own bytes, so interpolating work between graph builds
-    # stays exact: every decode step equals a direct build of that step's graph.
+    # stays exact: every decode step equals a direct build of that step's graph. Cold costs by reuse
+    # distance come from each step's own bytes, so they keep it exact too.
     spec = load_model_spec("llama-3.2-1b")
-    hw = _hw(kernels="hf-eager", activations_in_cache=True)
+    hw = _hw(kernels="hf-eager", activations_in_cache=True, **cold)
     w = make_workload(phase="generate", input_len=100, output_len=20, weight_dtype="fp32", act_dtype="fp32",
                       kv_dtype="fp32")
     summed = sum_decode_steps(spec, w, hw, "roofline")
@@ -427,3 +434,60 @@ def test_grouped_mm_groups_cost_the_experts_op_their_host_loop():
     assert np.count_nonzero(extra) == 1 and np.allclose(t.time_s - base.time_s, extra)
     fused = time_graph(g, _hw(kernels="fused", grouped_mm_group_s=1.2e-6))
     assert np.allclose(fused.overhead_s, time_graph(g, _hw()).overhead_s)
+
+
+def _two_layer_decode(context_len: int = 64):
+    spec = load_model_spec("llama-3.2-1b").model_copy(update={"num_layers": 2})
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=context_len)
+    return spec, w, build_model_graph(spec, w.passes()[0], w)
+
+
+def test_code_roles_and_reuse_distances_by_hand():
+    # An op's code last ran at the same op of the layer before (layer 0's: the last layer's, one forward
+    # earlier); an op the forward runs once last ran one forward earlier: the whole forward's bytes.
+    _, _, g = _two_layer_decode()
+    assert code_role(g.ops[g.index["layers.1.input_layernorm"]]) == "layers.#.input_layernorm"
+    prev = previous_same_role(g.ops)
+    l0, l1 = g.index["layers.0.input_layernorm"], g.index["layers.1.input_layernorm"]
+    head = g.index["lm_head"]
+    assert prev[l1] == l0 and prev[l0] == l1 and prev[head] == head
+    moved = np.array([op.weight_bytes + op.act_read_bytes + op.act_write_bytes + op.kv_read_bytes
+                      + op.kv_write_bytes for op in g.ops], dtype=np.float64)
+    reuse = reuse_bytes(prev, moved)
+    assert reuse[l1] == pytest.approx(moved[l0:l1].sum())  # layer 0 from its norm on
+    assert reuse[l0] == pytest.approx(moved[l1:].sum() + moved[:l0].sum())  # wraps past lm_head
+    assert reuse[head] == pytest.approx(moved.sum())
+    # Stacked work (a sweep's or decode steps' features): each row on its own bytes.
+    assert np.allclose(reuse_bytes(prev, np.stack([moved, 2 * moved])), [reuse, 2 * reuse])
+    # Across decode steps, one step's op follows the previous step's.
+    spec, w, _ = _two_layer_decode()
+    steps = build_steps_graph(spec, w, 2)
+    p2 = previous_same_role(steps.ops)
+    assert p2[steps.index["decode_step_1.lm_head"]] == steps.index["decode_step_0.lm_head"]
+
+
+def test_cold_costs_by_reuse_distance_by_hand():
+    # Points at 1 MiB (1 us a kernel, 10 us a module call) and 1 GiB (4 us, 40 us): an op pays, per kernel
+    # and per module call, the values at its reuse distance interpolated in log bytes, held at the ends.
+    mib = 1024.0**2
+    _, _, g = _two_layer_decode()
+    hw = _hw(kernels="hf-eager", module_call_s=99e-6, cold_by_reuse=COLD_POINTS)
+    t, bare = time_graph(g, hw), time_graph(g, _hw(kernels="hf-eager"))
+    plan = kernel_plan("hf-eager", g.ops)
+    moved = np.array([op.weight_bytes + op.act_read_bytes + op.act_write_bytes + op.kv_read_bytes
+                      + op.kv_write_bytes for op in g.ops], dtype=np.float64)
+    reuse = reuse_bytes(previous_same_role(g.ops), moved)
+    x = np.clip(np.log(reuse / mib) / np.log(1024), 0.0, 1.0)
+    expected = plan.launches * (1e-6 + 3e-6 * x) + plan.module_calls * (10e-6 + 30e-6 * x)
+    assert np.allclose(t.overhead_s, expected, rtol=1e-9)
+    i = g.index["layers.1.input_layernorm"]
+    assert 0 < x[i] < 1 and t.overhead_s[i] == pytest.approx(6 * (1e-6 + 3e-6 * x[i]) + 10e-6 + 30e-6 * x[i])
+    assert x[g.index["lm_head"]] == 1.0  # the whole forward: beyond the last point, held
+    assert np.allclose(t.time_s - t.overhead_s, bare.time_s - bare.overhead_s)
+
+
+def test_cold_costs_must_ascend():
+    points = [{"reuse_bytes": 2.0, "kernel_s": 1e-6, "module_call_s": 0.0},
+              {"reuse_bytes": 1.0, "kernel_s": 1e-6, "module_call_s": 0.0}]
+    with pytest.raises(HardwareSpecError, match="cold_by_reuse: reuse_bytes must be strictly ascending"):
+        _hw(kernels="hf-eager", cold_by_reuse=points)

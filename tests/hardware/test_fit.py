@@ -470,3 +470,35 @@ def test_gemv_and_module_call_measurements_reach_the_spec(tmp_path) -> None:
                             memory_levels=levels, llc_bytes=LLC)
     assert plain.efficiency.weight_stream_k == {} and plain.execution.module_call_s == 0.0
     assert plain.execution.grouped_mm_group_s == 0.0
+
+
+def test_cold_samples_by_reuse_distance_fit_per_distance(tmp_path) -> None:
+    # Three samples at each of two reuse distances: the fit keeps each distance's medians (a module call's
+    # at least 0), the spec's execution carries them as its cold_by_reuse points, and the scalar fallbacks
+    # (launch_overhead_s, module_call_s) are the largest distance's.
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    meas = synthetic().model_copy(update={
+        "cold_op_s": [2e-6, 3e-6, 2.5e-6, 9e-6, 7e-6, 8e-6],
+        "cold_module_call_s": [-1e-6, -2e-6, 0.5e-6, 30e-6, -0.5e-6, 25e-6],
+        "cold_reuse_bytes": [256 * MIB, 16 * MIB, 16 * MIB, 256 * MIB, 16 * MIB, 256 * MIB]})
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.calibration is not None
+    o = hw.calibration.fit.overhead
+    assert o.cold_reuse_bytes == [16 * MIB, 256 * MIB]
+    assert o.cold_kernel_s == pytest.approx([3e-6, 8e-6])  # medians of (3, 2.5, 7) and (2, 9, 8) us
+    assert o.cold_module_call_by_reuse_s == pytest.approx([0.0, 25e-6])  # median -0.5 us held at 0
+    points = [(p.reuse_bytes, p.kernel_s, p.module_call_s) for p in hw.execution.cold_by_reuse]
+    assert points == [(16 * MIB, pytest.approx(3e-6), 0.0), (256 * MIB, pytest.approx(8e-6), pytest.approx(25e-6))]
+    assert hw.launch_overhead_s == pytest.approx(8e-6) and hw.execution.module_call_s == pytest.approx(25e-6)
+    assert "reuse distance" in hw.execution.source
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    assert load_hardware(path) == hw
+    assert len(combine_measurements([meas, meas]).cold_reuse_bytes) == 12
+    # A file from before the distances were recorded cannot be pooled with one after.
+    older = meas.model_copy(update={"cold_reuse_bytes": []})
+    with pytest.raises(HardwareSpecError, match="reuse distance"):
+        combine_measurements([meas, older])
+    with pytest.raises(ValueError, match="cold samples' lists differ in length"):
+        CalibrationMeasurements.model_validate({**meas.model_dump(), "cold_reuse_bytes": [16 * MIB]})

@@ -15,8 +15,9 @@ Measures, on ``device`` with the process's torch thread count:
 * one-row GEMMs over weights far beyond the last-level cache at reduction widths K = 1024 to 8192
   (decode's weight streaming by row length);
 * the time of an add on one-element tensors (per-op dispatch with no work), and a one-row RMSNorm
-  right after a weight stream, as bare calls and as an ``nn.Module`` (the cold per-kernel and
-  per-module-call costs inside a model).
+  in mock decoder layers of one-row GEMVs streaming 0.5 to 8 last-level caches each, as bare calls and
+  as an ``nn.Module`` (the cold per-kernel and per-module-call costs inside a model, by the bytes
+  streamed since the same code last ran).
 
 Every timing is the best of repeated calls after a warm-up (``capture.machine.Timer``: wall
 clock on CPU, CUDA events on GPU). The tables are fitted by :mod:`layerscope.hardware.fit`;
@@ -57,6 +58,10 @@ ProgressFn = Callable[[int, int, str], None]
 
 _KIB = 1024
 _MIB = 1024 * 1024
+#: One-row GEMVs per half of a mock decoder layer in the cold small-op measurement (q/k/v/o, or gate/up/down
+#: and the next layer's first projection): the weight stream's granularity and its calls' own Python.
+COLD_LAYER_GEMVS = 4
+
 #: Assumed last-level cache when the OS does not say (sysfs missing): a large server L3.
 _DEFAULT_LLC_BYTES = 64 * _MIB
 
@@ -101,8 +106,12 @@ class CalibrationGrid:
     min_time_s: float = 0.2
     """Time spent repeating each measurement (at least 3 calls after a warm-up)."""
     empty_op_samples: int = 9
-    cold_op_samples: int = 60
-    """Eager RMSNorms timed one at a time right after a weight stream (CPU only)."""
+    cold_op_samples: int = 24
+    """Eager RMSNorms timed, bare and as a module, per reuse distance (CPU only)."""
+    cold_reuse_llc: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    """Reuse distances of the cold small ops, in last-level caches (one mock decoder layer's weights)."""
+    cold_pool_llc: float = 16.0
+    """The weight pool the mock layers draw from in turn, in last-level caches (at least 2 layers)."""
     grouped_mm_extra_groups: int = 128
     """Empty expert groups added to a one-group ``torch._grouped_mm`` to time its per-group loop (CPU
     only; Qwen3-30B-A3B has 128 experts)."""
@@ -123,7 +132,7 @@ QUICK_GRID = CalibrationGrid(
     attention_lens=(128, 512, 1024, 2048),
     min_time_s=0.05,
     empty_op_samples=5,
-    cold_op_samples=30,
+    cold_op_samples=16,
 )
 
 
@@ -138,6 +147,7 @@ class _Tables:
     empty_op_s: list[float] = field(default_factory=list)
     cold_op_s: list[float] = field(default_factory=list)
     cold_module_call_s: list[float] = field(default_factory=list)
+    cold_reuse_bytes: list[float] = field(default_factory=list)
     grouped_mm_group_s: list[float] = field(default_factory=list)
 
     @staticmethod
@@ -346,34 +356,50 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
             tables.empty_op_s.append(timer.time(partial(torch.add, a, a, out=out), t / 10).best_s)
 
     def cold_ops() -> None:
-        # Inside a model every small op follows weights streaming through the caches, which evicts
-        # the interpreter's objects, the dispatcher's tables and the allocator's free lists: the
-        # same one-row RMSNorm took 14 µs in a hot loop and 94 µs right after four cold 2048x2048
-        # GEMVs on the reference CPU. Time it that way, one call per weight stream.
-        k = n = 2048
-        count = max(2, -(-int(2 * llc) // (n * k * 4)))
-        weights = [torch.randn(n, k, device=dev) for _ in range(count)]
+        # Inside a model every small op runs with the interpreter's state evicted by the weights streamed
+        # since its code last ran (the same op in the layer before: one layer's weights ago) and its own
+        # objects (its module, its weight) evicted by everything since the forward before. On the
+        # reference CPU a one-row RMSNorm module took 11 µs in a hot loop and 16, 22 and 54 µs in mock
+        # layers streaming 44, 80 and 224 MiB, whatever the bytes right before it. Time it so: per reuse
+        # distance D, mock layers of one-row GEMVs over D of weights each, run in turn over a pool beyond
+        # the LLC (a forward streams each weight once), each layer with its own RMSNorm, called bare after
+        # the layer's first half and as an nn.Module after its second: each D after the layer before's.
+        k = 2048
+        row_bytes = 4 * k
+        distances = [f * llc for f in grid.cold_reuse_llc if f * llc * 2 <= mem / 8]
+        if not distances:
+            return
+        pool_bytes = max(grid.cold_pool_llc * llc, 2 * distances[-1])
+        pool = torch.empty(int(pool_bytes // row_bytes), k, device=dev).uniform_(-1.0, 1.0)
         xv = torch.randn(1, k, device=dev)
         x = torch.randn(1, grid.vector_width, device=dev)
-        w = torch.ones(grid.vector_width, device=dev)
         linear = torch.nn.functional.linear
-        norm = _rmsnorm_module(torch, w)
-        _rmsnorm(torch, x, w)
-        norm(x)
 
-        def cold_s(fn: Callable[[], object]) -> float:
-            for wt in weights:
-                linear(xv, wt)
+        def stream_then(rows: int, first: int, fn: Callable[[], object]) -> float:
+            # COLD_LAYER_GEMVS GEMVs over pool rows first .. first + COLD_LAYER_GEMVS * rows, then time fn
+            for g in range(COLD_LAYER_GEMVS):
+                linear(xv, pool[first + g * rows:first + (g + 1) * rows])
             start = time.perf_counter()
             fn()
             return time.perf_counter() - start
 
-        for _ in range(grid.cold_op_samples):
-            bare_s = cold_s(partial(_rmsnorm, torch, x, w))
-            tables.cold_op_s.append(bare_s / RMSNORM_EAGER_FP32_KERNELS)
-            # The same kernels through an nn.Module call (as every HF norm, projection and embedding
-            # runs): the difference is the module call's own cold cost.
-            tables.cold_module_call_s.append(cold_s(partial(norm, x)) - bare_s)
+        for distance in distances:
+            rows = max(1, int(distance / 2 / row_bytes / COLD_LAYER_GEMVS))
+            half = rows * COLD_LAYER_GEMVS
+            layers = max(2, pool.shape[0] // (2 * half))
+            weights = [torch.ones(grid.vector_width, device=dev) for _ in range(layers)]
+            norms = [_rmsnorm_module(torch, torch.ones(grid.vector_width, device=dev)) for _ in range(layers)]
+            for sample in range(-layers, grid.cold_op_samples):  # one pass over the pool to warm up
+                i = sample % layers
+                first = (2 * half * i) % max(1, pool.shape[0] - 2 * half + 1)
+                bare_s = stream_then(rows, first, partial(_rmsnorm, torch, x, weights[i]))
+                module_s = stream_then(rows, first + half, partial(norms[i], x))
+                if sample >= 0:
+                    tables.cold_op_s.append(bare_s / RMSNORM_EAGER_FP32_KERNELS)
+                    # The same kernels through an nn.Module call (as every HF norm, projection and
+                    # embedding runs): the difference is the module call's own cold cost.
+                    tables.cold_module_call_s.append(module_s - bare_s)
+                    tables.cold_reuse_bytes.append(float(distance))
 
     def grouped_mm_groups() -> None:
         # transformers 5 runs MoE experts through torch._grouped_mm, whose CPU kernel loops over every
@@ -430,7 +456,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
         gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
         vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
-        cold_module_call_s=tables.cold_module_call_s, grouped_mm_group_s=tables.grouped_mm_group_s,
+        cold_module_call_s=tables.cold_module_call_s, cold_reuse_bytes=tables.cold_reuse_bytes,
+        grouped_mm_group_s=tables.grouped_mm_group_s,
         attention=AttentionTable(**tables.attention), gemv=GemmTable(**tables.gemv))
     return meas, levels, llc
 

@@ -63,12 +63,14 @@ def _run_with_progress(calibrate: Any, **kwargs: Any) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # Redrawn between tasks only: no refresh thread takes the interpreter during the timings.
     with Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                  auto_refresh=False) as bar:
         task = bar.add_task("", total=None)
 
         def progress(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=total, description=label)
+            bar.update(task, completed=done, total=total, description=label, refresh=True)
 
         return calibrate(progress=progress, **kwargs)
 
@@ -101,7 +103,12 @@ def _render(spec: Any, out: Path) -> None:
     o = fit.overhead
     t.add_row("per-op overhead (hot)", fmt_time_s(o.launch_overhead_s),
               f"empty op {fmt_time_s(o.empty_op_s)}, intercept {fmt_time_s(o.intercept_s)}", "", "")
-    if o.cold_op_s is not None:
+    if o.cold_reuse_bytes:
+        for reuse, kernel_s, call_s in zip(o.cold_reuse_bytes, o.cold_kernel_s, o.cold_module_call_by_reuse_s,
+                                           strict=True):
+            t.add_row(f"small op in a model, {fmt_si(reuse, 'B')} since its code ran", fmt_time_s(kernel_s),
+                      f"per kernel; module call {fmt_time_s(call_s)} (mock layers, eager RMSNorm)", "", "")
+    elif o.cold_op_s is not None:
         t.add_row("per-kernel overhead in a model (the spec's)", fmt_time_s(o.cold_op_s),
                   "eager RMSNorm right after a weight stream", "", "")
     con.print(t)

@@ -15,6 +15,7 @@ from layerscope.hardware.loaders import (
 )
 from layerscope.hardware.presets import bundled_spreadsheet_example, list_presets, preset_names
 from layerscope.hardware.spec import (
+    ColdCost,
     EfficiencySpec,
     EngineSpec,
     ExecutionSpec,
@@ -26,6 +27,7 @@ from layerscope.hardware.spec import (
 
 __all__ = [
     "LOADERS",
+    "ColdCost",
     "EfficiencySpec",
     "EngineSpec",
     "ExecutionSpec",

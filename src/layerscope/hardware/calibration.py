@@ -118,6 +118,9 @@ class CalibrationMeasurements(BaseModel):
     cold_module_call_s: list[float] = Field(default_factory=list)
     """Per pair of cold samples (each right after its own weight stream): the RMSNorm's time as an
     ``nn.Module`` call less its time as bare calls, i.e. the module call's own cost inside a model."""
+    cold_reuse_bytes: list[float] = Field(default_factory=list)
+    """Per cold sample (parallel to ``cold_op_s`` and ``cold_module_call_s``; empty in files from before it
+    was measured): the bytes streamed between two runs of the sampled code, one mock decoder layer."""
     grouped_mm_group_s: list[float] = Field(default_factory=list)
     """Per sample: ``torch._grouped_mm``'s time over many expert groups less its time over one, per extra
     group (every row in the first group, the others empty): the grouped GEMM's host loop per group.
@@ -128,6 +131,14 @@ class CalibrationMeasurements(BaseModel):
     """One-row GEMMs (``m`` = 1, decode's projections) over a grid of reduction widths ``k``, each call
     on the next of enough ``[n, k]`` weights to fill several times the last-level cache (cold, as in
     a decode step): the weight-streaming rate by row length (``efficiency.weight_stream_k``)."""
+
+    @model_validator(mode="after")
+    def _cold_samples(self) -> CalibrationMeasurements:
+        lengths = {"cold_op_s": len(self.cold_op_s), "cold_module_call_s": len(self.cold_module_call_s),
+                   "cold_reuse_bytes": len(self.cold_reuse_bytes)}
+        if self.cold_reuse_bytes and len(set(lengths.values())) > 1:
+            raise ValueError(f"the cold samples' lists differ in length: {lengths}")
+        return self
 
 
 class FitStats(BaseModel):
@@ -202,6 +213,13 @@ class OverheadFit(BaseModel):
     model; None when not measured."""
     grouped_mm_group_s: float | None = Field(default=None, ge=0)
     """Median of the grouped-GEMM per-group samples (at least 0); None when not measured."""
+    cold_reuse_bytes: list[float] = Field(default_factory=list)
+    """The reuse distances the cold samples were taken at, ascending (empty: one distance, not recorded);
+    ``cold_op_s`` and ``module_call_s`` are then the medians at the largest."""
+    cold_kernel_s: list[float] = Field(default_factory=list)
+    """Median per-kernel cold cost at each of ``cold_reuse_bytes``."""
+    cold_module_call_by_reuse_s: list[float] = Field(default_factory=list)
+    """Median module-call cold cost (at least 0) at each of ``cold_reuse_bytes``."""
 
     @property
     def in_model_s(self) -> float:

@@ -263,6 +263,18 @@ def fit_vector(kernel: Sequence[str], flops: np.ndarray, moved_bytes: np.ndarray
                      residuals=relative_stats(predicted[kept], times[kept], int((~kept).sum())))
 
 
+def _cold_by_reuse(meas: CalibrationMeasurements) -> tuple[list[float], list[float], list[float]]:
+    """(reuse distances ascending, median per-kernel cost, median module-call cost at least 0) over the cold
+    samples taken at each distance; three empty lists when the samples carry no distances."""
+    if not meas.cold_reuse_bytes:
+        return [], [], []
+    reuse = np.asarray(meas.cold_reuse_bytes)
+    kernel, call = np.asarray(meas.cold_op_s), np.asarray(meas.cold_module_call_s)
+    sizes = sorted({float(b) for b in reuse})
+    return (sizes, [float(np.median(kernel[reuse == b])) for b in sizes],
+            [max(0.0, float(np.median(call[reuse == b]))) for b in sizes])
+
+
 def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> CalibrationFit:
     """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory."""
     if not llc_bytes > 0:
@@ -278,13 +290,16 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     except HardwareSpecError:
         cache = None  # too few cache-resident sizes: the overhead is the empty op's
     intercept_s = cache.intercept_s if cache is not None else empty_op_s
+    reuse, kernel_s, call_s = _cold_by_reuse(meas)
     overhead = OverheadFit(empty_op_s=empty_op_s, intercept_s=intercept_s,
                            launch_overhead_s=max(empty_op_s, intercept_s),
-                           cold_op_s=float(np.median(meas.cold_op_s)) if meas.cold_op_s else None,
-                           module_call_s=max(0.0, float(np.median(meas.cold_module_call_s)))
-                           if meas.cold_module_call_s else None,
+                           cold_op_s=kernel_s[-1] if kernel_s else
+                           float(np.median(meas.cold_op_s)) if meas.cold_op_s else None,
+                           module_call_s=call_s[-1] if call_s else
+                           max(0.0, float(np.median(meas.cold_module_call_s))) if meas.cold_module_call_s else None,
                            grouped_mm_group_s=max(0.0, float(np.median(meas.grouped_mm_group_s)))
-                           if meas.grouped_mm_group_s else None)
+                           if meas.grouped_mm_group_s else None,
+                           cold_reuse_bytes=reuse, cold_kernel_s=kernel_s, cold_module_call_by_reuse_s=call_s)
     memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
                            min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
                            intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
@@ -493,6 +508,9 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
             if getattr(run, key) != getattr(first, key):
                 raise HardwareSpecError(f"combine_measurements: run {i}'s {key} ({getattr(run, key)!r}) differs "
                                         f"from run 1's ({getattr(first, key)!r})")
+    if len({bool(run.cold_reuse_bytes) for run in runs}) > 1:
+        raise HardwareSpecError("combine_measurements: some runs timed the cold small ops by reuse distance and "
+                                "some did not (files from different layerscope versions); calibrate again")
     tables: dict[str, Any] = {}
     for name in ("gemm", "gemm_wide", "stream", "vector", "attention", "gemv"):
         parts = [getattr(run, name) for run in runs]
@@ -509,6 +527,7 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
         "empty_op_s": [t for run in runs for t in run.empty_op_s],
         "cold_op_s": [t for run in runs for t in run.cold_op_s],
         "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s],
+        "cold_reuse_bytes": [b for run in runs for b in run.cold_reuse_bytes],
         "grouped_mm_group_s": [t for run in runs for t in run.grouped_mm_group_s]})
 
 
@@ -599,11 +618,17 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
                       "cold_outputs": kind == "cpu", "module_call_s": fit.overhead.module_call_s or 0.0,
                       "grouped_mm_group_s": fit.overhead.grouped_mm_group_s or 0.0,
+                      "cold_by_reuse": [{"reuse_bytes": b, "kernel_s": k, "module_call_s": c} for b, k, c in zip(
+                          fit.overhead.cold_reuse_bytes, fit.overhead.cold_kernel_s,
+                          fit.overhead.cold_module_call_by_reuse_s, strict=True)],
                       "source": f"calibrated: {what}; PyTorch eager kernels"
                                 + ("; activations resident in the last-level cache, outputs written to cold "
                                    "buffers" if kind == "cpu" else "")
                                 + ("; module calls: a cold RMSNorm as an nn.Module less the same as bare calls"
                                    if fit.overhead.module_call_s is not None else "")
+                                + ("; small-op costs by reuse distance: an RMSNorm, bare and as a module, in "
+                                   "mock decoder layers of one-row GEMVs streaming each distance"
+                                   if fit.overhead.cold_reuse_bytes else "")
                                 + ("; grouped GEMM groups: torch._grouped_mm over many groups less over one, "
                                    "per group" if fit.overhead.grouped_mm_group_s is not None else "")},
         "sources": sources,

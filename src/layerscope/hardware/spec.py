@@ -300,6 +300,19 @@ class EfficiencySpec(BaseModel):
 ExecutionKernels = Literal["fused", "hf-eager"]
 
 
+class ColdCost(BaseModel):
+    """The host cost of one small eager op inside a model, when the same code last ran ``reuse_bytes``
+    of memory traffic ago (one decoder layer's weights, for an op every layer runs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reuse_bytes: float = Field(gt=0)
+    kernel_s: float = Field(ge=0)
+    """Per kernel: dispatch and launch with the interpreter's and dispatcher's state that far evicted."""
+    module_call_s: float = Field(ge=0)
+    """Per ``nn.Module`` call: its own Python (``__call__``, the ``forward`` body) at that distance."""
+
+
 class ExecutionSpec(BaseModel):
     """How the software stack on this hardware runs the graph's ops.
 
@@ -330,7 +343,21 @@ class ExecutionSpec(BaseModel):
     per op, ``cost.execution.hf_eager_grouped_mm_groups``): PyTorch's CPU kernel loops over every group,
     an empty one too, with an ``mm`` and its views each. 0 where the grouped GEMM is one kernel (CUDA)
     or it was not measured; ``layerscope calibrate`` measures it on CPUs."""
+    cold_by_reuse: tuple[ColdCost, ...] = ()
+    """Small-op host costs by reuse distance, ascending in ``reuse_bytes``: each op pays, per kernel and
+    per module call, the costs interpolated in log bytes (held at the ends) at the traffic since its
+    code last ran, instead of ``launch_overhead_s`` and ``module_call_s`` (``cost.models``). Empty: those
+    scalars for every op. ``layerscope calibrate`` measures it on CPUs, where the interpreter's working set
+    is evicted by the weights a layer streams."""
     source: str = "assumption: fused kernels, activations in main memory"
+
+    @field_validator("cold_by_reuse")
+    @classmethod
+    def _ascending(cls, value: tuple[ColdCost, ...]) -> tuple[ColdCost, ...]:
+        sizes = [p.reuse_bytes for p in value]
+        if any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise ValueError(f"execution.cold_by_reuse: reuse_bytes must be strictly ascending, got {sizes}")
+        return value
 
     @property
     def is_default(self) -> bool:
