@@ -77,10 +77,17 @@ def main() -> None:
         raise SystemExit(130) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
+    except Exception as exc:
+        if _is_usage_error(exc):
+            exc.show()  # type: ignore[attr-defined]
             raise SystemExit(2) from None
         raise
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a command-line usage error (an unknown option, a bad value).
+
+    Click raises them as ``click.ClickException``; typer >= 0.29 vendors click and raises its own
+    copy of the class (``typer._click.exceptions.ClickException``), which is not a subclass of
+    click's, so the class is recognized by name in the exception's MRO."""
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "show")
