@@ -25,6 +25,7 @@ import datetime
 import os
 import platform
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -145,11 +146,27 @@ def _spread(p: Any) -> str:
     return f"captures {runs} ms, spread {p.forward_spread:.1%}"
 
 
+def _probe_ratios(result: Any) -> str:
+    """The machine check of a case: per probe call (m = 1/8/32/256), the median over its probes of
+    measured / predicted."""
+    if not result.probes:
+        return "-"
+    ratios = [statistics.median(p.readings[i].ratio for p in result.probes)
+              for i in range(len(result.probes[0].readings))]
+    return "/".join(f"{x:.2f}" for x in ratios)
+
+
 def case_section(case: Case, result: Any, wall_s: float, work: Path) -> list[str]:
     captures = result.phases[0].repeats
     lines = [f"### {case.label}", "", f"{wall_s:.0f} s wall · {result.threads} torch threads · "
              f"{captures} capture{'s' if captures > 1 else ''} of {result.capture.iterations} iterations after "
              f"{result.capture.warmup} warm-up · traces in `{work / case.slug}`", ""]
+    if result.probes:
+        first = result.probes[0].readings
+        lines += ["machine check (measured / predicted, F.linear over cold weights; "
+                  + ", ".join(f"{r.label} predicted {_ms(r.predicted_s)} ms" for r in first) + "): "
+                  + "; ".join(f"{p.when} " + "/".join(f"{r.ratio:.2f}" for r in p.readings) for p in result.probes),
+                  ""]
     for p in result.phases:
         lines += [f"**{p.phase}**: forward predicted {_ms(p.forward.predicted_s)} ms, measured "
                   f"{_ms(p.forward.measured_s)} ms ({_pct(p.forward.error)}; {_spread(p)}); per-op median |error| "
@@ -268,9 +285,14 @@ def main() -> int:
         "module ranges, "
         "per child call); the raw per-op median is against the profiled trace's own times.",
         "",
-        "| case | phase | predicted ms | measured ms | spread | forward error | median \\|err\\| | p90 \\|err\\| | "
-        "raw median \\|err\\| | ops | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "The machine column is `validate`'s machine check (`layerscope.capture.probe`): `F.linear` over cold "
+        "weights at m × 8192 × 2048 for m = 1/8/32/256, timed before and after every capture and divided by "
+        "the spec's prediction; the median of each over the case's probes. Near 1: the machine ran as "
+        "the calibration saw it; above 1: slower in that regime while the case was captured.",
+        "",
+        "| case | phase | predicted ms | measured ms | spread | machine | forward error | median \\|err\\| | "
+        "p90 \\|err\\| | raw median \\|err\\| | ops | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case, r, _ in results:
         for p in r.phases:
@@ -278,7 +300,7 @@ def main() -> int:
                   and p.median_abs_error is not None and p.median_abs_error <= MEDIAN_TARGET)
             spread = "-" if p.forward_spread is None else f"{p.forward_spread:.1%}"
             lines.append(f"| {case.label} | {p.phase} | {_ms(p.forward.predicted_s)} | {_ms(p.forward.measured_s)} | "
-                         f"{spread} | "
+                         f"{spread} | {_probe_ratios(r)} | "
                          f"{_pct(p.forward.error)} | {_abs_pct(p.median_abs_error)} | {_abs_pct(p.p90_abs_error)} | "
                          f"{_abs_pct(p.raw_median_abs_error)} | {len(p.rows)} | {'met' if ok else '**missed**'} |")
     lines.append("")

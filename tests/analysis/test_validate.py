@@ -273,6 +273,10 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> Non
     assert decode.forward.predicted_s == pytest.approx(r.estimate.phase_times_s["decode"], rel=1e-6)
     assert [s.name for s in decode.steps] == ["decode_step_0", "decode_step_1"]
     assert decode.forward.measured_s == pytest.approx(sum(s.measured_s for s in decode.steps))
+    # The machine check runs before and after the capture, predicted on the same spec.
+    assert [p.when for p in r.probes] == ["before capture 1", "after capture 1"]
+    assert all(x.measured_s > 0 and x.predicted_s > 0 for p in r.probes for x in p.readings)
+    assert json.loads((out / "validation.json").read_text())["machine_probes"][1]["when"] == "after capture 1"
     trace_times = captured_times(r.capture.trace_path)
     for p in r.phases:
         rows = {row.name: row for row in p.rows}
@@ -412,8 +416,12 @@ def _result(phase: PhaseValidation, repeat: int, **workload: Any) -> ValidationR
 
 
 def test_combine_repeats_keeps_the_first_and_lists_every_capture() -> None:
-    results = [_result(p, i) for i, p in enumerate(REPEATS, start=1)]
+    from layerscope.capture.probe import MachineProbe
+
+    results = [dataclasses.replace(_result(p, i), probes=(MachineProbe(f"before capture {i}", ()),))
+               for i, p in enumerate(REPEATS, start=1)]
     r = combine_repeats(results)
+    assert [p.when for p in r.probes] == ["before capture 1", "before capture 2", "before capture 3"]
     assert r.phase("decode").forward.measured_s == 11.0 and r.phase("decode").repeats == 3
     assert r.capture is results[0].capture and r.estimate is results[0].estimate
     assert r.traces == {"simulated_prefill": Path("simulated-prefill.json.gz"), "captured": Path("captured-1.json.gz"),
@@ -457,13 +465,14 @@ def test_validate_repeats_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "val"
     # Raw times: each capture's forward is then its prefill range, readable from its trace alone.
     r = validate(config, "server-cpu", layers=1, prompt_len=8, warmup=0, iterations=1, out_dir=out, repeats=2,
-                 correct_instrumentation=False)
+                 correct_instrumentation=False, probe=False)
     assert (out / "captured.json.gz").is_file() and (out / "captured-2.json.gz").is_file()
     assert not (out / "captured-3.json.gz").exists()
     assert (r.traces["captured"], r.traces["captured_2"]) == (out / "captured.json.gz", out / "captured-2.json.gz")
     assert "captured_1" not in r.traces
     p = r.phase("prefill")
     ranges = [captured_times(r.traces[key]).ranges["prefill"] for key in ("captured", "captured_2")]
+    assert r.probes == ()
     assert p.repeats == 2 and p.forward_measured_all_s == pytest.approx(tuple(ranges), rel=1e-9)
     assert p.forward.measured_s == pytest.approx(sum(ranges) / 2, rel=1e-9)
     assert p.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
@@ -493,8 +502,13 @@ def test_rejoin_predicts_a_capture_again_on_other_hardware(tmp_path: Path) -> No
         assert q.forward.measured_s == p.forward.measured_s and q.forward.predicted_s > p.forward.predicted_s
     assert again.estimate.ttft_s > r.estimate.ttft_s
     assert json.loads((tmp_path / "val" / "validation.json").read_text())["hardware"] == "slower"
+    # The machine check keeps its measurements and is predicted again: 10x the launch overhead, longer.
+    for p, q in zip(r.probes, again.probes, strict=True):
+        assert [x.measured_s for x in q.readings] == [x.measured_s for x in p.readings]
+        assert all(y.predicted_s > x.predicted_s for x, y in zip(p.readings, q.readings, strict=True))
     back = rejoin(again, first)
     assert [p.to_dict() for p in back.phases] == [p.to_dict() for p in r.phases]
+    assert [p.to_dict() for p in back.probes] == [p.to_dict() for p in r.probes]
     with pytest.raises(AnalysisError, match="combine several captures"):
         rejoin(combine_repeats([r, r]), first)
 

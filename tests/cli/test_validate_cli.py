@@ -52,12 +52,14 @@ def test_table_and_json(config: Path, tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     for text in ("prefill: predicted vs measured", "decode: per kind", "layers.0.self_attn.q_proj",
                  "only measured: rotary_emb", "decode forward: predicted", "medians of 2 captures",
-                 "forward measured over 2 captures:"):
+                 "forward measured over 2 captures:", "machine check: measured / predicted", "after capture 2",
+                 "256x8192x2048 fp32"):
         assert text in table.stdout, text
     assert (tmp_path / "a" / "captured-2.json.gz").is_file()
-    result = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "b"), "--json"])
+    result = CliRunner().invoke(app, [*common, "--out", str(tmp_path / "b"), "--json", "--no-probe"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
+    assert doc["machine_probes"] == []
     assert (doc["prompt_len"], doc["decode_steps"], doc["hardware"]) == (6, 1, "server-cpu")
     decode = doc["phases"][1]
     assert decode["phase"] == "decode" and [s["name"] for s in decode["steps"]] == ["decode_step_0"]

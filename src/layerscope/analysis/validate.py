@@ -117,6 +117,7 @@ from layerscope.units import atomic_write
 
 if TYPE_CHECKING:
     from layerscope.capture import CaptureResult
+    from layerscope.capture.probe import MachineProbe
     from layerscope.capture.unprofiled import UnprofiledTimes
     from layerscope.cost import Estimate
     from layerscope.hardware import HardwareSpec
@@ -714,6 +715,8 @@ class ValidationResult:
     """The model spec predicted (the captured config, truncated): what :func:`rejoin` predicts again."""
     corrected: bool = True
     """Whether the instrumentation and profiler time were subtracted (``correct_instrumentation``)."""
+    probes: tuple[MachineProbe, ...] = ()
+    """The machine check before and after each capture (:mod:`layerscope.capture.probe`), if run."""
 
     def phase(self, name: str) -> PhaseValidation:
         for p in self.phases:
@@ -741,6 +744,7 @@ class ValidationResult:
                          "phase_times_s": self.estimate.phase_times_s},
             "phases": [p.to_dict() for p in self.phases],
             "traces": {k: str(v) for k, v in self.traces.items()},
+            "machine_probes": [p.to_dict() for p in self.probes],
         }
 
 
@@ -781,7 +785,8 @@ def combine_repeats(results: Sequence[ValidationResult]) -> ValidationResult:
     phases = tuple(combine_phases([r.phase(p.phase) for r in results]) for p in first.phases)
     traces = {**first.traces,
               **{f"captured_{i}": r.capture.trace_path for i, r in enumerate(results[1:], start=2)}}
-    return dataclasses.replace(first, phases=phases, traces=traces)
+    probes = tuple(p for r in results for p in r.probes)
+    return dataclasses.replace(first, phases=phases, traces=traces, probes=probes)
 
 
 def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device: str = "cpu",
@@ -932,8 +937,12 @@ def rejoin(result: ValidationResult, hardware: HardwareSpec) -> ValidationResult
                                  cost_model=result.cost_model, out=out)
     phases = _join_capture(result.capture, sims, device=result.device, decode_steps=result.decode_steps,
                            correct_instrumentation=result.corrected)
+    from layerscope.capture.probe import predict_probe
+
+    probes = tuple(dataclasses.replace(p, readings=predict_probe(p.readings, hardware, result.cost_model))
+                   for p in result.probes)
     again = dataclasses.replace(result, hardware=hardware, hardware_path=None, estimate=est, phases=phases,
-                                traces={**result.traces, **traces})
+                                traces={**result.traces, **traces}, probes=probes)
     with atomic_write(out / "validation.json", "w") as fh:
         json.dump(_strict(again.to_dict()), fh, indent=2)
     return again
@@ -963,6 +972,7 @@ def validate(
     correct_instrumentation: bool = True,
     repeats: int = 1,
     unprofiled: bool = True,
+    probe: bool = True,
 ) -> ValidationResult:
     """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
 
@@ -973,11 +983,13 @@ def validate(
     ``repeats`` > 1 captures the workload that many times (``captured-2.json.gz``, …) and reports
     the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). ``unprofiled``
     (on the CPU; ignored on CUDA) runs each capture's iterations again without the profiler and
-    measures from that pass (module docstring, "Instrumentation"). Raises
+    measures from that pass (module docstring, "Instrumentation"). ``probe`` times the machine check
+    (:mod:`layerscope.capture.probe`, about a second) before and after each capture. Raises
     :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
     from layerscope.capture.build import capture_dtype, require_torch
+    from layerscope.capture.probe import probe_machine
     from layerscope.hardware import HardwareSpec, load_hardware
 
     _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
@@ -996,10 +1008,14 @@ def validate(
                                  cost_model=cost_model, out=out)
     results = []
     for repeat in range(1, repeats + 1):
+        before = (probe_machine(hw, when=f"before capture {repeat}", device=device, dtype=dt, cost_model=cost_model),
+                  ) if probe else ()
         cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations,
                       random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
                       unprofiled=unprofiled and correct_instrumentation and device == "cpu")
+        after = (probe_machine(hw, when=f"after capture {repeat}", device=device, dtype=dt, cost_model=cost_model),
+                 ) if probe else ()
         phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
                                correct_instrumentation=correct_instrumentation)
         results.append(ValidationResult(
@@ -1007,6 +1023,7 @@ def validate(
             layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
             threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
             traces={**traces, "captured": cap.trace_path}, spec=spec, corrected=correct_instrumentation,
+            probes=before + after,
         ))
         if repeats > 1:
             log.info("capture %d/%d: forward measured %s", repeat, repeats,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, torch_device
+from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, time_cold_linear, torch_device
 from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
@@ -180,19 +180,6 @@ def _fitting_shapes(shapes: tuple[tuple[int, int], ...], mem_bytes: float) -> li
     return kept
 
 
-def _time_cold_linear(torch: Any, timer: Any, x: Any, weights: list[Any], min_time_s: float) -> tuple[float, float]:
-    """Best and median seconds per ``F.linear(x[m, k], W[n, k])`` call, each call taking the next of
-    ``weights``, so a list that overflows the cache keeps every weight cold."""
-    linear = torch.nn.functional.linear
-
-    def run() -> None:
-        for w in weights:
-            linear(x, w)
-
-    timing = timer.time(run, min_time_s)
-    return timing.best_s / len(weights), timing.median_s / len(weights)
-
-
 def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
     # x: [rows, width]; Hugging Face LlamaRMSNorm.forward in eager mode (the kernels a capture times).
     variance = x.pow(2).mean(-1, keepdim=True)
@@ -270,7 +257,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
             count = max(1, min(64, -(-int(2 * llc) // w_bytes))) if device == "cpu" else 1
             current[(dt, n, k)] = [torch.randn(n, k, device=dev).to(tdt) for _ in range(count)]
         x = torch.randn(m, k, device=dev).to(tdt)
-        best_s, median_s = _time_cold_linear(torch, timer, x, current[(dt, n, k)], t)
+        best_s, median_s = time_cold_linear(torch, timer, x, current[(dt, n, k)], t)
         tables.add(tables.gemm_wide if wide else tables.gemm, dtype=DType(dt), m=m, n=n, k=k, time_s=best_s,
                    median_s=median_s)
 
@@ -289,7 +276,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         n = 2048
         count = max(2, -(-nbytes // (n * k * 4)))
         weights = [torch.randn(n, k, device=dev) for _ in range(count)]
-        best_s, median_s = _time_cold_linear(torch, timer, torch.randn(1, k, device=dev), weights, t)
+        best_s, median_s = time_cold_linear(torch, timer, torch.randn(1, k, device=dev), weights, t)
         # Per call: one matrix read (the vectors are negligible); the footprint is the whole set.
         tables.add(tables.stream, kernel="gemv", moved_bytes=float(n * k * 4), footprint_bytes=float(count * n * k * 4),
                    time_s=best_s, median_s=median_s)
@@ -302,7 +289,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         w_bytes = n * k * torch.tensor([], dtype=tdt).element_size()
         count = max(2, -(-int(4 * llc) // w_bytes))
         weights = list(torch.rand(count, n, k, device=dev).to(tdt).unbind(0))
-        best_s, median_s = _time_cold_linear(torch, timer, torch.randn(1, k, device=dev).to(tdt), weights, t)
+        best_s, median_s = time_cold_linear(torch, timer, torch.randn(1, k, device=dev).to(tdt), weights, t)
         tables.add(tables.gemv, dtype=DType(dt), m=1, n=n, k=k, time_s=best_s, median_s=median_s)
 
     def vector(kernel: str, elements: int) -> None:

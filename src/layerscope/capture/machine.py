@@ -101,6 +101,19 @@ def torch_device(device: str) -> tuple[Any, Any, Timer]:
     return torch, torch.device(device), Timer(torch, device)
 
 
+def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_time_s: float) -> tuple[float, float]:
+    """Best and median seconds per ``F.linear(x[m, k], W[n, k])`` call, each call taking the next of
+    ``weights``, so a list that overflows the cache keeps every weight cold."""
+    linear = torch.nn.functional.linear
+
+    def run() -> None:
+        for w in weights:
+            linear(x, w)
+
+    timing = timer.time(run, min_time_s)
+    return timing.best_s / len(weights), timing.median_s / len(weights)
+
+
 def _best_s(fn: Callable[[], object], min_time_s: float, timer: Timer) -> float:
     """Best per-call time of ``fn`` over repetitions lasting about ``min_time_s``."""
     return timer.time(fn, min_time_s).best_s

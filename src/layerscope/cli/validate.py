@@ -42,6 +42,9 @@ def validate_cmd(
     repeats: int = typer.Option(1, "--repeats",
                                 help="Captures of the workload; > 1 reports the median of their joins "
                                      "(captures on a shared machine differ by 10%+)."),
+    probe: bool = typer.Option(True, "--probe/--no-probe",
+                               help="Time a few reference GEMMs before and after each capture and divide them by "
+                                    "the spec's prediction: whether the machine ran as the spec describes it."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
@@ -56,7 +59,7 @@ def validate_cmd(
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
                       device=device, random_weights=random_weights, out_dir=out,
                       correct_instrumentation=not raw_times, repeats=repeats,
-                      unprofiled=not profiled_times)
+                      unprofiled=not profiled_times, probe=probe)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -73,6 +76,8 @@ def validate_cmd(
         con.print(f"Measured times are medians of {repeats} captures.")
     for phase in result.phases:
         render_phase(con, phase, top=top)
+    if result.probes:
+        render_probes(con, result.probes)
     con.print("Traces: " + ", ".join(f"{k} {v}" for k, v in result.traces.items()))
 
 
@@ -128,3 +133,20 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
         con.print(f"  only predicted: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")
     for u in phase.only_measured:
         con.print(f"  only measured: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")
+
+
+def render_probes(con: Any, probes: Any) -> None:
+    """The machine check: one row per probe call, one column per moment, measured / predicted."""
+    from rich.table import Table
+
+    from layerscope.cli.common import fmt_time_s
+
+    table = Table(title="machine check: measured / predicted by the spec (F.linear over cold weights, m x n x k)")
+    table.add_column("call")
+    table.add_column("predicted", justify="right")
+    for p in probes:
+        table.add_column(p.when, justify="right")
+    for i, reading in enumerate(probes[0].readings):
+        table.add_row(f"{reading.label} {reading.dtype}", fmt_time_s(reading.predicted_s),
+                      *(f"{p.readings[i].ratio:.2f}" for p in probes))
+    con.print(table)

@@ -1,5 +1,6 @@
 """Operator graphs: ops, tensors and the builders of layer, model and multi-step graphs."""
 
+from layerscope.graph._common import linear_op
 from layerscope.graph.builder import (
     build_layer_graph,
     build_model_graph,
@@ -22,5 +23,6 @@ __all__ = [
     "build_steps_graph",
     "expected_experts_touched",
     "layer_signature",
+    "linear_op",
     "pass_context",
 ]

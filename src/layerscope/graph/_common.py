@@ -116,16 +116,26 @@ def linear(ctx: BuildContext, name: str, module: str, layer: int | None, x: str,
            bias: bool = False, m: int | None = None, kind: str = "gemm", in_rows: int | None = None,
            weight_name: str | None = None, weight_dtype: DType | None = None,
            attrs: tuple[tuple[str, object], ...] = ()) -> Op:
+    """A linear layer of the pass (:func:`linear_op`): ``m`` defaults to the pass's tokens, the dtypes
+    to the pass's weight and activation dtypes."""
+    return linear_op(name, module, layer, x, m=ctx.tokens if m is None else m, n=n, k=k,
+                     weight_dtype=ctx.weight_dtype if weight_dtype is None else weight_dtype,
+                     act_dtype=ctx.act_dtype, bias=bias, kind=kind, in_rows=in_rows, weight_name=weight_name,
+                     attrs=attrs)
+
+
+def linear_op(name: str, module: str, layer: int | None, x: str, *, m: int, n: int, k: int, weight_dtype: DType,
+              act_dtype: DType, bias: bool = False, kind: str = "gemm", in_rows: int | None = None,
+              weight_name: str | None = None, attrs: tuple[tuple[str, object], ...] = ()) -> Op:
     """A linear layer ``y[m, n] = x[m, k] @ W[n, k]^T (+ b)``, output tensor ``{name}:out``.
 
     FLOPs: 2·m·n·k (a multiply-add is 2 FLOPs; Kaplan et al. 2020, arXiv 2001.08361 §2.1) plus m·n
     for the bias add. Weights are read once.
-    ``m`` defaults to the pass's tokens; ``in_rows`` is the row count of the input tensor when it
-    differs from ``m`` (lm_head reading only the last token of each sequence).
+    ``in_rows`` is the row count of the input tensor when it differs from ``m`` (lm_head reading
+    only the last token of each sequence).
     """
-    m = ctx.tokens if m is None else m
-    wdt = ctx.weight_dtype if weight_dtype is None else weight_dtype
-    adt = ctx.act_dtype
+    wdt = weight_dtype
+    adt = act_dtype
     abits = adt.bits
     wname = f"{name}.weight" if weight_name is None else weight_name
     inputs = [act(x, (m if in_rows is None else in_rows, k), adt), weight(wname, (n, k), wdt)]
