@@ -165,7 +165,7 @@ def case_section(case: Case, result: Any, wall_s: float, work: Path) -> list[str
         first = result.probes[0].readings
         lines += ["machine check (measured / predicted, F.linear over cold weights; "
                   + ", ".join(f"{r.label} predicted {_ms(r.predicted_s)} ms" for r in first) + "): "
-                  + "; ".join(f"{p.when} " + "/".join(f"{r.ratio:.2f}" for r in p.readings) for p in result.probes),
+                  + "; ".join(f"{p.label} " + "/".join(f"{r.ratio:.2f}" for r in p.readings) for p in result.probes),
                   ""]
     for p in result.phases:
         lines += [f"**{p.phase}**: forward predicted {_ms(p.forward.predicted_s)} ms, measured "

@@ -274,9 +274,9 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> Non
     assert [s.name for s in decode.steps] == ["decode_step_0", "decode_step_1"]
     assert decode.forward.measured_s == pytest.approx(sum(s.measured_s for s in decode.steps))
     # The machine check runs before and after the capture, predicted on the same spec.
-    assert [p.when for p in r.probes] == ["before capture 1", "after capture 1"]
+    assert [p.label for p in r.probes] == ["before capture 1", "after capture 1"]
     assert all(x.measured_s > 0 and x.predicted_s > 0 for p in r.probes for x in p.readings)
-    assert json.loads((out / "validation.json").read_text())["machine_probes"][1]["when"] == "after capture 1"
+    assert json.loads((out / "validation.json").read_text())["machine_probes"][1]["label"] == "after capture 1"
     trace_times = captured_times(r.capture.trace_path)
     for p in r.phases:
         rows = {row.name: row for row in p.rows}
@@ -418,10 +418,11 @@ def _result(phase: PhaseValidation, repeat: int, **workload: Any) -> ValidationR
 def test_combine_repeats_keeps_the_first_and_lists_every_capture() -> None:
     from layerscope.capture.probe import MachineProbe
 
-    results = [dataclasses.replace(_result(p, i), probes=(MachineProbe(f"before capture {i}", ()),))
+    # Separate validations (the accuracy bench's rounds) each number their capture 1: renumbered in order.
+    results = [dataclasses.replace(_result(p, i), probes=(MachineProbe("before", (), 1), MachineProbe("after", (), 1)))
                for i, p in enumerate(REPEATS, start=1)]
     r = combine_repeats(results)
-    assert [p.when for p in r.probes] == ["before capture 1", "before capture 2", "before capture 3"]
+    assert [p.label for p in r.probes] == [f"{w} capture {i}" for i in (1, 2, 3) for w in ("before", "after")]
     assert r.phase("decode").forward.measured_s == 11.0 and r.phase("decode").repeats == 3
     assert r.capture is results[0].capture and r.estimate is results[0].estimate
     assert r.traces == {"simulated_prefill": Path("simulated-prefill.json.gz"), "captured": Path("captured-1.json.gz"),

@@ -52,7 +52,8 @@ def test_probe_machine_times_every_shape_on_this_cpu() -> None:
     hw = load_hardware("server-cpu")
     shapes = ((1, 512, 256), (16, 512, 256), (64, 256, 128))
     probe = probe_machine(hw, when="now", shapes=shapes, min_time_s=0.005)
-    assert isinstance(probe, MachineProbe) and probe.when == "now"
+    assert isinstance(probe, MachineProbe) and probe.label == "now" and probe.capture == 0
+    assert MachineProbe("before", (), 2).label == "before capture 2"
     assert [(r.m, r.n, r.k, r.dtype) for r in probe.readings] == [(*s, "fp32") for s in shapes]
     assert all(r.measured_s > 0 and math.isfinite(r.ratio) for r in probe.readings)
     assert [r.predicted_s for r in probe.readings] == [r.predicted_s for r in predict_probe(probe.readings, hw)]

@@ -785,7 +785,8 @@ def combine_repeats(results: Sequence[ValidationResult]) -> ValidationResult:
     phases = tuple(combine_phases([r.phase(p.phase) for r in results]) for p in first.phases)
     traces = {**first.traces,
               **{f"captured_{i}": r.capture.trace_path for i, r in enumerate(results[1:], start=2)}}
-    probes = tuple(p for r in results for p in r.probes)
+    # The i-th result's probes belong to capture i (separate validations each number theirs 1).
+    probes = tuple(dataclasses.replace(p, capture=i) for i, r in enumerate(results, start=1) for p in r.probes)
     return dataclasses.replace(first, phases=phases, traces=traces, probes=probes)
 
 
@@ -1008,13 +1009,13 @@ def validate(
                                  cost_model=cost_model, out=out)
     results = []
     for repeat in range(1, repeats + 1):
-        before = (probe_machine(hw, when=f"before capture {repeat}", device=device, dtype=dt, cost_model=cost_model),
+        before = (probe_machine(hw, when="before", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
                   ) if probe else ()
         cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations,
                       random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
                       unprofiled=unprofiled and correct_instrumentation and device == "cpu")
-        after = (probe_machine(hw, when=f"after capture {repeat}", device=device, dtype=dt, cost_model=cost_model),
+        after = (probe_machine(hw, when="after", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
                  ) if probe else ()
         phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
                                correct_instrumentation=correct_instrumentation)

@@ -66,13 +66,21 @@ class ProbeReading:
 
 @dataclass(frozen=True)
 class MachineProbe:
-    """The probe calls timed at one moment (``when``: e.g. ``before capture 1``)."""
+    """The probe calls timed at one moment: ``when`` (``before``/``after``) ``capture`` (its number
+    from 1 in a validation; 0 when the probe belongs to no capture)."""
 
     when: str
     readings: tuple[ProbeReading, ...]
+    capture: int = 0
+
+    @property
+    def label(self) -> str:
+        """``before capture 2``, or ``when`` alone outside a validation."""
+        return f"{self.when} capture {self.capture}" if self.capture else self.when
 
     def to_dict(self) -> dict[str, Any]:
-        return {"when": self.when, "readings": [r.to_dict() for r in self.readings]}
+        return {"when": self.when, "capture": self.capture, "label": self.label,
+                "readings": [r.to_dict() for r in self.readings]}
 
 
 def _last_level_bytes(hw: HardwareSpec) -> float:
@@ -96,7 +104,7 @@ def predict_probe(readings: Sequence[ProbeReading], hw: HardwareSpec, cost_model
     return tuple(out)
 
 
-def probe_machine(hw: HardwareSpec, *, when: str, device: str = "cpu", dtype: str = "fp32",
+def probe_machine(hw: HardwareSpec, *, when: str, capture: int = 0, device: str = "cpu", dtype: str = "fp32",
                   shapes: Sequence[tuple[int, int, int]] = PROBE_SHAPES, min_time_s: float = 0.1,
                   cost_model: str = "roofline") -> MachineProbe:
     """Time each of ``shapes`` (``F.linear`` over cold weights, median seconds per call over about
@@ -122,4 +130,4 @@ def probe_machine(hw: HardwareSpec, *, when: str, device: str = "cpu", dtype: st
         x = torch.randn(m, k, device=dev).to(tdt)
         _, median_s = time_cold_linear(torch, timer, x, weights[(n, k)], min_time_s)
         readings.append(ProbeReading(m, n, k, dt.value, median_s, math.nan))
-    return MachineProbe(when, predict_probe(readings, hw, cost_model))
+    return MachineProbe(when, predict_probe(readings, hw, cost_model), capture)

@@ -145,7 +145,7 @@ def render_probes(con: Any, probes: Any) -> None:
     table.add_column("call")
     table.add_column("predicted", justify="right")
     for p in probes:
-        table.add_column(p.when, justify="right")
+        table.add_column(p.label, justify="right")
     for i, reading in enumerate(probes[0].readings):
         table.add_row(f"{reading.label} {reading.dtype}", fmt_time_s(reading.predicted_s),
                       *(f"{p.readings[i].ratio:.2f}" for p in probes))
