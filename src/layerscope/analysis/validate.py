@@ -926,6 +926,8 @@ def rejoin(result: ValidationResult, hardware: HardwareSpec) -> ValidationResult
     round and predicts every round's captures with the runs combined): the capture is kept, only the
     prediction changes. ``result`` must be one capture's validation (combine after rejoining).
     """
+    from layerscope.capture.probe import predict_probe
+
     if result.spec is None:
         raise AnalysisError("rejoin: the validation carries no model spec (not made by validate)")
     several = [p.phase for p in result.phases if p.repeats != 1]
@@ -938,8 +940,6 @@ def rejoin(result: ValidationResult, hardware: HardwareSpec) -> ValidationResult
                                  cost_model=result.cost_model, out=out)
     phases = _join_capture(result.capture, sims, device=result.device, decode_steps=result.decode_steps,
                            correct_instrumentation=result.corrected)
-    from layerscope.capture.probe import predict_probe
-
     probes = tuple(dataclasses.replace(p, readings=predict_probe(p.readings, hardware, result.cost_model))
                    for p in result.probes)
     again = dataclasses.replace(result, hardware=hardware, hardware_path=None, estimate=est, phases=phases,

@@ -125,7 +125,7 @@ def probe_machine(hw: HardwareSpec, *, when: str, capture: int = 0, device: str 
         if (n, k) not in weights:
             weights.clear()  # one set alive at a time
             w_bytes = n * k * dt.bytes
-            count = max(2, math.ceil(2 * llc / w_bytes))
+            count = max(2, min(64, math.ceil(2 * llc / w_bytes)))  # at most 64, as calibrate's GEMMs
             weights[(n, k)] = list(torch.randn(count, n, k, device=dev).to(tdt).unbind(0))
         x = torch.randn(m, k, device=dev).to(tdt)
         _, median_s = time_cold_linear(torch, timer, x, weights[(n, k)], min_time_s)
