@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 
 pytest.importorskip("torch")
@@ -29,7 +31,8 @@ TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), 
                        attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
                        sampling_rows=(1, 2),
                        gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5,
-                       cold_reuse_llc=(0.5, 2.0), cold_pool_llc=2.0, grouped_mm_samples=2)
+                       cold_reuse_llc=(0.5, 2.0), cold_pool_llc=2.0, grouped_mm_samples=2,
+                       fresh_alloc_mib=(2, 64), fresh_alloc_samples=2)
 
 
 def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
@@ -88,6 +91,15 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     assert all(0.05 < f < 4 for _, f in hw.weight_stream_k(DType.FP32))
     assert hw.launch_overhead_s == pytest.approx(hw.calibration.fit.overhead.cold_op_s) == cold[-1].kernel_s
     assert hw.launch_overhead_s >= 0.5 * hw.calibration.fit.overhead.empty_op_s
+    # New tensors against reused ones, two samples per size; under glibc's malloc a 64 MiB tensor is mmapped
+    # anew every time (its mmap threshold stops at 32 MiB), so its first write faults every page in.
+    assert meas.fresh_alloc_bytes == [2 * MIB] * 2 + [64 * MIB] * 2
+    assert all(t > 0 for t in meas.fresh_alloc_s + meas.reused_alloc_s)
+    pages = hw.calibration.fit.fresh_pages
+    assert pages is not None and pages.sizes_bytes == [2 * MIB, 64 * MIB]
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert pages.faulting[-1] and pages.min_bytes is not None and hw.execution.fresh_pages is not None
+        assert 1e-12 < hw.execution.fresh_pages.s_per_byte < 1e-8  # 1 us .. 10 ms per MiB
     path = tmp_path / "hw.yaml"
     path.write_text(dump_hardware_yaml(hw))
     again = load_hardware(path)

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from layerscope.cli.app import app
 
 TINY = dict(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), dtypes=("fp32",), stream_step=8,
-            vector_elements=(16 * 1024,), min_time_s=0.01, empty_op_samples=3)
+            vector_elements=(16 * 1024,), min_time_s=0.01, empty_op_samples=3, fresh_alloc_mib=(2, 64),
+            fresh_alloc_samples=2)
 
 
 @pytest.fixture
@@ -39,6 +40,7 @@ def test_json_summary_and_file(tiny_quick: None, tmp_path: Path) -> None:
     forced = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(out), "--force"])
     assert forced.exit_code == 0, forced.output
     assert "GEMM fp32 peak" in forced.stdout
+    assert "page faults of new tensors" in forced.stdout and "67.1 MB" in forced.stdout
 
 
 def test_errors_exit_2(run_cli, tmp_path: Path) -> None:

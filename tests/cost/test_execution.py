@@ -165,11 +165,13 @@ COLD_POINTS = [{"reuse_bytes": 1024.0**2, "kernel_s": 1e-6, "module_call_s": 10e
                {"reuse_bytes": 1024.0**3, "kernel_s": 4e-6, "module_call_s": 40e-6}]
 
 
-@pytest.mark.parametrize("cold", [{}, {"cold_by_reuse": COLD_POINTS}])
+@pytest.mark.parametrize("cold", [{}, {"cold_by_reuse": COLD_POINTS},
+                                  {"fresh_pages": {"min_bytes": 16 * 1024, "s_per_byte": 1e-10}}])
 def test_eager_generation_sum_is_exact_per_step(cold):
     # The profile multiplies each op's own bytes, so interpolating work between graph builds
     # stays exact: every decode step equals a direct build of that step's graph. Cold costs by reuse
-    # distance come from each step's own bytes, so they keep it exact too.
+    # distance come from each step's own bytes, so they keep it exact too; allocation sizes do not
+    # depend on the context (the cache's cat is left out), so page faults keep it exact.
     spec = load_model_spec("llama-3.2-1b")
     hw = _hw(kernels="hf-eager", activations_in_cache=True, **cold)
     w = make_workload(phase="generate", input_len=100, output_len=20, weight_dtype="fp32", act_dtype="fp32",
@@ -491,3 +493,78 @@ def test_cold_costs_must_ascend():
               {"reuse_bytes": 1.0, "kernel_s": 1e-6, "module_call_s": 0.0}]
     with pytest.raises(HardwareSpecError, match="cold_by_reuse: reuse_bytes must be strictly ascending"):
         _hw(kernels="hf-eager", cold_by_reuse=points)
+
+
+MIB = 1024**2
+
+
+def test_eager_allocations_by_hand():
+    # Llama-3.2-1B fp32 prefill of 1024 tokens: H = 2048, I = 8192, 32 query and 8 KV heads of 64.
+    t = 1024
+    g = _layer("fp32", input_len=t)
+    plan = kernel_plan("hf-eager", g.ops)
+    allocs = {op.name: sorted(x for x in plan.alloc_bytes[i] if x > 0) for i, op in enumerate(g.ops)}
+    n = 4 * t * 2048  # one fp32 hidden-sized tensor
+    assert allocs["layers.0.input_layernorm"] == sorted([n, n, n] + [4 * t] * 3)  # pow, mul, weight mul; 3 rows
+    q, k = 4 * t * 32 * 64, 4 * t * 8 * 64
+    assert allocs["layers.0.self_attn.rope"] == sorted([q, q / 2, q, q, q, k, k / 2, k, k, k])
+    assert allocs["layers.0.self_attn.attn"] == [q, q]  # SDPA's output and its contiguous copy
+    assert allocs["layers.0.self_attn.kv_write"] == []  # the cache's cat: left out (grows with the context)
+    assert allocs["layers.0.mlp.act_mul"] == [4 * t * 8192] * 2  # act(gate), * up: 32 MiB each
+    assert allocs["layers.0.mlp.gate_proj"] == [4 * t * 8192]
+    fused = kernel_plan("fused", g.ops)
+    assert [sorted(x for x in row if x > 0) for row in fused.alloc_bytes] == \
+        [sorted(float(o.nbytes) for o in op.outputs) for op in g.ops]
+
+
+def test_eager_experts_allocations_by_hand():
+    # Qwen3-30B-A3B bf16, 512 tokens, top-8 of 128 experts of width 768, H = 2048: S = 4096 rows.
+    spec = load_model_spec("qwen3-30b-a3b")
+    w = make_workload(phase="prefill", weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", input_len=512)
+    g = build_layer_graph(spec, w.passes()[0], w, 0)
+    plan = kernel_plan("hf-eager", g.ops)
+    i = g.index["layers.0.mlp.experts"]
+    s, h, width = 512 * 8, 2048, 768
+    expected = [2 * s * h, 2 * s * 2 * width, 2 * s * width, 2 * s * width, 2 * s * h, 2 * s * h, 2 * s * h,
+                2 * 512 * h] + [8 * s] * 5 + [2 * s]
+    assert sorted(x for x in plan.alloc_bytes[i] if x > 0) == sorted(expected)
+
+
+def test_fresh_pages_charge_large_allocations_by_hand():
+    # 1024 tokens: the activation's two 32 MiB outputs fault (2 x 32 MiB x 150 us/MiB = 9.6 ms of host time)
+    # and its output skips the read for ownership (32 MiB at 10 GB/s); the 16 MiB pow/mul of the norms and
+    # the 8 MiB q do not fault at a 32 MiB threshold.
+    per_byte = 150e-6 / MIB
+    g = _layer("fp32", input_len=1024)
+    base = time_graph(g, _hw(kernels="hf-eager", cold_outputs=True))
+    hw = _hw(kernels="hf-eager", cold_outputs=True, fresh_pages={"min_bytes": 32 * MIB, "s_per_byte": per_byte})
+    t = time_graph(g, hw)
+    act, gate = g.index["layers.0.mlp.act_mul"], g.index["layers.0.mlp.gate_proj"]
+    extra = t.overhead_s - base.overhead_s
+    assert extra[act] == pytest.approx(2 * 32 * MIB * per_byte)
+    assert extra[gate] == pytest.approx(32 * MIB * per_byte)
+    assert base.memory_s[act] - t.memory_s[act] == pytest.approx(32 * MIB / 10e9)
+    faulting = {g.ops[i].name for i in np.flatnonzero(extra)}
+    assert faulting == {"layers.0.mlp.act_mul", "layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"}
+    # below the threshold nothing changes
+    small = _layer("fp32", input_len=512)
+    plain = _hw(kernels="hf-eager", cold_outputs=True)
+    assert np.allclose(time_graph(small, hw).time_s, time_graph(small, plain).time_s)
+
+
+def test_fresh_page_time_counts_only_allocations_at_the_threshold_or_above():
+    from layerscope.cost.models import fresh_page_s
+    from layerscope.hardware.spec import FreshPages
+
+    allocs = np.array([[32 * MIB, 31 * MIB, 0.0], [64 * MIB, 32 * MIB, 1.0], [0.0, 0.0, 0.0]])
+    got = fresh_page_s(allocs, FreshPages(min_bytes=32 * MIB, s_per_byte=2e-10))
+    assert got == pytest.approx([32 * MIB * 2e-10, 96 * MIB * 2e-10, 0.0])
+
+
+def test_fresh_pages_refuse_the_vectorized_grid():
+    # a step in the shapes: the linear basis of cost.sweep cannot carry it
+    from layerscope.cost.sweep import shape_dependent
+
+    hw = _hw(kernels="hf-eager", cold_outputs=True, fresh_pages={"min_bytes": 1.0, "s_per_byte": 1e-10})
+    assert "fresh_pages" in (shape_dependent(hw, "roofline", "decode") or "")
+    assert shape_dependent(_hw(kernels="fused"), "roofline", "decode") is None

@@ -17,6 +17,7 @@ from layerscope.hardware.fit import (
     calibrated_spec,
     combine_measurements,
     fit_bandwidth,
+    fit_fresh_pages,
     fit_line_relative,
     fit_matmul,
     fit_measurements,
@@ -502,3 +503,60 @@ def test_cold_samples_by_reuse_distance_fit_per_distance(tmp_path) -> None:
         combine_measurements([meas, older])
     with pytest.raises(ValueError, match="cold samples' lists differ in length"):
         CalibrationMeasurements.model_validate({**meas.model_dump(), "cold_reuse_bytes": [16 * MIB]})
+
+
+def _fresh_samples(per_byte: dict[float, float], samples: int = 3) -> dict[str, list[float]]:
+    """Synthetic fresh-allocation samples: the reused run at 20 GB/s over 5 x the tensor bytes (g, u read;
+    two outputs written, one read), the fresh one that plus 2 x bytes x per_byte[size]."""
+    out: dict[str, list[float]] = {"fresh_alloc_bytes": [], "fresh_alloc_s": [], "reused_alloc_s": []}
+    for size, extra in per_byte.items():
+        for i in range(samples):
+            reused = 5 * size / 20e9 * (1 + 0.01 * i)
+            out["fresh_alloc_bytes"].append(size)
+            out["reused_alloc_s"].append(reused)
+            out["fresh_alloc_s"].append(reused + 2 * size * extra)
+    return out
+
+
+def test_fresh_pages_fit_recovers_threshold_and_cost_per_byte(tmp_path) -> None:
+    # Faults from 32 MiB on (150 ns/KiB ~ 146 us/MiB at 64 and 128 MiB, half that at 32 MiB where malloc can
+    # still serve one tensor from its heap); the 16 MiB size faulted once in a cold start and 31 MiB never.
+    # The threshold is the smallest size from which every larger one faults (32 MiB, not 16); the cost
+    # per byte the median over the faulting sizes of at least twice the threshold.
+    c = 1.4e-10
+    samples = _fresh_samples({16 * MIB: c, 31 * MIB: 0.0, 32 * MIB: c / 2, 64 * MIB: c, 128 * MIB: 1.2 * c})
+    meas = synthetic().model_copy(update=samples)
+    fit = fit_fresh_pages(meas)
+    assert fit is not None
+    assert fit.sizes_bytes == [16 * MIB, 31 * MIB, 32 * MIB, 64 * MIB, 128 * MIB]
+    assert fit.faulting == [True, False, True, True, True]
+    assert fit.min_bytes == 32 * MIB
+    assert fit.s_per_byte == pytest.approx(1.1 * c, rel=1e-6)  # median of c and 1.2c
+    assert fit.extra_s_per_byte == pytest.approx([c, 0.0, c / 2, c, 1.2 * c], rel=1e-6, abs=1e-15)
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.execution.fresh_pages is not None
+    assert hw.execution.fresh_pages.min_bytes == 32 * MIB
+    assert hw.execution.fresh_pages.s_per_byte == pytest.approx(1.1 * c, rel=1e-6)
+    assert "page faults" in hw.execution.source
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    assert load_hardware(path) == hw
+    assert len(combine_measurements([meas, meas]).fresh_alloc_s) == 2 * len(meas.fresh_alloc_s)
+
+
+def test_fresh_pages_fit_without_faults_or_samples() -> None:
+    # An allocator that reuses every size (jemalloc, a GPU's caching allocator): no threshold, no spec field;
+    # the largest size not faulting means none does, whatever smaller ones did; no samples: no fit.
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    for per_byte in ({16 * MIB: 0.0, 64 * MIB: 0.0}, {16 * MIB: 1e-10, 64 * MIB: 0.0}):
+        meas = synthetic().model_copy(update=_fresh_samples(per_byte))
+        fit = fit_fresh_pages(meas)
+        assert fit is not None and fit.min_bytes is None and fit.s_per_byte == 0.0
+        hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                             llc_bytes=LLC)
+        assert hw.execution.fresh_pages is None and "page faults" not in hw.execution.source
+    assert fit_fresh_pages(synthetic()) is None
+    with pytest.raises(ValueError, match="fresh-allocation samples' lists differ in length"):
+        CalibrationMeasurements.model_validate({**synthetic().model_dump(), "fresh_alloc_s": [1e-3]})

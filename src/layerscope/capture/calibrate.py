@@ -116,6 +116,10 @@ class CalibrationGrid:
     """Empty expert groups added to a one-group ``torch._grouped_mm`` to time its per-group loop (CPU
     only; Qwen3-30B-A3B has 128 experts)."""
     grouped_mm_samples: int = 5
+    fresh_alloc_mib: tuple[float, ...] = (8, 16, 24, 31, 32, 48, 64, 128)
+    """Tensor sizes, in MiB, of the fresh-allocation measurements (CPU only): glibc's largest mmap threshold
+    (32 MiB on 64-bit) bracketed from both sides."""
+    fresh_alloc_samples: int = 5
 
 
 FULL_GRID = CalibrationGrid(
@@ -133,6 +137,8 @@ QUICK_GRID = CalibrationGrid(
     min_time_s=0.05,
     empty_op_samples=5,
     cold_op_samples=16,
+    fresh_alloc_mib=(16, 31, 32, 64),
+    fresh_alloc_samples=3,
 )
 
 
@@ -149,6 +155,9 @@ class _Tables:
     cold_module_call_s: list[float] = field(default_factory=list)
     cold_reuse_bytes: list[float] = field(default_factory=list)
     grouped_mm_group_s: list[float] = field(default_factory=list)
+    fresh_alloc_bytes: list[float] = field(default_factory=list)
+    fresh_alloc_s: list[float] = field(default_factory=list)
+    reused_alloc_s: list[float] = field(default_factory=list)
 
     @staticmethod
     def add(table: dict[str, list[Any]], **row: Any) -> None:
@@ -401,8 +410,48 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
                          for g in sorted(weights))
             tables.grouped_mm_group_s.append((many - one) / extra)
 
+    def fresh_allocs(mib: float, *, warm_up_only: bool = False) -> None:
+        # An eager op allocates its output and the reference drops when the next line of Python is done
+        # with it; PyTorch's CPU allocator is malloc, which hands sizes above its mmap threshold new pages
+        # every time. Time HF's gated activation, sigmoid(g) * u, into new tensors against the same into
+        # preallocated ones: the difference is two allocations' page faults (and munmaps). glibc raises
+        # its mmap threshold (and its heap-trim threshold, twice that) to the largest mmapped chunk freed,
+        # up to 32 MiB, as a model's warm-up iterations do with the model's sizes: every size is run once
+        # before any is timed, or the smaller ones fault only because nothing larger came first.
+        n = int(mib * _MIB) // 4
+        g, u = (torch.empty(n, device=dev).uniform_(-1.0, 1.0) for _ in range(2))
+        a, b = torch.empty(n, device=dev), torch.empty(n, device=dev)
+
+        def fresh() -> float:
+            start = time.perf_counter()
+            torch.mul(torch.sigmoid(g), u)
+            return time.perf_counter() - start
+
+        def reused() -> float:
+            start = time.perf_counter()
+            torch.mul(torch.sigmoid(g, out=a), u, out=b)
+            return time.perf_counter() - start
+
+        for _ in range(2):
+            fresh(), reused()
+        if warm_up_only:
+            return
+        for _ in range(grid.fresh_alloc_samples):
+            tables.fresh_alloc_s.append(fresh())
+            tables.reused_alloc_s.append(reused())
+            tables.fresh_alloc_bytes.append(float(4 * n))
+
+    def fresh_warm_up(sizes_mib: list[float]) -> None:
+        for mib in sizes_mib:
+            fresh_allocs(mib, warm_up_only=True)
+
     tasks.append(("empty op", empty_op))
     if device == "cpu":
+        fresh_mib = [mib for mib in grid.fresh_alloc_mib if 4 * mib * _MIB <= mem / 8]  # g, u, two outputs
+        if fresh_mib:
+            tasks.append(("fresh allocations warm-up", partial(fresh_warm_up, fresh_mib)))
+        for mib in fresh_mib:
+            tasks.append((f"fresh allocations {mib:g} MiB", partial(fresh_allocs, mib)))
         tasks.append(("cold small ops", cold_ops))
         if hasattr(torch, "_grouped_mm"):
             tasks.append(("grouped GEMM groups", grouped_mm_groups))
@@ -444,7 +493,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
         vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
         cold_module_call_s=tables.cold_module_call_s, cold_reuse_bytes=tables.cold_reuse_bytes,
-        grouped_mm_group_s=tables.grouped_mm_group_s,
+        grouped_mm_group_s=tables.grouped_mm_group_s, fresh_alloc_bytes=tables.fresh_alloc_bytes,
+        fresh_alloc_s=tables.fresh_alloc_s, reused_alloc_s=tables.reused_alloc_s,
         attention=AttentionTable(**tables.attention), gemv=GemmTable(**tables.gemv))
     return meas, levels, llc
 

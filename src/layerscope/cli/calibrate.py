@@ -111,4 +111,10 @@ def _render(spec: Any, out: Path) -> None:
     elif o.cold_op_s is not None:
         t.add_row("per-kernel overhead in a model (the spec's)", fmt_time_s(o.cold_op_s),
                   "eager RMSNorm right after a weight stream", "", "")
+    pages = fit.fresh_pages
+    if pages is not None:
+        t.add_row("page faults of new tensors", "none" if pages.min_bytes is None else
+                  f"{fmt_time_s(pages.s_per_byte * 2**20)}/MiB from {fmt_si(pages.min_bytes, 'B')}",
+                  ", ".join(f"{fmt_si(b, 'B')} {'faults' if f else 'reused'}"
+                            for b, f in zip(pages.sizes_bytes, pages.faulting, strict=True)), "", "")
     con.print(t)

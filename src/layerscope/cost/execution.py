@@ -53,6 +53,21 @@ that copy it), per op of N elements of ``a`` bytes (the activation type):
 
 Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
 
+**Allocations** (``KernelPlan.alloc_bytes``): every eager kernel writes a tensor it allocates, freed when the
+Python reference drops. Small ones come back hot from the heap; the CPU allocator gives large ones new pages
+each time (glibc ``mmap``/``munmap`` above its mmap threshold, 32 MiB at most on 64-bit), and their first
+write faults every page in (``execution.fresh_pages``, which ``layerscope calibrate`` measures). Measured on
+the reference CPU (2 threads): ``sigmoid(g) * u`` over fresh outputs takes what it takes into preallocated
+ones up to 31 MiB per tensor, and 135-190 µs per MiB of output more from 32 MiB on (a 1024-token
+Llama-3.2-1B MLP's activation: 13.8-16 ms in the model, 8.5 predicted without the faults). Per op, the sizes
+of the tensors its kernels allocate: the op's outputs (one kernel; ``fused``); an RMSNorm's ``pow``, ``mul``
+and weight ``mul`` (N each, plus the casts' outside fp32); RoPE's ``x*cos``, the negated half, ``cat``,
+``*sin`` and ``add`` per tensor; attention's SDPA output and its contiguous copy; the gated activation's
+``act(gate)`` and product; the experts' gathered tokens, both grouped GEMMs' outputs, ``act`` and ``mul``, the
+routing-weight product, the re-ordered rows and the top-k sum (S = tokens x top-k rows each). The cache's
+``torch.cat`` (``kv_write``) is left out: it grows with the context, and a step in it would break the exact
+interpolation of decode steps.
+
 Eager modules also cost Python time of their own: each ``nn.Module`` call (``__call__``, hook dispatch,
 the ``forward`` body's attribute lookups) runs cold inside a model, as the kernels do, after weights
 streamed through the caches (reference CPU: a one-row RMSNorm took 45 µs bare and 58 µs as a module
@@ -98,11 +113,29 @@ class KernelPlan:
     grouped_mm_groups: np.ndarray
     """Expert groups the op's ``torch._grouped_mm`` calls loop over (each pays
     ``execution.grouped_mm_group_s``); 0 for every other op and every fused profile."""
+    alloc_bytes: np.ndarray
+    """[ops, slots]: the bytes of each tensor the op's kernels allocate, zero-padded (module docstring,
+    "Allocations"); those of at least ``execution.fresh_pages.min_bytes`` fault their pages in."""
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
         n = len(ops)
-        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n), np.zeros(n), np.zeros(n))
+        return cls(np.ones(n), np.ones(n), np.ones(n), output_share(ops), np.zeros(n), np.zeros(n), np.zeros(n),
+                   alloc_table([output_allocs(op) for op in ops]))
+
+
+def output_allocs(op: Op) -> list[float]:
+    """The op's outputs, each allocated once (one kernel, or a fused one)."""
+    return [float(t.nbytes) for t in op.outputs]
+
+
+def alloc_table(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    """Per-op allocation lists as a zero-padded [ops, slots] array."""
+    width = max((len(r) for r in rows), default=0)
+    table = np.zeros((len(rows), width))
+    for i, r in enumerate(rows):
+        table[i, :len(r)] = r
+    return table
 
 
 def output_share(ops: Sequence[Op]) -> np.ndarray:
@@ -221,6 +254,61 @@ HF_EAGER_MODULE_CALLS: dict[str, float] = {
 }
 
 
+def _norm_allocs(op: Op) -> list[float]:
+    if not op.definition.startswith("rmsnorm"):
+        return output_allocs(op)
+    a = _act_bytes_per_element(op)
+    n = op.outputs[0].numel
+    rows = 4.0 * n / max(1, op.outputs[0].shape[-1])  # mean, + eps, rsqrt: one fp32 value per row
+    full = [4.0 * n, 4.0 * n, a * n]  # pow, mul by rsqrt, weight mul
+    casts = [] if a == 4 else [4.0 * n, a * n]  # to(fp32) of the input, to(dtype) before the weight mul
+    return [*full, *casts, rows, rows, rows]
+
+
+def _rope_allocs(op: Op) -> list[float]:
+    out: list[float] = []
+    for t in op.outputs:  # x*cos, -x2 (half), cat, rotate_half(x)*sin, add
+        s = float(t.nbytes)
+        out += [s, s / 2, s, s, s]
+    return out
+
+
+def _attention_allocs(op: Op) -> list[float]:
+    return [float(op.outputs[0].nbytes)] * 2  # SDPA's output, transpose(1, 2).contiguous()
+
+
+def _activation_allocs(op: Op) -> list[float]:
+    launches = _eager_activation(op)[0]
+    return [float(op.outputs[0].nbytes)] * int(launches)
+
+
+def _moe_allocs(op: Op) -> list[float]:
+    tokens, hidden = op.inputs[0].shape[0], op.inputs[0].shape[-1]
+    a = _act_bytes_per_element(op)
+    rows = tokens * int(op.attr("top_k", 1) or 1)  # type: ignore[call-overload]
+    width = float(op.attr("expert_intermediate", 0) or 0)  # type: ignore[arg-type]
+    index = [8.0 * rows] * 5  # sort's values and permutation, perm // k, the inverse permutation, arange
+    # gathered tokens, gate-up GEMM, act(gate), * up, down GEMM, * routing weights, re-ordered, top-k sum
+    big = [a * rows * hidden, a * rows * 2 * width, a * rows * width, a * rows * width, a * rows * hidden,
+           a * rows * hidden, a * rows * hidden, a * tokens * hidden]
+    return [*big, *index, a * rows]  # and the gathered routing weights
+
+
+def _no_allocs(op: Op) -> list[float]:
+    return []
+
+
+#: hf-eager allocation rules by op kind (module docstring, "Allocations"); other kinds allocate their outputs.
+HF_EAGER_ALLOCS: dict[str, Callable[[Op], list[float]]] = {
+    "norm": _norm_allocs,
+    "rope": _rope_allocs,
+    "attention": _attention_allocs,
+    "kv_write": _no_allocs,
+    "activation": _activation_allocs,
+    "moe_experts": _moe_allocs,
+}
+
+
 def _eager_gemv_rows(op: Op) -> float:
     """Sequences whose last position lm_head reads out of a longer ``[B, S, H]`` input: HF's
     ``hidden_states[:, -1:, :]`` is then a strided view and ``matmul`` runs B GEMVs (``bmm``)."""
@@ -243,7 +331,8 @@ def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
                       module_calls=np.fromiter((HF_EAGER_MODULE_CALLS.get(op.kind, 0.0) for op in ops),
                                                dtype=np.float64, count=len(ops)),
                       grouped_mm_groups=np.fromiter((hf_eager_grouped_mm_groups(op) for op in ops),
-                                                    dtype=np.float64, count=len(ops)))
+                                                    dtype=np.float64, count=len(ops)),
+                      alloc_bytes=alloc_table([HF_EAGER_ALLOCS.get(op.kind, output_allocs)(op) for op in ops]))
 
 
 _STEP_PREFIX = re.compile(r"^decode_step_\d+\.")

@@ -20,7 +20,7 @@ from layerscope.cost.execution import kernel_plan, previous_same_role, reuse_byt
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS
-from layerscope.hardware.spec import HardwareSpec, MemoryLevel
+from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel
 from layerscope.units import DType
 
 BOUND_COMPUTE = 0
@@ -196,6 +196,8 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     cross main memory twice. Measured on the reference CPU (2 cores, 32 MiB L3): a 1 MiB
     ``x + x`` takes 14 µs when its output buffer is reused hot and 112 µs when it is a fresh one;
     2 x 1 MiB at the 20 GB/s measured main-memory bandwidth is 105 µs.
+    With ``fresh_pages``, the op's allocations of at least its ``min_bytes`` (the plan's ``alloc_bytes``)
+    add their page-fault time to the op's host time (:func:`fresh_page_s`).
     """
     execution = hw.execution
     if execution.is_default or not features.ops:
@@ -217,6 +219,9 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     scaled = features.with_work(features.flops, weight_bytes, features.act_bytes * plan.act_factor,
                                 features.kv_bytes * plan.kv_factor)
     cold = features.act_bytes * plan.out_share if execution.cold_outputs else None
+    if cold is not None and execution.fresh_pages is not None:
+        # an output on new pages is written after its fault zeroed it in: no read for ownership from memory
+        cold = np.where(cold >= execution.fresh_pages.min_bytes, 0.0, cold)
     resident = None
     cache_bw = 0.0
     if execution.activations_in_cache:
@@ -229,8 +234,16 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
             resident = np.where(footprint <= capacity, in_cache, 0.0)
     kernel_s, call_s = _cold_costs(features, hw)
     host_s = plan.module_calls * call_s + plan.grouped_mm_groups * execution.grouped_mm_group_s
+    if execution.fresh_pages is not None and plan.alloc_bytes.size:
+        host_s = host_s + fresh_page_s(plan.alloc_bytes, execution.fresh_pages)
     module_s = host_s if host_s.any() else None
     return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s)
+
+
+def fresh_page_s(alloc_bytes: np.ndarray, pages: FreshPages) -> np.ndarray:
+    """Per op (rows of ``alloc_bytes``, its allocations' sizes): the page-fault time of those allocations of
+    at least ``pages.min_bytes``, at ``pages.s_per_byte`` (``execution.fresh_pages``)."""
+    return np.where(alloc_bytes >= pages.min_bytes, alloc_bytes, 0.0).sum(axis=-1) * pages.s_per_byte
 
 
 #: Key of the previous same-role op per op in ``OpFeatures.plans``.

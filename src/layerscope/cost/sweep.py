@@ -211,6 +211,9 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
     if hw.efficiency.attention_rows and phase == "prefill":
         return f"{hw.name} has attention efficiency by query length (efficiency.attention_rows)"
+    if hw.execution.fresh_pages is not None:
+        return (f"{hw.name} charges page faults on tensors of at least {hw.execution.fresh_pages.min_bytes:.4g} B "
+                "(execution.fresh_pages), a step in the shapes")
     if phase == "prefill" and hw.execution.kernels != "fused":
         return f"{hw.name} runs the {hw.execution.kernels!r} kernel profile, whose prefill lm_head grows with the batch"
     return None

@@ -125,6 +125,13 @@ class CalibrationMeasurements(BaseModel):
     """Per sample: ``torch._grouped_mm``'s time over many expert groups less its time over one, per extra
     group (every row in the first group, the others empty): the grouped GEMM's host loop per group.
     Empty on GPUs and where torch has no ``_grouped_mm``."""
+    fresh_alloc_bytes: list[float] = Field(default_factory=list)
+    """Per fresh-allocation sample: the bytes of each of its two output tensors (CPU; empty on GPUs and in
+    files from before it was measured)."""
+    fresh_alloc_s: list[float] = Field(default_factory=list)
+    """Per sample: ``sigmoid(g) * u`` into two newly allocated tensors."""
+    reused_alloc_s: list[float] = Field(default_factory=list)
+    """Per sample: the same into two preallocated tensors (``out=``), timed right after."""
     attention: AttentionTable = Field(default_factory=AttentionTable)
     """Causal SDPA over prefill lengths: fused attention's efficiency by query length."""
     gemv: GemmTable = Field(default_factory=GemmTable)
@@ -138,6 +145,10 @@ class CalibrationMeasurements(BaseModel):
                    "cold_reuse_bytes": len(self.cold_reuse_bytes)}
         if self.cold_reuse_bytes and len(set(lengths.values())) > 1:
             raise ValueError(f"the cold samples' lists differ in length: {lengths}")
+        fresh = {"fresh_alloc_bytes": len(self.fresh_alloc_bytes), "fresh_alloc_s": len(self.fresh_alloc_s),
+                 "reused_alloc_s": len(self.reused_alloc_s)}
+        if len(set(fresh.values())) > 1:
+            raise ValueError(f"the fresh-allocation samples' lists differ in length: {fresh}")
         return self
 
 
@@ -193,6 +204,24 @@ class VectorFit(BaseModel):
     residuals: FitStats
 
 
+class FreshPagesFit(BaseModel):
+    """Page faults of large allocations: the extra time of a tensor allocated anew over one reused, per byte."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sizes_bytes: list[float]
+    """The tensor sizes measured, ascending."""
+    extra_s_per_byte: list[float]
+    """Per size: (median new-tensor time - median reused-tensor time) / the bytes of the two tensors."""
+    faulting: list[bool]
+    """Per size: whether the new tensors cost at least ``FRESH_FAULT_MIN_FRACTION`` of the reused run more."""
+    min_bytes: float | None = None
+    """The smallest size from which every larger size measured faults; None when the largest does not."""
+    s_per_byte: float = 0.0
+    """Median ``extra_s_per_byte`` over the faulting sizes of at least twice ``min_bytes`` (all faulting
+    sizes when none is; 0 without faults)."""
+
+
 class OverheadFit(BaseModel):
     """Per-op fixed cost: the larger of the empty-op time and the time-vs-bytes intercept."""
 
@@ -241,6 +270,8 @@ class CalibrationFit(BaseModel):
     """Cache-resident footprints; None when the data shows no faster level."""
     vector: VectorFit
     overhead: OverheadFit
+    fresh_pages: FreshPagesFit | None = None
+    """None when not measured (GPU, old files)."""
     weight_stream: BandwidthFit | None = None
     """Main-memory bandwidth of GEMV weight streaming (``y = x W^T`` over matrices far beyond the
     LLC): what a decode step's projections achieve; None when not measured (GPU, old files)."""

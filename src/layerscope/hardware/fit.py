@@ -41,6 +41,7 @@ from layerscope.hardware.calibration import (
     CalibrationMeasurements,
     CalibrationRecord,
     FitStats,
+    FreshPagesFit,
     GemmTable,
     MatmulFit,
     OverheadFit,
@@ -68,6 +69,9 @@ CACHE_SPEEDUP_MIN = 1.2
 #: for a scheduler slice: interference only ever adds time) and is left out of the refit.
 OUTLIER_FACTOR = 3.0
 _TRIM_ROUNDS = 5
+#: A tensor size faults its pages in when new tensors of it cost at least this fraction of the reused run
+#: more (reference CPU: 0-15 % up to 31 MiB, where malloc reuses the heap; 400-700 % from 32 MiB on).
+FRESH_FAULT_MIN_FRACTION = 0.5
 
 METHOD = (
     "weighted least squares on relative errors; cache: t = t0 + bytes/BW over footprints <= "
@@ -275,6 +279,34 @@ def _cold_by_reuse(meas: CalibrationMeasurements) -> tuple[list[float], list[flo
             [max(0.0, float(np.median(call[reuse == b]))) for b in sizes])
 
 
+def fit_fresh_pages(meas: CalibrationMeasurements) -> FreshPagesFit | None:
+    """The page-fault cost of large allocations from the fresh-allocation samples (None without any):
+    per size, the medians' difference over the two tensors' bytes; the threshold is the smallest size from
+    which every larger size measured faults (``FRESH_FAULT_MIN_FRACTION``), the cost per byte the median
+    over the faulting sizes at least twice the threshold (all faulting sizes when none is)."""
+    if not meas.fresh_alloc_bytes:
+        return None
+    size = np.asarray(meas.fresh_alloc_bytes)
+    fresh, reused = np.asarray(meas.fresh_alloc_s), np.asarray(meas.reused_alloc_s)
+    sizes = sorted({float(b) for b in size})
+    extra, faulting = [], []
+    for b in sizes:
+        new, old = float(np.median(fresh[size == b])), float(np.median(reused[size == b]))
+        extra.append((new - old) / (2 * b))
+        faulting.append(new - old >= FRESH_FAULT_MIN_FRACTION * old)
+    first = len(sizes)
+    while first > 0 and faulting[first - 1]:
+        first -= 1
+    if first == len(sizes):
+        return FreshPagesFit(sizes_bytes=sizes, extra_s_per_byte=extra, faulting=faulting)
+    # the cost per byte from sizes at least twice the threshold where measured: right above it malloc can
+    # still serve one of the two tensors from the top of its heap (reference CPU: 55-130 µs/MiB at 32 MiB,
+    # 120-180 at 64 MiB)
+    clear = [e for b, e in zip(sizes[first:], extra[first:], strict=True) if b >= 2 * sizes[first]]
+    return FreshPagesFit(sizes_bytes=sizes, extra_s_per_byte=extra, faulting=faulting, min_bytes=sizes[first],
+                         s_per_byte=float(np.median(clear or extra[first:])))
+
+
 def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> CalibrationFit:
     """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory."""
     if not llc_bytes > 0:
@@ -340,7 +372,8 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     peaks = {dt: reference[dt] if rows[dt] or shapes[dt] else fit.peak_flops_per_s for dt, fit in matmul.items()}
     attention = {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul}
     fit = CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
-                         weight_stream=weight_stream, matmul_rows={dt: r for dt, r in rows.items() if r},
+                         fresh_pages=fit_fresh_pages(meas), weight_stream=weight_stream,
+                         matmul_rows={dt: r for dt, r in rows.items() if r},
                          matmul_shapes={dt: r for dt, r in shapes.items() if r},
                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
                          attention_rows={dt: r for dt, r in attention.items() if r},
@@ -528,7 +561,9 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
         "cold_op_s": [t for run in runs for t in run.cold_op_s],
         "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s],
         "cold_reuse_bytes": [b for run in runs for b in run.cold_reuse_bytes],
-        "grouped_mm_group_s": [t for run in runs for t in run.grouped_mm_group_s]})
+        "grouped_mm_group_s": [t for run in runs for t in run.grouped_mm_group_s],
+        **{key: [x for run in runs for x in getattr(run, key)]
+           for key in ("fresh_alloc_bytes", "fresh_alloc_s", "reused_alloc_s")}})
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
@@ -618,6 +653,8 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
         "execution": {"kernels": "hf-eager", "activations_in_cache": kind == "cpu" and bool(caches),
                       "cold_outputs": kind == "cpu", "module_call_s": fit.overhead.module_call_s or 0.0,
                       "grouped_mm_group_s": fit.overhead.grouped_mm_group_s or 0.0,
+                      "fresh_pages": None if fit.fresh_pages is None or fit.fresh_pages.min_bytes is None else
+                      {"min_bytes": fit.fresh_pages.min_bytes, "s_per_byte": fit.fresh_pages.s_per_byte},
                       "cold_by_reuse": [{"reuse_bytes": b, "kernel_s": k, "module_call_s": c} for b, k, c in zip(
                           fit.overhead.cold_reuse_bytes, fit.overhead.cold_kernel_s,
                           fit.overhead.cold_module_call_by_reuse_s, strict=True)],
@@ -630,7 +667,11 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                    "mock decoder layers of one-row GEMVs streaming each distance"
                                    if fit.overhead.cold_reuse_bytes else "")
                                 + ("; grouped GEMM groups: torch._grouped_mm over many groups less over one, "
-                                   "per group" if fit.overhead.grouped_mm_group_s is not None else "")},
+                                   "per group" if fit.overhead.grouped_mm_group_s is not None else "")
+                                + ("; page faults: sigmoid(g) * u into new tensors less into reused ones, per byte, "
+                                   "from the smallest size where every larger one faults"
+                                   if fit.fresh_pages is not None and fit.fresh_pages.min_bytes is not None
+                                   else "")},
         "sources": sources,
         "calibration": CalibrationRecord(measurements=meas, fit=fit),
     }, origin="calibrated spec")

@@ -313,6 +313,19 @@ class ColdCost(BaseModel):
     """Per ``nn.Module`` call: its own Python (``__call__``, the ``forward`` body) at that distance."""
 
 
+class FreshPages(BaseModel):
+    """Page faults on large allocations: a tensor of at least ``min_bytes`` comes from new pages each time it
+    is allocated, and its first write pays ``s_per_byte`` per byte for them (the kernel's fault handling and
+    zeroing). glibc's ``malloc``, under PyTorch's CPU allocator, serves such sizes by ``mmap`` and returns
+    them by ``munmap`` on free (its dynamic mmap threshold stops at 32 MiB on 64-bit); smaller ones are
+    reused from the heap, hot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_bytes: float = Field(gt=0)
+    s_per_byte: float = Field(ge=0)
+
+
 class ExecutionSpec(BaseModel):
     """How the software stack on this hardware runs the graph's ops.
 
@@ -349,6 +362,10 @@ class ExecutionSpec(BaseModel):
     code last ran, instead of ``launch_overhead_s`` and ``module_call_s`` (``cost.models``). Empty: those
     scalars for every op. ``layerscope calibrate`` measures it on CPUs, where the interpreter's working set
     is evicted by the weights a layer streams."""
+    fresh_pages: FreshPages | None = None
+    """Each op's allocations of at least ``fresh_pages.min_bytes`` (``cost.execution.KernelPlan.alloc_bytes``)
+    pay ``s_per_byte`` per byte as host time. None: no allocation faults (GPU caching allocators, serving
+    engines' preallocated buffers). ``layerscope calibrate`` measures it on CPUs."""
     source: str = "assumption: fused kernels, activations in main memory"
 
     @field_validator("cold_by_reuse")
