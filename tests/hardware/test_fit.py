@@ -560,3 +560,16 @@ def test_fresh_pages_fit_without_faults_or_samples() -> None:
     assert fit_fresh_pages(synthetic()) is None
     with pytest.raises(ValueError, match="fresh-allocation samples' lists differ in length"):
         CalibrationMeasurements.model_validate({**synthetic().model_dump(), "fresh_alloc_s": [1e-3]})
+
+
+def test_fresh_pages_fit_counts_a_size_that_faults_in_some_samples() -> None:
+    # At malloc's threshold the heap sometimes holds the tensor: 32 MiB faulted in 1 of 3 samples (in full),
+    # which is a quarter or more, so the threshold is 32 MiB; 16 MiB never did; 64 MiB always.
+    c = 1.2e-10
+    meas = synthetic().model_copy(update=_fresh_samples({16 * MIB: 0.0, 32 * MIB: 0.0, 64 * MIB: c}))
+    fresh = list(meas.fresh_alloc_s)
+    fresh[3] += 2 * 32 * MIB * c  # the first 32 MiB sample
+    fit = fit_fresh_pages(meas.model_copy(update={"fresh_alloc_s": fresh}))
+    assert fit is not None and fit.faulting == [False, True, True] and fit.min_bytes == 32 * MIB
+    assert abs(fit.extra_s_per_byte[1]) < 0.05 * c  # the median sample did not fault
+    assert fit.s_per_byte == pytest.approx(c)

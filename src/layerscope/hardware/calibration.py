@@ -214,7 +214,8 @@ class FreshPagesFit(BaseModel):
     extra_s_per_byte: list[float]
     """Per size: (median new-tensor time - median reused-tensor time) / the bytes of the two tensors."""
     faulting: list[bool]
-    """Per size: whether the new tensors cost at least ``FRESH_FAULT_MIN_FRACTION`` of the reused run more."""
+    """Per size: whether at least ``FRESH_FAULT_MIN_SHARE`` of its samples' new tensors cost
+    ``FRESH_FAULT_MIN_FRACTION`` of their reused run more (``hardware.fit``)."""
     min_bytes: float | None = None
     """The smallest size from which every larger size measured faults; None when the largest does not."""
     s_per_byte: float = 0.0
