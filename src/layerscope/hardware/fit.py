@@ -566,13 +566,12 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
                                                    "median_s": [float(x) for x in median]})
     return first.model_copy(update={
         **tables, "quick": all(run.quick for run in runs),
-        "empty_op_s": [t for run in runs for t in run.empty_op_s],
-        "cold_op_s": [t for run in runs for t in run.cold_op_s],
-        "cold_module_call_s": [t for run in runs for t in run.cold_module_call_s],
-        "cold_reuse_bytes": [b for run in runs for b in run.cold_reuse_bytes],
-        "grouped_mm_group_s": [t for run in runs for t in run.grouped_mm_group_s],
-        **{key: [x for run in runs for x in getattr(run, key)]
-           for key in ("fresh_alloc_bytes", "fresh_alloc_s", "reused_alloc_s")}})
+        **{key: [x for run in runs for x in getattr(run, key)] for key in _POOLED_SAMPLES}})
+
+
+#: The per-sample lists of ``CalibrationMeasurements`` that ``combine_measurements`` concatenates over runs.
+_POOLED_SAMPLES = ("empty_op_s", "cold_op_s", "cold_module_call_s", "cold_reuse_bytes", "grouped_mm_group_s",
+                   "fresh_alloc_bytes", "fresh_alloc_s", "reused_alloc_s")
 
 
 def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: str, kind: HardwareKind,
