@@ -29,7 +29,7 @@ MIB = 1024**2
 TINY = CalibrationGrid(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), gemm_wide_nk=((4096, 512),),
                        gemm_wide_m=(1, 8), dtypes=("fp32",), stream_step=8, vector_elements=(16 * 1024, 256 * 1024),
                        attention_lens=(32, 128), attention_heads=((4, 2, 16),), sampling_vocab=4096,
-                       sampling_rows=(1, 2),
+                       sampling_rows=(1, 2), activation_elements=(16 * 1024, 64 * 1024),
                        gemv_k=(256, 1024), gemv_n=256, min_time_s=0.01, empty_op_samples=3, cold_op_samples=5,
                        cold_reuse_llc=(0.5, 2.0), cold_pool_llc=2.0, grouped_mm_samples=2,
                        fresh_alloc_mib=(2, 64), fresh_alloc_samples=2)
@@ -46,11 +46,21 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     # The wide shape goes to its own table (per-(M, N) efficiency only, not the Hockney fit).
     assert list(zip(meas.gemm_wide.m, meas.gemm_wide.n, strict=True)) == [(1, 4096), (8, 4096)]
     assert set(meas.stream.kernel) == {"copy", "scale", "gemv"} and len(meas.empty_op_s) == 3
-    assert {"add", "mul", "rmsnorm", "softmax", "argmax"} == set(meas.vector.kernel)
-    # greedy sampling's argmax gets its own fraction of the vector rate, out of the pooled fit
+    assert {"add", "mul", "rmsnorm", "softmax", "argmax", "silu_mul"} == set(meas.vector.kernel)
+    # greedy sampling's argmax and the gated SiLU get their own fractions of the vector peak, out of the pooled
+    # fit; the peak is at least the pooled rate and every kind's
     assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "argmax"] == [4096, 8192]
-    assert set(hw.efficiency.vector_per_kind) == {"sampling"} and "argmax" in hw.efficiency.vector_per_kind_source
-    assert "argmax" not in hw.calibration.fit.vector.per_kernel_flops_per_s
+    assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "silu_mul"] == [
+        16 * 1024, 64 * 1024]
+    silu = next(f for k, f in zip(meas.vector.kernel, meas.vector.flops, strict=True) if k == "silu_mul")
+    assert silu == 5 * 16 * 1024  # the graph's count: SiLU 4 + the product 1 per element
+    assert set(hw.efficiency.vector_per_kind) == {"sampling", "activation"}
+    assert "argmax" in hw.efficiency.vector_per_kind_source and "silu_mul" in hw.efficiency.vector_per_kind_source
+    assert {"argmax", "silu_mul"}.isdisjoint(hw.calibration.fit.vector.per_kernel_flops_per_s)
+    assert hw.engines.vector_flops_per_s >= hw.calibration.fit.vector.vector_flops_per_s
+    assert max(hw.efficiency.vector, *hw.efficiency.vector_per_kind.values()) == pytest.approx(1.0)
+    # copy/scale's median rate beyond the LLC over the GEMV rate
+    assert hw.efficiency.activation_stream is not None and hw.calibration.fit.activation_stream is not None
     assert steps[-1] == (steps[-1][1], steps[-1][1], "done") and steps[0][0] == 0
     # Any CPU does 0.1 GFLOP/s .. 100 TFLOP/s of fp32 GEMM, moves 0.1 .. 2000 GB/s, dispatches in < 1 ms.
     assert 1e8 < hw.peak_flops(DType.FP32) < 1e14

@@ -41,6 +41,8 @@ def test_json_summary_and_file(tiny_quick: None, tmp_path: Path) -> None:
     assert forced.exit_code == 0, forced.output
     assert "GEMM fp32 peak" in forced.stdout
     assert "page faults of new tensors" in forced.stdout and "67.1 MB" in forced.stdout
+    assert "vector rate of activation ops" in forced.stdout and "vector rate of sampling ops" in forced.stdout
+    assert "activation streams" in forced.stdout
 
 
 def test_errors_exit_2(run_cli, tmp_path: Path) -> None:

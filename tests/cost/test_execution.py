@@ -360,6 +360,36 @@ def test_weight_stream_k_sets_the_rate_of_gemm_weights_by_reduction_width():
         assert time_graph(d, hw, model).memory_s[down] < time_graph(d, hw, model).memory_s[q] * 4 / 1.5
 
 
+def test_activation_stream_speeds_up_only_ops_beyond_the_cache_by_hand():
+    # Main memory 10 GB/s, elementwise streams at 2x. A 64 MiB hidden state (8192 tokens) does not fit the
+    # 32 MiB L3: the eager norm's 28N bytes stream at 20 GB/s, its weight at 10, and no read for ownership
+    # (the streaming rate includes it). At 64 tokens the same norm fits: unchanged (24N in cache, the output's
+    # 4N and its read for ownership at 10 GB/s).
+    eager = {"kernels": "hf-eager", "activations_in_cache": True, "cold_outputs": True}
+    hw = HardwareSpec.from_dict({**CPU, "execution": eager, "efficiency": {"activation_stream": 2.0}})
+    big, small = _layer("fp32", input_len=8192), _layer("fp32", input_len=64)
+    i = big.index["layers.0.input_layernorm"]
+    n = 8192 * 2048
+    assert time_graph(big, hw).memory_s[i] == pytest.approx(28 * n / 20e9 + big.ops[i].weight_bytes / 10e9)
+    assert time_graph(small, hw).time_s[i] == pytest.approx(time_graph(small, _hw(**eager)).time_s[i])
+    # A GEMM's weights keep their rate; its activations beyond the cache stream at 2x.
+    q = big.index["layers.0.self_attn.q_proj"]
+    op = big.ops[q]
+    assert time_graph(big, hw).memory_s[q] == pytest.approx(
+        op.weight_bytes / 10e9 + (op.act_read_bytes + op.act_write_bytes) / 20e9)
+    # The fused default profile: every op whose activations exceed the L3 streams at 2x.
+    fused = HardwareSpec.from_dict({**CPU, "efficiency": {"activation_stream": 2.0}})
+    add = big.index["layers.0.residual_attn"]
+    assert time_graph(big, fused).memory_s[add] == pytest.approx(time_graph(big, _hw()).memory_s[add] / 2)
+    assert time_graph(small, fused).memory_s[add] == pytest.approx(time_graph(small, _hw()).memory_s[add])
+    # Every cost model applies it; none is slower for it.
+    for model in ("roofline", "tiling", "hierarchical"):
+        fast, slow = time_graph(big, hw, model).time_s, time_graph(big, _hw(**eager), model).time_s
+        assert np.all(fast <= slow * (1 + 1e-12)) and fast[i] < slow[i]
+    with pytest.raises(HardwareSpecError, match="activation_stream"):
+        HardwareSpec.from_dict({**CPU, "efficiency": {"activation_stream": 0.0}})
+
+
 @pytest.mark.parametrize("table", [{"fp32": [[8192, 1.2], [1024, 0.8]]}, {"fp32": [[1024, 0.0]]},
                                    {"fp32": [[1024, 5.0]]}, {"fp32": []}])
 def test_a_bad_weight_stream_table_is_refused(table):

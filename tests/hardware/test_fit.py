@@ -24,7 +24,7 @@ from layerscope.hardware.fit import (
     hockney_time_s,
     matmul_rows_efficiency,
     matmul_shapes_efficiency,
-    vector_kind_efficiency,
+    vector_kind_rates,
     weight_stream_factors,
 )
 from layerscope.hardware.spec import HardwareSpec
@@ -269,14 +269,16 @@ def test_attention_rows_efficiency_by_hand() -> None:
     assert attention_rows_efficiency(table, DType.FP16, 100e9, 1e-6) == []
 
 
-def test_vector_kind_efficiency_by_hand_and_out_of_the_pooled_fit() -> None:
+def test_vector_kind_rates_by_hand_and_out_of_the_pooled_fit() -> None:
     # argmax rows at 2 and 4 GFLOP/s (after the 5 us overhead) against the synthetic 30 GFLOP/s vector rate:
-    # the sampling kind runs at the median, 3/30 = 10% of it; the pooled vector fit is unchanged.
+    # the sampling kind runs at the median, 3 GFLOP/s, 3/30 = 10% of it; the pooled vector fit is unchanged.
     flops = [128256.0, 8 * 128256.0]
     t = [flops[0] / 2e9 + TRUE["overhead"], flops[1] / 4e9 + TRUE["overhead"]]
     rows = VectorTable(kernel=["argmax"] * 2, elements=[128256, 8 * 128256], flops=flops,
                        moved_bytes=[4 * f for f in flops], footprint_bytes=[4 * f for f in flops], time_s=t, median_s=t)
-    assert vector_kind_efficiency(rows, 30e9, TRUE["overhead"]) == {"sampling": pytest.approx(0.1)}
+    assert vector_kind_rates(rows, TRUE["overhead"], LLC) == {"sampling": pytest.approx(3e9)}
+    # a row beyond the LLC is the memory term's: left out
+    assert vector_kind_rates(rows, TRUE["overhead"], 1e6) == {"sampling": pytest.approx(2e9)}
     base = synthetic()
     joined = VectorTable(**{col: list(getattr(base.vector, col)) + list(getattr(rows, col))
                             for col in VectorTable.model_fields})
@@ -289,6 +291,41 @@ def test_vector_kind_efficiency_by_hand_and_out_of_the_pooled_fit() -> None:
                          engine_count=2, memory_levels=levels, llc_bytes=LLC)
     assert hw.achievable_vector_flops_per_s("sampling") == pytest.approx(3e9)
     assert hw.achievable_vector_flops_per_s("norm") == hw.achievable_vector_flops_per_s()
+    assert hw.engines.vector_flops_per_s == pytest.approx(30e9) and hw.efficiency.vector == 1.0
+
+
+def test_a_kind_faster_than_the_pooled_rate_becomes_the_vector_peak(tmp_path) -> None:
+    # The gated SiLU in cache at 60 GFLOP/s (twice the pooled 30): the spec's vector peak is 60 GFLOP/s, the
+    # pooled kinds run at efficiency.vector = 0.5 of it, the activation kind at 1.0, sampling at 3/60. The
+    # out-of-cache SiLU row (footprint 64 MiB, 10 GFLOP/s) is left to the memory term.
+    o = TRUE["overhead"]
+    elements = [2**18, 2**20, 2**24]
+    flops = [5.0 * n for n in elements]
+    rates = [60e9, 60e9, 10e9]
+    t = [f / r + o for f, r in zip(flops, rates, strict=True)]
+    t += [128256.0 / 3e9 + o]
+    rows = VectorTable(kernel=["silu_mul"] * 3 + ["argmax"], elements=[*elements, 128256], flops=[*flops, 128256.0],
+                       moved_bytes=[20.0 * n for n in elements] + [4 * 128256.0],
+                       footprint_bytes=[16.0 * n for n in elements] + [4 * 128256.0], time_s=t, median_s=t)
+    base = synthetic()
+    joined = base.model_copy(update={"vector": VectorTable(**{
+        col: list(getattr(base.vector, col)) + list(getattr(rows, col)) for col in VectorTable.model_fields})})
+    fit = fit_measurements(joined, llc_bytes=LLC)
+    assert fit.vector.vector_flops_per_s == pytest.approx(30e9)
+    assert fit.vector_reference_flops_per_s == pytest.approx(60e9)
+    assert fit.vector_peak_flops_per_s == fit.vector_reference_flops_per_s
+    assert fit.vector_per_kind == {"activation": pytest.approx(1.0), "sampling": pytest.approx(0.05)}
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    hw = calibrated_spec(joined, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.engines.vector_flops_per_s == pytest.approx(60e9) and hw.efficiency.vector == pytest.approx(0.5)
+    assert hw.achievable_vector_flops_per_s("activation") == pytest.approx(60e9)
+    assert hw.achievable_vector_flops_per_s("norm") == pytest.approx(30e9)
+    assert hw.achievable_vector_flops_per_s("sampling") == pytest.approx(3e9)
+    assert "activation (silu_mul)" in hw.efficiency.vector_per_kind_source and "fastest" in hw.efficiency.vector_source
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    assert load_hardware(path) == hw
 
 
 def _gemms(shapes: list[tuple[int, int, int, float]]) -> GemmTable:
@@ -470,7 +507,39 @@ def test_gemv_and_module_call_measurements_reach_the_spec(tmp_path) -> None:
     plain = calibrated_spec(synthetic(), name="s", description="t", kind="cpu", engine_count=2,
                             memory_levels=levels, llc_bytes=LLC)
     assert plain.efficiency.weight_stream_k == {} and plain.execution.module_call_s == 0.0
+    assert plain.efficiency.activation_stream is None  # main memory is copy/scale's rate already
     assert plain.execution.grouped_mm_group_s == 0.0
+
+
+def test_activation_stream_is_copy_scale_on_median_times_over_the_gemv_rate(tmp_path) -> None:
+    # GEMV weight streaming at 10 GB/s (the spec's main memory) beside copy/scale at 20 GB/s on median times
+    # (40 GB/s best-of): efficiency.activation_stream = 20 / 10 = 2.
+    o = TRUE["overhead"]
+    base = synthetic()
+    st = base.stream
+    best = [o + (t - o) / 2 for t in st.time_s]
+    foot = [4 * LLC, 8 * LLC]
+    stream = StreamTable(kernel=[*st.kernel, "gemv", "gemv"], moved_bytes=[*st.moved_bytes, 16 * MIB, 16 * MIB],
+                         footprint_bytes=[*st.footprint_bytes, *foot],
+                         time_s=[*best, o + 16 * MIB / 10e9, o + 16 * MIB / 10e9],
+                         median_s=[*st.median_s, o + 16 * MIB / 10e9, o + 16 * MIB / 10e9])
+    meas = base.model_copy(update={"stream": stream})
+    levels = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+    hw = calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                         llc_bytes=LLC)
+    assert hw.calibration is not None
+    fit = hw.calibration.fit
+    assert fit.memory.bandwidth_bytes_per_s == pytest.approx(40e9, rel=1e-6)  # best-of, kept in the record
+    assert fit.activation_stream is not None and fit.activation_stream.bandwidth_bytes_per_s == pytest.approx(20e9)
+    assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(10e9)
+    assert hw.efficiency.activation_stream == pytest.approx(2.0)
+    assert "median times" in hw.efficiency.activation_stream_source
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    assert load_hardware(path) == hw
+    # without GEMV rows main memory is copy/scale's (best-of) rate: no separate streaming factor
+    assert calibrated_spec(base, name="s", description="t", kind="cpu", engine_count=2, memory_levels=levels,
+                           llc_bytes=LLC).efficiency.activation_stream is None
 
 
 def test_cold_samples_by_reuse_distance_fit_per_distance(tmp_path) -> None:

@@ -39,6 +39,7 @@ from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.embedding import SAMPLING_FLOPS_PER_LOGIT
+from layerscope.graph.mlp import ACTIVATION_FLOPS
 from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
 from layerscope.hardware.calibration import (
     AttentionTable,
@@ -89,6 +90,9 @@ class CalibrationGrid:
     """Largest stream array; None: 4x the last-level cache (footprint 8x), so at least two sizes
     land beyond the 4x-LLC footprint the fit calls main memory."""
     vector_elements: tuple[int, ...] = (16 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB)
+    activation_elements: tuple[int, ...] = (256 * _KIB, 1024 * _KIB)
+    """Elements per tensor of the gated-SiLU measurements (``silu(g) * u`` as HF's MLPs run it): sizes whose
+    four tensors fit a last-level cache of 16 MiB or more (its rate in cache; beyond, the memory term decides)."""
     sampling_vocab: int = 128256
     """Vocabulary of the greedy-sampling kernel (argmax over each row of logits; Llama 3's vocabulary)."""
     sampling_rows: tuple[int, ...] = (1, 8)
@@ -126,6 +130,7 @@ FULL_GRID = CalibrationGrid(
     gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
     gemm_nk=((2048, 2048), (8192, 2048), (2048, 8192), (512, 2048), (4096, 4096)),
     vector_elements=(16 * _KIB, 64 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB, 16384 * _KIB),
+    activation_elements=(64 * _KIB, 256 * _KIB, 512 * _KIB, 1024 * _KIB),
 )
 QUICK_GRID = CalibrationGrid(
     gemm_m=(1, 2, 4, 8, 16, 64, 128, 256, 512, 1024),
@@ -193,6 +198,11 @@ def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
     # x: [rows, width]; Hugging Face LlamaRMSNorm.forward in eager mode (the kernels a capture times).
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + 1e-6))
+
+
+def _silu_mul(torch: Any, gate: Any, up: Any) -> Any:
+    # Hugging Face LlamaMLP's activation in eager mode: act_fn(gate_proj(x)) * up_proj(x), new tensors each.
+    return torch.nn.functional.silu(gate) * up
 
 
 def _rmsnorm_module(torch: Any, weight: Any) -> Any:
@@ -312,6 +322,11 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         if kernel in ("add", "mul"):
             fn: Callable[[], object] = partial(torch.add if kernel == "add" else torch.mul, x, y, out=out)
             flops, moved, foot = float(n), 3.0 * n * 4, 3.0 * n * 4
+        elif kernel == "silu_mul":
+            # HF's gated MLP activation, act_fn(gate) * up: two eager kernels into new tensors (the graph's
+            # activation op: the SiLU's FLOPs and the product's; read g, write and read silu(g), read u, write)
+            fn = partial(_silu_mul, torch, x, y)
+            flops, moved, foot = float((ACTIVATION_FLOPS["silu"] + 1) * n), 5.0 * n * 4, 4.0 * n * 4
         elif kernel == "rmsnorm":
             fn = partial(_rmsnorm, torch, x, w)
             flops, moved, foot = float(RMSNORM_FLOPS_PER_ELEMENT * n), 2.0 * n * 4 + width * 4, 2.0 * n * 4
@@ -464,6 +479,8 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
     for elements in grid.vector_elements:
         for kernel in ("add", "mul", "rmsnorm", "softmax"):
             tasks.append((f"{kernel} {elements} elements", partial(vector, kernel, elements)))
+    for elements in grid.activation_elements:
+        tasks.append((f"silu(g) * u {elements} elements", partial(vector, "silu_mul", elements)))
     for rows in grid.sampling_rows:
         tasks.append((f"argmax {rows}x{grid.sampling_vocab}", partial(sampling, rows)))
     for dt in dtypes:

@@ -79,6 +79,7 @@ def _render(spec: Any, out: Path) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, fmt_si, fmt_time_s
+    from layerscope.hardware.fit import KIND_KERNELS
 
     fit = spec.calibration.fit
     con = console()
@@ -92,6 +93,7 @@ def _render(spec: Any, out: Path) -> None:
         t.add_row(f"GEMM {dt.value} half size (W½)", fmt_si(mm.half_flops, "FLOP"), "", "", "")
     for label, bw in (("main-memory bandwidth (copy/scale)", fit.memory),
                       ("main-memory bandwidth (GEMV weights; the spec's)", fit.weight_stream),
+                      ("activation streams (copy/scale, median times)", fit.activation_stream),
                       ("cache bandwidth", fit.cache)):
         if bw is not None:
             t.add_row(label, fmt_si(bw.bandwidth_bytes_per_s, "B/s"),
@@ -100,6 +102,9 @@ def _render(spec: Any, out: Path) -> None:
     v = fit.vector
     t.add_row("vector rate", fmt_si(v.vector_flops_per_s, "FLOP/s"), ", ".join(v.per_kernel_flops_per_s) or "-",
               f"{v.residuals.rms_rel_error:.0%}", str(v.residuals.outliers))
+    for kind, fraction in fit.vector_per_kind.items():
+        t.add_row(f"vector rate of {kind} ops", fmt_si(fraction * fit.vector_peak_flops_per_s, "FLOP/s"),
+                  ", ".join(kernel for kernel, k in KIND_KERNELS.items() if k == kind) + " (in cache, median)", "", "")
     o = fit.overhead
     t.add_row("per-op overhead (hot)", fmt_time_s(o.launch_overhead_s),
               f"empty op {fmt_time_s(o.empty_op_s)}, intercept {fmt_time_s(o.intercept_s)}", "", "")

@@ -178,6 +178,8 @@ class _Execution:
     execution.grouped_mm_group_s``)."""
     kernel_s: np.ndarray | None = None
     """Per op: the overhead per kernel, from ``execution.cold_by_reuse`` (None: ``launch_overhead_s``)."""
+    stream_bytes: np.ndarray | None = None
+    """Per op: the activation bytes that stream at ``efficiency.activation_stream`` (None: no such factor)."""
 
 
 _DEFAULT_EXECUTION = _Execution(None, None)
@@ -198,10 +200,15 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     2 x 1 MiB at the 20 GB/s measured main-memory bandwidth is 105 µs.
     With ``fresh_pages``, the op's allocations of at least its ``min_bytes`` (the plan's ``alloc_bytes``)
     add their page-fault time to the op's host time (:func:`fresh_page_s`).
+    With ``efficiency.activation_stream``, the activation bytes of the ops that do not fit the last on-chip
+    level (:func:`streaming_ops`) stream at that factor on the bandwidth, read for ownership included.
     """
     execution = hw.execution
+    streaming = streaming_ops(features.act_bytes, hw)
     if execution.is_default or not features.ops:
-        return features, _DEFAULT_EXECUTION
+        if streaming is None:
+            return features, _DEFAULT_EXECUTION
+        return features, _Execution(None, None, stream_bytes=np.where(streaming, features.act_bytes, 0.0))
     plan = features.plans.get(execution.kernels)
     if plan is None:
         plan = features.plans[execution.kernels] = kernel_plan(execution.kernels, features.ops)
@@ -222,6 +229,12 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     if cold is not None and execution.fresh_pages is not None:
         # an output on new pages is written after its fault zeroed it in: no read for ownership from memory
         cold = np.where(cold >= execution.fresh_pages.min_bytes, 0.0, cold)
+    stream_bytes = None
+    if streaming is not None:
+        # the measured streaming rate includes the reads for ownership of the outputs
+        stream_bytes = np.where(streaming, scaled.act_bytes, 0.0)
+        if cold is not None:
+            cold = np.where(streaming, 0.0, cold)
     resident = None
     cache_bw = 0.0
     if execution.activations_in_cache:
@@ -237,7 +250,20 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     if execution.fresh_pages is not None and plan.alloc_bytes.size:
         host_s = host_s + fresh_page_s(plan.alloc_bytes, execution.fresh_pages)
     module_s = host_s if host_s.any() else None
-    return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s)
+    return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s, stream_bytes)
+
+
+def streaming_ops(footprint_bytes: np.ndarray, hw: HardwareSpec) -> np.ndarray | None:
+    """Per op: whether its activations (``footprint_bytes``, inputs and outputs) exceed the last on-chip
+    level (the last with a bandwidth, as for ``activations_in_cache``; every op when there is none), so
+    that they stream at ``efficiency.activation_stream``; None when the spec has no such factor."""
+    if hw.efficiency.activation_stream is None:
+        return None
+    levels = [lv for lv in hw.memory[:-1] if lv.bandwidth_bytes_per_s] or list(hw.memory[:-1])
+    if not levels:
+        return np.ones(np.shape(footprint_bytes), dtype=bool)
+    level = levels[-1]
+    return np.asarray(footprint_bytes > level.capacity_bytes * (hw.engines.count if level.per_engine else 1))
 
 
 def fresh_page_s(alloc_bytes: np.ndarray, pages: FreshPages) -> np.ndarray:
@@ -305,13 +331,21 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     return factor
 
 
-def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None) -> np.ndarray:
+def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None,
+                   run: _Execution, hw: HardwareSpec) -> np.ndarray:
     """Time of ``bytes_`` of main-memory traffic at ``bw``, the op's weight bytes among them (at most
-    all of them) at ``bw`` times its :func:`weight_stream_factor`."""
-    if factor is None:
+    all of them) at ``bw`` times its :func:`weight_stream_factor`, and its streaming activation bytes
+    (``run.stream_bytes``, at most the rest) at ``bw`` times ``efficiency.activation_stream``."""
+    if factor is None and run.stream_bytes is None:
         return bytes_ / bw
-    weights = np.minimum(features.weight_bytes, bytes_)
-    return (bytes_ - weights) / bw + weights / (bw * factor)
+    rest, faster_s = bytes_, 0.0
+    if factor is not None:
+        weights = np.minimum(features.weight_bytes, bytes_)
+        rest, faster_s = bytes_ - weights, weights / (bw * factor)
+    if run.stream_bytes is not None:
+        streamed = np.minimum(run.stream_bytes, rest)
+        rest, faster_s = rest - streamed, faster_s + streamed / (bw * (hw.efficiency.activation_stream or 1.0))
+    return rest / bw + faster_s
 
 
 def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: OpFeatures) -> np.ndarray:
@@ -321,9 +355,9 @@ def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: O
     factor = weight_stream_factor(features, hw)
     extra = 0.0 if run.write_allocate_bytes is None else run.write_allocate_bytes / bw
     if run.resident_bytes is None:
-        return _main_memory_s(bytes_, features, bw, factor) + extra
+        return _main_memory_s(bytes_, features, bw, factor, run, hw) + extra
     resident = np.minimum(run.resident_bytes, bytes_)
-    return _main_memory_s(bytes_ - resident, features, bw, factor) + resident / run.cache_bw + extra
+    return _main_memory_s(bytes_ - resident, features, bw, factor, run, hw) + resident / run.cache_bw + extra
 
 
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
@@ -480,11 +514,12 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         if is_main and run.write_allocate_bytes is not None:
             traffic = traffic + run.write_allocate_bytes
         if bw:
-            level_times.append(_main_memory_s(traffic, features, bw, factor) if is_main else traffic / bw)
+            level_times.append(_main_memory_s(traffic, features, bw, factor, run, hw) if is_main else traffic / bw)
         if is_main:
             main_bytes = traffic
     if len(levels) == 1:
-        level_times.append(_main_memory_s(compulsory, features, hw.achievable_bandwidth_bytes_per_s(), factor))
+        level_times.append(_main_memory_s(compulsory, features, hw.achievable_bandwidth_bytes_per_s(), factor, run,
+                                          hw))
     memory_s = np.max(np.stack(np.broadcast_arrays(*level_times)), axis=0)
     return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run)
 

@@ -288,8 +288,16 @@ class CalibrationFit(BaseModel):
     and the vocabulary-wide GEMMs at their own (M, N) (what a calibrated spec's ``efficiency.matmul_shapes``
     holds; ``hardware.fit.matmul_shapes_efficiency``)."""
     vector_per_kind: dict[str, float] = Field(default_factory=dict)
-    """Per op kind with a kernel of its own in the vector table (``sampling``: argmax), its achieved rate
-    over the fitted vector rate (``hardware.fit.vector_kind_efficiency``; ``efficiency.vector_per_kind``)."""
+    """Per op kind with a kernel of its own in the vector table (``sampling``: argmax; ``activation``: the
+    gated SiLU), its achieved rate (``hardware.fit.vector_kind_rates``) over the vector peak
+    (:attr:`vector_peak_flops_per_s`; ``efficiency.vector_per_kind``)."""
+    vector_reference_flops_per_s: float | None = Field(default=None, gt=0)
+    """The fastest per-kind rate where it exceeds the fitted vector rate (a gated SiLU in cache runs
+    faster than the norms' many small kernels): the spec's vector peak, of which the pooled rate is
+    ``efficiency.vector``; None when the fitted rate is the fastest."""
+    activation_stream: BandwidthFit | None = None
+    """Copy/scale beyond the LLC on median times: the rate elementwise ops too large for the cache
+    stream at (``efficiency.activation_stream``, over the GEMV bandwidth); None without GEMV rows."""
     attention_rows: dict[DType, list[tuple[float, float]]] = Field(default_factory=dict)
     """Per dtype, (query length, achieved rate / the spec's peak) of causal SDPA: the median over the
     head shapes measured (``hardware.fit.attention_rows_efficiency``; a calibrated spec's
@@ -298,6 +306,11 @@ class CalibrationFit(BaseModel):
     """Per dtype, (reduction width K, weight bytes streamed per second by a cold one-row GEMM / the
     main-memory bandwidth of the spec): the median over the widths N measured at that K
     (``hardware.fit.weight_stream_factors``; a calibrated spec's ``efficiency.weight_stream_k``)."""
+
+    @property
+    def vector_peak_flops_per_s(self) -> float:
+        """The vector rate a calibrated spec takes as its peak (``engines.vector_flops_per_s``)."""
+        return self.vector_reference_flops_per_s or self.vector.vector_flops_per_s
 
     @property
     def main_memory(self) -> BandwidthFit:

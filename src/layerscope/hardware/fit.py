@@ -17,7 +17,12 @@ fitted to the very models the cost models evaluate, so a calibrated spec reprodu
   the bytes/bandwidth time); the residuals are then taken over all GEMMs with the full roofline.
 * **Vector FLOP rate** — the rate V for which ``max(F / V, bytes / BW) + overhead`` fits the
   non-matrix kernels that are slower than their memory time (norms, softmax rows); kernels of
-  :data:`KIND_KERNELS` (greedy sampling's argmax) get their own fraction of V per op kind.
+  :data:`KIND_KERNELS` (greedy sampling's argmax, the gated SiLU) get their own rate per op kind,
+  from the sizes that fit the last-level cache. Where one of those is faster than V, it is the
+  spec's vector peak and V a fraction of it.
+* **Activation streaming** — ``t = overhead + bytes / BW`` over the copy/scale kernels beyond the
+  last-level cache on their median times, as a factor on the spec's main-memory bandwidth (the
+  GEMV rate where measured): what elementwise ops too large for the cache reach.
 
 Line fits minimize the sum of squared *relative* errors (weighted least squares with weights
 1/t²), so microsecond and second-long kernels count alike; measurements more than
@@ -49,7 +54,7 @@ from layerscope.hardware.calibration import (
     VectorFit,
     VectorTable,
 )
-from layerscope.hardware.spec import HardwareKind, HardwareSpec
+from layerscope.hardware.spec import MAX_STREAM_FACTOR, HardwareKind, HardwareSpec
 from layerscope.units import DType
 
 TableT = TypeVar("TableT", StreamTable, VectorTable)
@@ -369,6 +374,13 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                                 overhead_s=o, what=f"gemm {dt.value}")
     if not matmul:
         raise HardwareSpecError("no GEMM measurements: cannot fit the matrix throughput")
+    activation_stream = None
+    if weight_stream is not None:
+        # median times, as for the GEMM tables: a model streams each tensor once per pass
+        activation_stream = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.median_s,
+                                          min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
+                                          intercept_s=overhead.launch_overhead_s,
+                                          what="activation streaming (copy/scale, median times)")
     vec, kind_rows = _split_vector(meas.vector)
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
@@ -380,13 +392,18 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
     peaks = {dt: reference[dt] if rows[dt] or shapes[dt] else fit.peak_flops_per_s for dt, fit in matmul.items()}
     attention = {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul}
+    kind_rates = vector_kind_rates(kind_rows, o, llc_bytes)
+    vector_reference = max([vector.vector_flops_per_s, *kind_rates.values()])
     fit = CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
                          fresh_pages=fit_fresh_pages(meas), weight_stream=weight_stream,
                          matmul_rows={dt: r for dt, r in rows.items() if r},
                          matmul_shapes={dt: r for dt, r in shapes.items() if r},
                          matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
                          attention_rows={dt: r for dt, r in attention.items() if r},
-                         vector_per_kind=vector_kind_efficiency(kind_rows, vector.vector_flops_per_s, o))
+                         vector_per_kind={kind: rate / vector_reference for kind, rate in kind_rates.items()},
+                         vector_reference_flops_per_s=(vector_reference if vector_reference > vector.vector_flops_per_s
+                                                       else None),
+                         activation_stream=activation_stream)
     # weight-stream factors are relative to the bandwidth the spec gives main memory
     main_bw = fit.main_memory.bandwidth_bytes_per_s
     return fit.model_copy(update={"weight_stream_k": {
@@ -395,7 +412,7 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
 
 #: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
 #: and kept out of the pooled vector fit: kernel -> op kind.
-KIND_KERNELS: dict[str, str] = {"argmax": "sampling"}
+KIND_KERNELS: dict[str, str] = {"argmax": "sampling", "silu_mul": "activation"}
 
 
 def _kernel_rows(table: TableT, keep: Callable[[str], bool]) -> TableT:
@@ -411,13 +428,14 @@ def _split_vector(vector: VectorTable) -> tuple[VectorTable, VectorTable]:
             _kernel_rows(vector, lambda k: k in KIND_KERNELS))
 
 
-def vector_kind_efficiency(table: VectorTable, vector_flops_per_s: float, overhead_s: float) -> dict[str, float]:
-    """Per op kind of :data:`KIND_KERNELS` measured in ``table``: the median over its rows of
-    ``flops / (t_median - overhead)`` over ``vector_flops_per_s``, capped at 1 (median times, as for the GEMM
-    tables: a model runs the op once per step)."""
-    return _capped_medians((KIND_KERNELS[kernel], flops / (t - overhead_s) / vector_flops_per_s)
-                           for kernel, flops, t in zip(table.kernel, table.flops, table.median_s, strict=True)
-                           if kernel in KIND_KERNELS and t > overhead_s and flops > 0)
+def vector_kind_rates(table: VectorTable, overhead_s: float, llc_bytes: float) -> dict[str, float]:
+    """Per op kind of :data:`KIND_KERNELS` measured in ``table``: the median over its rows whose footprint
+    fits ``llc_bytes`` of ``flops / (t_median - overhead)`` (median times, as for the GEMM tables: a model
+    runs the op once per step; beyond the cache, the memory term decides)."""
+    return _medians((KIND_KERNELS[kernel], flops / (t - overhead_s))
+                    for kernel, flops, t, foot in zip(table.kernel, table.flops, table.median_s, table.footprint_bytes,
+                                                      strict=True)
+                    if kernel in KIND_KERNELS and t > overhead_s and flops > 0 and foot <= llc_bytes)
 
 
 def _medians(pairs: Iterable[tuple[KeyT, float]], cap: float = np.inf) -> dict[KeyT, float]:
@@ -624,11 +642,14 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                     # with an efficiency table, the rate its fractions are of (fit.matmul_reference)
                     "peak_flops_per_s": {dt.value: fit.matmul_reference.get(dt, f.peak_flops_per_s)
                                          for dt, f in fit.matmul.items()},
-                    "vector_flops_per_s": fit.vector.vector_flops_per_s},
+                    "vector_flops_per_s": fit.vector_peak_flops_per_s},
         "memory": levels,
         "launch_overhead_s": fit.overhead.in_model_s,
         "efficiency": {
-            "matmul": 1.0, "matmul_source": note, "vector": 1.0, "vector_source": note,
+            "matmul": 1.0, "matmul_source": note,
+            "vector": fit.vector.vector_flops_per_s / fit.vector_peak_flops_per_s,
+            "vector_source": note if fit.vector_reference_flops_per_s is None else
+            f"calibrated: {what}; the pooled norm/softmax/elementwise rate over the fastest per-kind rate (the peak)",
             "memory": 1.0, "memory_source": note,
             # The measured per-(M, N) table, where there is one, replaces Hockney's W½ (it subsumes
             # it) and the per-M table (the median over N that it refines; kept in the record).
@@ -646,6 +667,12 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                       + ", ".join(f"{kind} ({kernel})" for kernel, kind in KIND_KERNELS.items()
                                                   if kind in fit.vector_per_kind)
                                       if fit.vector_per_kind else "",
+            "activation_stream": (None if fit.activation_stream is None or fit.weight_stream is None else
+                                  min(MAX_STREAM_FACTOR, fit.activation_stream.bandwidth_bytes_per_s
+                                      / fit.weight_stream.bandwidth_bytes_per_s)),
+            "activation_stream_source": f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond "
+                                        f"{DRAM_FOOTPRINT_FACTOR:g}x LLC on median times / the main-memory "
+                                        "(GEMV) bandwidth" if fit.activation_stream is not None else "",
             "weight_stream_k": {dt.value: rows for dt, rows in fit.weight_stream_k.items()},
             "weight_stream_k_source": f"calibrated: {what}; weight bytes per second of cold one-row GEMMs per "
                                       "reduction width K / the main-memory bandwidth, interpolated in log K"

@@ -644,6 +644,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     for table in ("matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows", "vector_per_kind"):
         if not efficiency[table] and not efficiency[f"{table}_source"]:
             del efficiency[table], efficiency[f"{table}_source"]
+    if efficiency["activation_stream"] is None and not efficiency["activation_stream_source"]:
+        del efficiency["activation_stream"], efficiency["activation_stream_source"]
     if data["calibration"] is None:
         del data["calibration"]
     if spec.execution.is_default:

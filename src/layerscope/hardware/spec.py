@@ -218,6 +218,17 @@ class EfficiencySpec(BaseModel):
     weight row per dot product, so longer rows stream faster (reference CPU, MKL sgemv on 2 threads:
     27-28 GB/s at K = 1024-2048, 35 at 8192, whatever N). Written by ``layerscope calibrate``."""
     weight_stream_k_source: str = ""
+    activation_stream: float | None = Field(default=None, gt=0, le=MAX_STREAM_FACTOR)
+    """Measured main-memory rate of streaming elementwise traffic, as a factor on the main-memory
+    bandwidth: the activation bytes of an op whose activations do not fit the last on-chip level
+    stream at ``bandwidth · factor``. The rate is STREAM copy/scale's (McCalpin 1995) over footprints
+    far beyond the LLC, whose time includes the reads for ownership of the outputs, so such an op pays
+    no separate one (``execution.cold_outputs``). Hardware prefetchers keep many lines in flight for
+    such streams, which a one-row GEMV's weight stream (the bandwidth of a calibrated CPU) does not:
+    on the reference CPU (2 threads) copy/scale moved 41-48 GB/s at median against 25 GB/s for the
+    GEMV, and ``silu(g) * u`` over 16 MiB tensors ran in half the time the GEMV rate gives. None (the
+    default): everything streams at the bandwidth. Written by ``layerscope calibrate``."""
+    activation_stream_source: str = ""
 
     @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows",
                      "weight_stream_k", mode="before")
