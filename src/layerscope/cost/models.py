@@ -237,14 +237,11 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
             cold = np.where(streaming, 0.0, cold)
     resident = None
     cache_bw = 0.0
-    if execution.activations_in_cache:
-        caches = [lv for lv in hw.memory[:-1] if lv.bandwidth_bytes_per_s]
-        if caches:
-            level = caches[-1]
-            capacity = level.capacity_bytes * (hw.engines.count if level.per_engine else 1)
-            cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
-            in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
-            resident = np.where(footprint <= capacity, in_cache, 0.0)
+    level = _activation_cache(hw)
+    if execution.activations_in_cache and level is not None:
+        cache_bw = float(level.bandwidth_bytes_per_s or 0.0)
+        in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
+        resident = np.where(footprint <= _chip_capacity_bytes(level, hw), in_cache, 0.0)
     kernel_s, call_s = _cold_costs(features, hw)
     host_s = plan.module_calls * call_s + plan.grouped_mm_groups * execution.grouped_mm_group_s
     if execution.fresh_pages is not None and plan.alloc_bytes.size:
@@ -259,11 +256,21 @@ def streaming_ops(footprint_bytes: np.ndarray, hw: HardwareSpec) -> np.ndarray |
     that they stream at ``efficiency.activation_stream``; None when the spec has no such factor."""
     if hw.efficiency.activation_stream is None:
         return None
-    levels = [lv for lv in hw.memory[:-1] if lv.bandwidth_bytes_per_s] or list(hw.memory[:-1])
-    if not levels:
+    level = _activation_cache(hw) or (hw.memory[-2] if len(hw.memory) > 1 else None)
+    if level is None:
         return np.ones(np.shape(footprint_bytes), dtype=bool)
-    level = levels[-1]
-    return np.asarray(footprint_bytes > level.capacity_bytes * (hw.engines.count if level.per_engine else 1))
+    return np.asarray(footprint_bytes > _chip_capacity_bytes(level, hw))
+
+
+def _activation_cache(hw: HardwareSpec) -> MemoryLevel | None:
+    """The last on-chip level with a bandwidth (where ``activations_in_cache`` keeps activations), or None."""
+    caches = [lv for lv in hw.memory[:-1] if lv.bandwidth_bytes_per_s]
+    return caches[-1] if caches else None
+
+
+def _chip_capacity_bytes(level: MemoryLevel, hw: HardwareSpec) -> float:
+    """``level``'s capacity over the whole chip (times the engines for a per-engine level)."""
+    return level.capacity_bytes * (hw.engines.count if level.per_engine else 1)
 
 
 def fresh_page_s(alloc_bytes: np.ndarray, pages: FreshPages) -> np.ndarray:

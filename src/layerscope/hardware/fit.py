@@ -667,9 +667,9 @@ def calibrated_spec(meas: CalibrationMeasurements, *, name: str, description: st
                                       + ", ".join(f"{kind} ({kernel})" for kernel, kind in KIND_KERNELS.items()
                                                   if kind in fit.vector_per_kind)
                                       if fit.vector_per_kind else "",
-            "activation_stream": (None if fit.activation_stream is None or fit.weight_stream is None else
+            "activation_stream": (None if fit.activation_stream is None else
                                   min(MAX_STREAM_FACTOR, fit.activation_stream.bandwidth_bytes_per_s
-                                      / fit.weight_stream.bandwidth_bytes_per_s)),
+                                      / main_bw.bandwidth_bytes_per_s)),
             "activation_stream_source": f"calibrated: {what}; copy/scale t = t0 + bytes/BW beyond "
                                         f"{DRAM_FOOTPRINT_FACTOR:g}x LLC on median times / the main-memory "
                                         "(GEMV) bandwidth" if fit.activation_stream is not None else "",
