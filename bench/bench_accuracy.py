@@ -1,4 +1,4 @@
-"""Predicted vs measured on this CPU: ``python bench/bench_accuracy.py [--quick] [--hardware SPEC]``.
+"""Predicted vs measured here: ``python bench/bench_accuracy.py [--device cuda] [--quick] [--hardware SPEC]``.
 
 Runs ``layerscope.analysis.validate.validate`` over a matrix of models and workloads (random
 weights, fp32, truncated to 1–2 decoder layers) in rounds: every case is captured once per round
@@ -16,6 +16,11 @@ The full matrix (about 10 min on 2 cores with 3 rounds) covers Llama-3.2-1B with
 (2 layers) and Qwen3-30B-A3B truncated to 1 layer (a 128-expert MoE); prefill 128 / 512 / 1024
 tokens at batch 1, prefill 128 at batch 4 and 8, decode (4 steps) at context 128 / 512 / 2048 and
 at batch 8. ``--quick`` runs three small cases (about 1 min).
+
+``--device cuda`` runs the GPU matrix instead (whole models in bf16: Llama-3.2-1B and Qwen3-0.6B, prefill 128 to
+2048 tokens, decode at batch 1 and 8; 2 rounds by default) with the calibration on the GPU, and writes its own
+region of ACCURACY.md (``bench:cuda:begin`` / ``bench:cuda:end``), headed by the GPU's name, so the CPU table
+stays. ``bench/cuda_accuracy.sh`` runs it on a machine lent by the device tool.
 """
 
 from __future__ import annotations
@@ -38,13 +43,15 @@ from _util import cpu_model
 FORWARD_TARGET = 0.10
 MEDIAN_TARGET = 0.20
 DECODE_STEPS = 4
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+#: The region of ACCURACY.md each device's run replaces.
+MARKERS = {"cpu": ("<!-- bench:begin -->", "<!-- bench:end -->"),
+           "cuda": ("<!-- bench:cuda:begin -->", "<!-- bench:cuda:end -->")}
 
 
 @dataclass(frozen=True)
 class Case:
     model: str
-    layers: int
+    layers: int | None  # None: every layer of the model
     batch: int
     prompt_len: int
     decode_steps: int = 0
@@ -53,7 +60,8 @@ class Case:
     def label(self) -> str:
         work = (f"decode ctx {self.prompt_len} x{self.decode_steps}" if self.decode_steps
                 else f"prefill {self.prompt_len}")
-        return f"{self.model} L{self.layers} · {work} · batch {self.batch}"
+        depth = "all layers" if self.layers is None else f"L{self.layers}"
+        return f"{self.model} {depth} · {work} · batch {self.batch}"
 
     @property
     def slug(self) -> str:
@@ -84,6 +92,24 @@ QUICK: tuple[Case, ...] = (
     Case("llama-3.2-1b", 1, 1, 128, DECODE_STEPS),
     Case("qwen3-0.6b", 1, 1, 128),
 )
+#: On a GPU, whole small models in bf16: the kernels are short enough for launch overhead to show
+#: at decode and small prefill, and long enough at 2048 tokens to be compute-bound.
+CUDA_FULL: tuple[Case, ...] = (
+    Case("llama-3.2-1b", None, 1, 128),
+    Case("llama-3.2-1b", None, 1, 512),
+    Case("llama-3.2-1b", None, 1, 2048),
+    Case("llama-3.2-1b", None, 8, 512),
+    Case("llama-3.2-1b", None, 1, 512, DECODE_STEPS),
+    Case("llama-3.2-1b", None, 1, 2048, DECODE_STEPS),
+    Case("llama-3.2-1b", None, 8, 512, DECODE_STEPS),
+    Case("qwen3-0.6b", None, 1, 512),
+    Case("qwen3-0.6b", None, 1, 512, DECODE_STEPS),
+)
+CUDA_QUICK: tuple[Case, ...] = (
+    Case("llama-3.2-1b", None, 1, 512),
+    Case("llama-3.2-1b", None, 1, 512, DECODE_STEPS),
+)
+MATRICES = {("cpu", False): FULL, ("cpu", True): QUICK, ("cuda", False): CUDA_FULL, ("cuda", True): CUDA_QUICK}
 
 
 class RoundCalibration:
@@ -92,8 +118,9 @@ class RoundCalibration:
     for minutes at a time, so one calibration before the run is one sample of that drift while the
     captures are many."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, device: str = "cpu") -> None:
         self.work = work
+        self.device = device
         self.runs: list[Any] = []
         self.levels: list[dict[str, Any]] = []
         self.llc = 0.0
@@ -104,7 +131,7 @@ class RoundCalibration:
         from layerscope.capture.calibrate import QUICK_GRID, measure, spec_from_measurements
 
         t0 = time.perf_counter()
-        meas, self.levels, self.llc = measure("cpu", QUICK_GRID, quick=True)
+        meas, self.levels, self.llc = measure(self.device, QUICK_GRID, quick=True)
         self.seconds += time.perf_counter() - t0
         self.runs.append(meas)
         return spec_from_measurements(meas, self.levels, self.llc)
@@ -197,16 +224,43 @@ def case_section(case: Case, result: Any, wall_s: float, work: Path) -> list[str
     return lines
 
 
+def replace_region(old: str | None, text: str, device: str) -> str:
+    """ACCURACY.md with ``device``'s region replaced by ``text`` (which carries its markers); a file without
+    that region gets it appended under its own heading, and everything outside it is kept."""
+    begin, end = MARKERS[device]
+    if old is None:
+        return ("# Accuracy: predicted vs measured\n\nRegenerate the measured parts with the commands in them; the "
+                "analysis after them is written by hand.\n\n" + text.rstrip("\n") + "\n\n## Analysis\n")
+    if begin in old and end in old and old.index(begin) < old.index(end):
+        return old[:old.index(begin)] + text.rstrip("\n") + old[old.index(end) + len(end):]
+    heading = "\n\n## On a GPU\n\n" if device == "cuda" else "\n\n"
+    return old.rstrip("\n") + heading + text
+
+
+def machine_line(device: str, torch: Any) -> str:
+    """Where the run was: the processor (and the GPU, its CUDA and driver where the run is on one)."""
+    host = f"{os.cpu_count()} cores, {cpu_model()}"
+    if device != "cuda":
+        return f"{host} · torch {torch.__version__}, {torch.get_num_threads()} threads"
+    props = torch.cuda.get_device_properties(0)
+    return (f"**{props.name}** ({props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB) · "
+            f"host {host} · torch {torch.__version__}, CUDA {torch.version.cuda}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="Three small cases (about a minute).")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="Where to calibrate and capture; each device has its own matrix and region of --out.")
+    ap.add_argument("--quick", action="store_true", help="A few small cases (about a minute).")
     ap.add_argument("--hardware", default=None, help="Use this spec (preset or file) instead of calibrating.")
     ap.add_argument("--cost-model", default="roofline")
+    ap.add_argument("--dtype", default=None, help="Capture and estimate dtype (default fp32 on cpu, bf16 on cuda).")
     ap.add_argument("--warmup", type=int, default=None, help="Default 2 (quick: 1).")
     ap.add_argument("--iterations", type=int, default=None, help="Default 3 (quick: 2).")
     ap.add_argument("--repeats", type=int, default=None,
-                    help="Captures per case, taken in rounds over all cases and combined by median (default 3; "
-                         "quick: 1): two captures of one workload on a shared machine differ by 10%% and more.")
+                    help="Captures per case, taken in rounds over all cases and combined by median (default 3 on "
+                         "cpu, 2 on cuda; quick: 1): two captures of one workload on a shared machine differ by "
+                         "10%% and more.")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads for calibration and capture (default: torch's choice).")
     ap.add_argument("--work", type=Path, default=Path("out/bench-accuracy"), help="Traces of every case.")
@@ -219,16 +273,19 @@ def main() -> int:
     from layerscope.analysis.validate import combine_repeats, rejoin, validate
     from layerscope.hardware import load_hardware
 
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA GPU on this machine")
     if a.threads is not None:
         torch.set_num_threads(a.threads)
-    cases = QUICK if a.quick else FULL
+    cases = MATRICES[(a.device, a.quick)]
+    dtype = a.dtype or ("bf16" if a.device == "cuda" else "fp32")
     warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
     iterations = a.iterations if a.iterations is not None else (2 if a.quick else 3)
-    repeats = a.repeats if a.repeats is not None else (1 if a.quick else 3)
+    repeats = a.repeats if a.repeats is not None else (1 if a.quick else 2 if a.device == "cuda" else 3)
     if repeats < 1:
         ap.error(f"--repeats must be >= 1, got {repeats}")
     a.work.mkdir(parents=True, exist_ok=True)
-    calibration = None if a.hardware else RoundCalibration(a.work)
+    calibration = None if a.hardware else RoundCalibration(a.work, a.device)
     fixed = load_hardware(a.hardware) if a.hardware else None
 
     # Rounds over all cases, so one case's captures sample the machine minutes apart rather than
@@ -242,8 +299,8 @@ def main() -> int:
         for case in cases:
             t0 = time.perf_counter()
             r = validate(case.model, hw, layers=case.layers, batch=case.batch, prompt_len=case.prompt_len,
-                         decode_steps=case.decode_steps, warmup=warmup, iterations=iterations, dtype="fp32",
-                         cost_model=a.cost_model, random_weights=True,
+                         decode_steps=case.decode_steps, warmup=warmup, iterations=iterations, dtype=dtype,
+                         cost_model=a.cost_model, random_weights=True, device=a.device,
                          out_dir=a.work / case.slug / (f"capture-{round_}" if repeats > 1 else ""))
             walls[case] += time.perf_counter() - t0
             runs[case].append(r)
@@ -261,15 +318,25 @@ def main() -> int:
     results = [(case, combine_repeats(runs[case]), walls[case]) for case in cases]
 
     command = " ".join(["python bench/bench_accuracy.py", *sys.argv[1:]])
+    begin, end = MARKERS[a.device]
+    if a.device == "cuda":
+        timing = ("Measured times are the `gpu_user_annotation` spans of the profiled trace (each module range's "
+                  "first kernel start to its last kernel end on the GPU timeline), less no instrumentation: the "
+                  "GPU does not see the hooks, only the gaps they leave between kernels when the host is behind.")
+    else:
+        timing = ("Measured times come from each capture's pass without the profiler (its recorded iterations run "
+                  "again, every module call timed whole and every phase range by `perf_counter`; `validate`'s "
+                  "\"Instrumentation\"), less the instrumentation's own time (the smallest median gap between "
+                  "sibling module ranges, per child call); the raw per-op median is against the profiled trace's "
+                  "own times.")
     lines = [
-        BEGIN,
+        begin,
         "",
-        f"`{command}` · {os.cpu_count()} cores, {cpu_model()} · torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads · Python {platform.python_version()} · "
+        f"`{command}` · {machine_line(a.device, torch)} · Python {platform.python_version()} · "
         f"{datetime.date.today().isoformat()}",
         "",
         f"Hardware spec: **{hw.name}** from {how} ({t_cal:.0f} s). Cost model `{a.cost_model}`, 1 engine "
-        f"(ops in sequence, as eager PyTorch runs them), fused attention (SDPA). Capture: fp32, random "
+        f"(ops in sequence, as eager PyTorch runs them), fused attention (SDPA). Capture: {dtype}, random "
         f"weights, {warmup} warm-up + {iterations} recorded iterations, times per iteration; "
         + (f"{repeats} captures per case, taken in rounds over all cases, every measured time the median over "
            "them (the spread column: (max − min) / median of the captures' forwards). " if repeats > 1 else "")
@@ -279,11 +346,7 @@ def main() -> int:
         "linear interpolation). Targets: whole forward |error| ≤ "
         f"{FORWARD_TARGET:.0%}, per-op median |error| ≤ {MEDIAN_TARGET:.0%}.",
         "",
-        "Measured times come from each capture's pass without the profiler (its recorded iterations run again, "
-        "every module call timed whole and every phase range by `perf_counter`; `validate`'s "
-        "\"Instrumentation\"), less the instrumentation's own time (the smallest median gap between sibling "
-        "module ranges, "
-        "per child call); the raw per-op median is against the profiled trace's own times.",
+        timing,
         "",
         "The machine column is `validate`'s machine check (`layerscope.capture.probe`): `F.linear` over cold "
         "weights at m × 8192 × 2048 for m = 1/8/32/256, timed before and after every capture and divided by "
@@ -306,18 +369,11 @@ def main() -> int:
     lines.append("")
     for case, r, wall in results:
         lines += case_section(case, r, wall, a.work)
-    lines.append(END)
+    lines.append(end)
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if not a.no_record:
-        old = a.out.read_text() if a.out.exists() else (
-            "# Accuracy: predicted vs measured on this CPU\n\nRegenerate the measured part with the command "
-            "below; the analysis after it is written by hand.\n\n" + BEGIN + "\n" + END + "\n\n## Analysis\n")
-        if BEGIN in old and END in old:
-            new = old[:old.index(BEGIN)] + text.rstrip("\n") + old[old.index(END) + len(END):]
-        else:
-            new = old.rstrip("\n") + "\n\n" + text
-        a.out.write_text(new)
+        a.out.write_text(replace_region(a.out.read_text() if a.out.exists() else None, text, a.device))
     return 0
 
 
