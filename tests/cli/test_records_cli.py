@@ -76,3 +76,13 @@ def test_captured_run_verifies_against_graph(config: Path, tmp_path: Path) -> No
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     report = json.loads(result.stdout)  # type: ignore[attr-defined]
     assert report["ok"] and {c["category"] for c in report["categories"]} >= {"moe_router", "moe_topk", "moe_experts"}
+
+
+def test_captured_run_of_a_model_too_big_fails_before_building(run_cli: Run, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "r"
+    proc = run_cli("workloads", "--model", "meta-llama/Llama-3.1-405B", "--out", str(out))
+    # 405.8e9 params x 2 bytes of bf16 = 811.7 GB of weights, whatever this machine has: capture's guard.
+    assert proc.returncode == 2 and "would not fit" in proc.stderr and "weights 811.7 GB" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()

@@ -9,7 +9,16 @@ from pathlib import Path
 
 from layerscope.capture.annotate import ModuleAnnotator
 from layerscope.capture.api import _check_args, _check_device, _check_positions, _model_spec, instantiate
-from layerscope.capture.build import capture_dtype, hf_config, prepare_config, require_torch
+from layerscope.capture.build import (
+    build_empty,
+    capture_dtype,
+    hf_config,
+    num_layers_of,
+    parameter_count,
+    prepare_config,
+    require_torch,
+)
+from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
 from layerscope.capture.recorder import Recorder
 from layerscope.capture.runner import RunPlan, _one_iteration, prompt_ids
 from layerscope.capture.source import resolve_model
@@ -47,7 +56,13 @@ def record_workloads(
     spec = _model_spec(config_dict, source.name)
     _check_positions(spec, prompt_len + decode_steps)
     config = hf_config(config_dict)
-    hf_model = instantiate(source, config, config_dict, parsed, device=device, seed=seed, load=load)
+    # The same guard as capture's: a model that would not fit fails here, not by swapping the machine.
+    empty = build_empty(config, parsed)
+    estimate = estimate_memory(config_dict, param_count=parameter_count(empty), dtype_bytes=parsed.bytes, batch=batch,
+                               prompt_len=prompt_len, decode_steps=decode_steps, spec=spec)
+    check_memory(estimate, available_memory_bytes(device), device=device, layers=num_layers_of(config_dict))
+    hf_model = instantiate(source, config, config_dict, parsed, device=device, seed=seed, load=load,
+                           empty=None if load else empty)
     plan = RunPlan(device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, warmup=0,
                    iterations=1, cache="dynamic", seed=seed)
     records = RecordSet({"batch": batch, "prompt_len": prompt_len, "decode_steps": decode_steps, "device": device,
