@@ -71,3 +71,47 @@ def test_sim_vs_real_bad_iterations(tmp_path: Path) -> None:
     sim = write_trace(tmp_path / "sim.json", _sim_events(1.0))
     with pytest.raises(AnalysisError, match="iterations"):
         compare_sim_real(sim, sim, iterations=0, use_cache=False)
+
+
+def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
+    """`compare --sim S --real R` on validate's own files gives validate's rows, phase by phase: the
+    simulated traces carry each op's module, the capture its iterations, unprofiled pass and profiler cost."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import json
+
+    from layerscope.analysis.validate import validate
+    from layerscope.model import tiny_config
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tiny_config("llama")))
+    out = tmp_path / "val"
+    r = validate(config, "server-cpu", layers=2, prompt_len=8, decode_steps=2, warmup=1, iterations=2, out_dir=out)
+    for trace, phase in (("simulated-prefill.json.gz", "prefill"), ("simulated-decode.json.gz", "decode")):
+        got = compare_sim_real(out / trace, out / "captured.json.gz", use_cache=False)
+        want = r.phase(phase)
+        assert (got.join, got.phase, got.iterations) == ("modules", phase, 2)
+        rows = {row["op"]: row for row in got.ops.to_pylist()}
+        assert list(rows) == [row.name for row in want.rows]
+        for row in want.rows:
+            # The trace rounds each op's time to the nanosecond.
+            assert rows[row.name]["predicted_us"] == pytest.approx(row.predicted_s * 1e6, abs=1e-3 * len(row.predicted_ops))
+            assert rows[row.name]["measured_us"] == pytest.approx(row.measured_s * 1e6, rel=1e-9)
+            assert (rows[row.name]["kind"], rows[row.name]["rule"]) == (row.kind, row.rule)
+        assert got.median_abs_error == pytest.approx(want.median_abs_error, rel=1e-3)
+        assert got.forward is not None and got.forward.measured_s == pytest.approx(want.forward.measured_s, rel=1e-9)
+        assert got.only_real == [u.name for u in want.only_measured]
+        assert got.only_sim == [u.name for u in want.only_predicted]
+    # A one-layer simulation of the two-layer capture: layer 0's rows, no whole-forward comparison.
+    from layerscope.trace.simulate import simulate
+
+    simulate(config, "server-cpu", engines=1, phase="prefill", input_len=8, attention="fused", batch=1,
+             weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", out=tmp_path / "layer0.json.gz")
+    one = compare_sim_real(tmp_path / "layer0.json.gz", out / "captured.json.gz", use_cache=False)
+    assert one.phase == "prefill" and one.forward is None and "1 of the capture's 2 decoder layers" in one.notes[0]
+    assert {row["op"] for row in one.ops.to_pylist()} >= {"layers.0.self_attn.q_proj", "layers.0.self_attn"}
+    assert not any(row["op"].startswith("layers.1") for row in one.ops.to_pylist())
+    with pytest.raises(AnalysisError, match="--iterations is for other traces"):
+        compare_sim_real(tmp_path / "layer0.json.gz", out / "captured.json.gz", iterations=1, use_cache=False)
+    with pytest.raises(AnalysisError, match="decode steps"):
+        compare_sim_real(out / "simulated-decode.json.gz", out / "captured.json.gz", phase="prefill", use_cache=False)

@@ -3,22 +3,30 @@
 ``compare_traces(a, b)``: kernels of run A against run B — totals, per kernel name and per
 category counts and times with deltas, and the kernels only one run has.
 
-``compare_sim_real(sim, real)``: predicted vs measured time per op, joined by op name. The
-simulated trace (layerscope ``simulate``) names each slice after its op (``layers.3.mlp.up_proj``);
-a captured trace names ``user_annotation`` slices after the module path (HF's leading ``model.``
-is dropped before joining). Measured time per op is the sum of its annotation durations divided
-by the number of recorded iterations: the count of ``ProfilerStep#N`` annotations when present,
-else 1 (pass ``iterations`` to override). Error per op is ``(predicted − measured) / measured``.
+``compare_sim_real(sim, real)``: predicted vs measured time per op. The simulated trace (layerscope
+``simulate``) names each slice after its op (``layers.3.mlp.up_proj``, ``decode_step_2.`` before it in
+a multi-step run) with its kind as the category and, where an op is not a module of its own, the
+module that runs it as the ``module`` arg. A layerscope capture (``prefill`` / ``decode_step_K``
+ranges) is joined as ``validate`` joins it, one phase: module rows inclusive, parent rows exclusive,
+instrumentation and profiler time subtracted as the capture measured them, the whole forward when
+the simulation is the whole model. Any other trace is joined by slice name (HF's leading ``model.``
+dropped): measured time per op is the sum of its annotation durations divided by the number of
+recorded iterations (the count of ``ProfilerStep#N`` annotations when present, else 1, or
+``iterations``). Error per op is ``(predicted − measured) / measured``.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from layerscope.analysis.engine import TraceDB
@@ -26,6 +34,9 @@ from layerscope.analysis.kernel_names import classify
 from layerscope.analysis.reports import MODULE_NAME, PHASE_NAME
 from layerscope.errors import AnalysisError
 from layerscope.trace.tables import TraceTables
+
+if TYPE_CHECKING:
+    from layerscope.analysis.validate import CapturedTimes, ForwardError, PredictedOp
 
 Source = str | os.PathLike[str] | TraceTables | TraceDB
 
@@ -151,44 +162,199 @@ class SimRealComparison:
     """The result of :func:`compare_sim_real`."""
 
     ops: pa.Table
-    """op, predicted_us, measured_us, error (``(pred − meas) / meas``), abs_error."""
+    """op, kind, rule, predicted_us, measured_us, error (``(pred − meas) / meas``), abs_error."""
     median_abs_error: float | None
     p90_abs_error: float | None
     iterations: int
     only_sim: list[str]
     only_real: list[str]
+    join: Literal["modules", "names"] = "names"
+    """``modules``: the real trace is a layerscope capture, joined by validate's rule; ``names``: by slice name."""
+    phase: str | None = None
+    """The captured phase compared (``prefill`` / ``decode``; module join only)."""
+    forward: ForwardError | None = None
+    """The phase's whole forward, when the simulation covers every captured decoder layer (module join only)."""
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"ops_joined": self.ops.num_rows, "median_abs_error": self.median_abs_error,
-                "p90_abs_error": self.p90_abs_error, "iterations": self.iterations,
-                "only_sim": len(self.only_sim), "only_real": len(self.only_real)}
+        fwd = self.forward
+        return {"join": self.join, "phase": self.phase, "ops_joined": self.ops.num_rows,
+                "median_abs_error": self.median_abs_error, "p90_abs_error": self.p90_abs_error,
+                "forward_predicted_us": None if fwd is None else fwd.predicted_s * 1e6,
+                "forward_measured_us": None if fwd is None else fwd.measured_s * 1e6,
+                "forward_error": None if fwd is None or fwd.error != fwd.error else fwd.error,
+                "iterations": self.iterations, "only_sim": len(self.only_sim), "only_real": len(self.only_real),
+                "notes": self.notes}
 
 
-def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None,
+#: The phase in a simulated trace's process name (``<model>:prefill…``, ``<model>:decode@1024…``,
+#: ``<model>:decode_steps4``; ``trace.simulate.build_graph`` names the graph, the writers the process).
+_SIM_PHASE = re.compile(r":(prefill|decode)(?:@\d+|_steps\d+)?(?::layer\d+)?\b")
+#: Phases of a simulation that a capture (a prefill, then decode steps) has a counterpart for.
+COMPARABLE_PHASES = ("prefill", "decode")
+
+
+def _simulated_ops(db: TraceDB) -> tuple[list[tuple[str | None, PredictedOp]], str | None]:
+    """The simulated trace's ops (each slice on its engines: name, kind, module arg, duration) as validate's
+    predicted ops, and the phase its process name states (None when it states none)."""
+    from layerscope.analysis.validate import predicted_op
+
+    # The module arg straight from each arg set's JSON (the ``args`` view would expand every arg of every op).
+    rows = db.records(
+        "SELECT s.name, s.category AS kind, s.dur, COALESCE(json_extract_string(a.json, '$.args.module'), "
+        "json_extract_string(a.json, '$.debug.module')) AS module FROM slice s "
+        "LEFT JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id "
+        "WHERE s.dur >= 0 AND s.name IS NOT NULL ORDER BY s.ts, s.id")
+    ops = [predicted_op(r["name"], r["module"], r["kind"] or "", float(r["dur"]) / 1e9) for r in rows]
+    names = [r["name"] for r in db.records("SELECT name FROM process WHERE name IS NOT NULL")]
+    phases = {m.group(1) for n in names for m in [_SIM_PHASE.search(n)] if m}
+    return ops, (phases.pop() if len(phases) == 1 else None)
+
+
+def _capture_metadata(real: Source) -> dict[str, Any]:
+    """The ``layerscope`` object a capture writes into its trace (empty for other traces and sources)."""
+    if not isinstance(real, (str, os.PathLike)):
+        return {}
+    path = Path(real)
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    try:
+        with opener(path, "rb") as fh:
+            doc = orjson.loads(fh.read())
+    except (OSError, orjson.JSONDecodeError, EOFError):
+        return {}  # not JSON (a protobuf trace) or unreadable here: the reader says what is wrong
+    meta = doc.get("layerscope") if isinstance(doc, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _layers(names: Iterable[str]) -> set[str]:
+    return {m.group(0) for n in names for m in [_LAYER.match(n)] if m}
+
+
+_LAYER = re.compile(r"layers\.\d+")
+
+
+def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None, phase: str | None = None,
                      use_cache: bool = True) -> SimRealComparison:
-    """Predicted (simulated trace) vs measured (captured trace) time per op, joined by name."""
+    """Predicted (simulated trace) vs measured (captured trace) time per op.
+
+    A layerscope capture (its ``prefill`` / ``decode_step_K`` ranges) is joined as ``validate`` joins it
+    (:mod:`layerscope.analysis.validate`: one phase, module rows inclusive, parent rows exclusive, the
+    instrumentation and the profiler's own time subtracted as the capture measured them). The phase is the
+    simulation's: ``phase`` when given, else the one its process name states. A multi-step simulation
+    (``decode_step_K.`` op names) is joined with the capture's first K+1 decode steps; a single decode
+    pass with its first decode step. Any other trace is joined by slice name (``_op_name``): measured
+    time per op is the sum of its ``user_annotation`` durations divided by ``iterations`` (default: the
+    number of ``ProfilerStep#N`` annotations, else 1).
+    """
+    if phase is not None and phase not in COMPARABLE_PHASES:
+        raise AnalysisError(f"phase: unknown phase {phase!r}; known: {', '.join(COMPARABLE_PHASES)}")
     db_s, close_s = _open(sim, use_cache)
     try:
-        predicted: dict[str, float] = {}
-        for r in db_s.records("SELECT name, SUM(dur) AS d FROM slice WHERE dur >= 0 AND name IS NOT NULL "
-                              "GROUP BY name"):
-            key = _op_name(r["name"])
-            predicted[key] = predicted.get(key, 0.0) + float(r["d"])
+        sim_ops, sim_phase = _simulated_ops(db_s)
     finally:
         if close_s:
             db_s.close()
     db_r, close_r = _open(real, use_cache)
     try:
-        measured: dict[str, float] = {}
-        for r in db_r.records("SELECT name, SUM(dur) AS d FROM slice WHERE category = 'user_annotation' "
-                              "AND dur >= 0 GROUP BY name"):
-            key = _op_name(r["name"])
-            if key in predicted or MODULE_NAME.match(key) or PHASE_NAME.match(key):
-                measured[key] = measured.get(key, 0.0) + float(r["d"])
-        steps = db_r.scalar("SELECT COUNT(DISTINCT name) FROM slice WHERE name LIKE 'ProfilerStep#%'") or 0
+        device = "cuda" if db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'gpu_user_annotation' "
+                                       "AND name = 'prefill'") else "cpu"
+        category = "gpu_user_annotation" if device == "cuda" else "user_annotation"
+        is_capture = bool(db_r.scalar(f"SELECT COUNT(*) FROM slice WHERE category = '{category}' AND name = 'prefill'"))
+        if is_capture:
+            from layerscope.analysis.validate import captured_times
+
+            measured = captured_times(db_r, device=device)
+        else:
+            return _compare_by_name(sim_ops, db_r, iterations)
     finally:
         if close_r:
             db_r.close()
+    if iterations is not None:
+        raise AnalysisError(f"iterations: the real trace is a layerscope capture of {measured.iterations} recorded "
+                            "iterations, which it says itself; --iterations is for other traces")
+    return _compare_capture(sim_ops, phase or sim_phase, measured, _capture_metadata(real))
+
+
+def _compare_capture(sim_ops: list[tuple[str | None, PredictedOp]], phase: str | None, measured: CapturedTimes,
+                     meta: dict[str, Any]) -> SimRealComparison:
+    from layerscope.analysis.validate import join_capture_times
+    from layerscope.capture.unprofiled import UnprofiledTimes
+
+    steps = sorted({int(step.rsplit("_", 1)[1]) for step, _ in sim_ops if step is not None})
+    if steps:
+        phase = phase or "decode"
+    if phase is None:
+        raise AnalysisError("phase: the simulated trace does not say which phase it is; give --phase prefill or "
+                            "--phase decode")
+    if phase not in COMPARABLE_PHASES:
+        raise AnalysisError(f"phase: a capture has no {phase!r} phase to compare with; known: "
+                            f"{', '.join(COMPARABLE_PHASES)}")
+    captured_steps = sorted(int(k.rsplit("_", 1)[1]) for k in measured.ranges if k.startswith("decode_step_"))
+    notes: list[str] = []
+    if phase == "prefill":
+        if steps:
+            raise AnalysisError("phase: the simulated trace has decode steps (decode_step_K. ops); it is not a prefill")
+        prefill, decode, decode_steps = sim_ops, None, 0
+    else:
+        if not steps:  # one decode pass: the capture's first decode step
+            sim_ops = [("decode_step_0", op) for _, op in sim_ops]
+            steps = [0]
+            notes.append("one simulated decode pass, compared with the capture's first decode step")
+        if steps != list(range(len(steps))):
+            raise AnalysisError(f"the simulated decode steps {steps} do not start at 0 or skip one")
+        if len(steps) > len(captured_steps):
+            raise AnalysisError(f"the simulation has {len(steps)} decode steps but the capture only "
+                                f"{len(captured_steps)}")
+        prefill, decode, decode_steps = None, sim_ops, len(steps)
+    unprofiled = meta.get("unprofiled")
+    profiler_event = meta.get("profiler_event") or {}
+    phases = join_capture_times(
+        measured, prefill, decode, decode_steps=decode_steps,
+        unprofiled=UnprofiledTimes.model_validate(unprofiled) if isinstance(unprofiled, dict) else None,
+        per_event_s=profiler_event.get("per_event_s") if isinstance(profiler_event, dict) else None)
+    p = phases[0]
+    predicted_layers = _layers(op.name for _, op in sim_ops)
+    captured_layers = _layers(name for table in measured.modules.values() for name in table)
+    forward: ForwardError | None = p.forward
+    if predicted_layers != captured_layers and captured_layers:
+        forward = None
+        notes.append(f"the simulation has {len(predicted_layers)} of the capture's {len(captured_layers)} decoder "
+                     "layers: no whole-forward comparison")
+    elif all(_LAYER.match(op.name) for _, op in sim_ops):
+        forward = None
+        notes.append("the simulation is decoder layers only (no embedding, final norm or lm_head): no whole-forward "
+                     "comparison")
+    ops = pa.table({
+        "op": pa.array([r.name for r in p.rows], pa.string()),
+        "kind": pa.array([r.kind for r in p.rows], pa.string()),
+        "rule": pa.array([r.rule for r in p.rows], pa.string()),
+        "predicted_us": np.array([r.predicted_s * 1e6 for r in p.rows], dtype=float),
+        "measured_us": np.array([r.measured_s * 1e6 for r in p.rows], dtype=float),
+        "error": np.array([r.error for r in p.rows], dtype=float),
+        "abs_error": np.abs(np.array([r.error for r in p.rows], dtype=float)),
+    })
+    return SimRealComparison(
+        ops=ops, median_abs_error=p.median_abs_error, p90_abs_error=p.p90_abs_error, iterations=measured.iterations,
+        only_sim=[u.name for u in p.only_predicted], only_real=[u.name for u in p.only_measured], join="modules",
+        phase=p.phase, forward=forward, notes=notes)
+
+
+def _compare_by_name(sim_ops: list[tuple[str | None, PredictedOp]], db_r: TraceDB,
+                     iterations: int | None) -> SimRealComparison:
+    """Any trace: measured time per op name over its ``user_annotation`` slices, per iteration."""
+    predicted: dict[str, float] = {}
+    kinds: dict[str, str] = {}
+    for step, op in sim_ops:
+        key = _op_name(f"{step}.{op.name}" if step else op.name)
+        predicted[key] = predicted.get(key, 0.0) + op.time_s * 1e9
+        kinds.setdefault(key, op.kind)
+    measured: dict[str, float] = {}
+    for r in db_r.records("SELECT name, SUM(dur) AS d FROM slice WHERE category = 'user_annotation' "
+                          "AND dur >= 0 GROUP BY name"):
+        key = _op_name(r["name"])
+        if key in predicted or MODULE_NAME.match(key) or PHASE_NAME.match(key):
+            measured[key] = measured.get(key, 0.0) + float(r["d"])
+    steps = db_r.scalar("SELECT COUNT(DISTINCT name) FROM slice WHERE name LIKE 'ProfilerStep#%'") or 0
     n_iter = iterations if iterations is not None else max(int(steps), 1)
     if n_iter < 1:
         raise AnalysisError(f"iterations: {n_iter} is not allowed; it must be at least 1")
@@ -197,8 +363,9 @@ def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None
     meas = np.array([measured[k] for k in joined], dtype=float) / n_iter / 1e3
     with np.errstate(divide="ignore", invalid="ignore"):
         error = np.where(meas > 0, (pred - meas) / meas, np.nan)
-    ops = pa.table({"op": pa.array(joined, pa.string()), "predicted_us": pred, "measured_us": meas,
-                    "error": error, "abs_error": np.abs(error)})
+    ops = pa.table({"op": pa.array(joined, pa.string()), "kind": pa.array([kinds[k] for k in joined], pa.string()),
+                    "rule": pa.array(["name"] * len(joined), pa.string()), "predicted_us": pred,
+                    "measured_us": meas, "error": error, "abs_error": np.abs(error)})
     median, p90 = abs_error_stats(error)
     return SimRealComparison(
         ops=ops,

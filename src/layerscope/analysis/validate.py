@@ -113,9 +113,11 @@ import pyarrow as pa
 
 from layerscope.analysis.compare import abs_error_stats
 from layerscope.errors import AnalysisError, OutputError
+from layerscope.trace.writers import STEP_PREFIX
 from layerscope.units import atomic_write
 
 if TYPE_CHECKING:
+    from layerscope.analysis.engine import TraceDB
     from layerscope.capture import CaptureResult
     from layerscope.capture.probe import MachineProbe
     from layerscope.capture.unprofiled import UnprofiledTimes
@@ -139,7 +141,9 @@ __all__ = [
     "captured_times",
     "combine_phases",
     "combine_repeats",
+    "join_capture_times",
     "join_phase",
+    "predicted_op",
     "rejoin",
     "resolve_hardware",
     "unprofiled_captured_times",
@@ -151,7 +155,6 @@ FORWARD = "(forward)"
 #: Hardware argument that measures this machine instead of loading a spec.
 MEASURE = "measure"
 
-_STEP_PREFIX = re.compile(r"^decode_step_(\d+)\.")
 _PHASE_RANGE = re.compile(r"^(prefill|decode_step_\d+)$")
 
 
@@ -594,9 +597,10 @@ class CapturedTimes:
         return self.call_overhead_s * float(sum(self.calls.get(phase_range, {}).values()))
 
 
-def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> CapturedTimes:
-    """Read the annotation ranges of a layerscope capture (``user_annotation`` on CPU, the
-    ``gpu_user_annotation`` spans of the kernels on CUDA) and sum them per phase range."""
+def captured_times(trace: str | os.PathLike[str] | TraceDB, *, device: str = "cpu") -> CapturedTimes:
+    """Read the annotation ranges of a layerscope capture (a file, or an open :class:`TraceDB`, left open;
+    ``user_annotation`` on CPU, the ``gpu_user_annotation`` spans of the kernels on CUDA) and sum them per
+    phase range."""
     from layerscope.analysis.engine import TraceDB
     from layerscope.capture.unprofiled import PHASE_RANGE_RE
 
@@ -634,18 +638,23 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
         SELECT r.phase AS phase, CASE WHEN r.name = r.phase THEN '' ELSE r.name END AS name, COUNT(*) AS n
         FROM r JOIN op ON op.track_id = r.track_id AND op.ts >= r.ts AND op.ts + op.dur <= r.ts + r.dur
         GROUP BY 1, 2"""
-    with TraceDB(trace, use_cache=False) as db:
+    own = not isinstance(trace, TraceDB)
+    db = trace if isinstance(trace, TraceDB) else TraceDB(trace, use_cache=False)
+    try:
         ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
             f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
             f"AND regexp_full_match(name, '{phase_re}') GROUP BY name")}
         rows = db.records(sql)
         gap = db.records(gaps_sql)
         event_rows = db.records(events_sql)
+    finally:
+        if own:
+            db.close()
     gap_ns = gap[0]["gap_ns"] if gap and gap[0]["gap_ns"] is not None else 0.0
     iterations = ranges.get("prefill", (0, 0.0))[0]
     if iterations < 1:
-        raise AnalysisError(f"{os.fspath(trace)}: no 'prefill' range of category {category!r}; "
-                            "is it a layerscope capture?")
+        where = "the trace" if isinstance(trace, TraceDB) else os.fspath(trace)
+        raise AnalysisError(f"{where}: no 'prefill' range of category {category!r}; is it a layerscope capture?")
     modules: dict[str, dict[str, float]] = {name: {} for name in ranges}
     calls: dict[str, dict[str, float]] = {name: {} for name in ranges}
     for r in sorted(rows, key=lambda r: (r["phase"], r["name"])):
@@ -662,15 +671,19 @@ def captured_times(trace: str | os.PathLike[str], *, device: str = "cpu") -> Cap
                          calls, float(gap_ns) / 1e9, events, range_events)
 
 
+def predicted_op(name: str, module: str | None, kind: str, time_s: float) -> tuple[str | None, PredictedOp]:
+    """(decode step range or None, the op) of a simulated op named ``name`` (step prefix and all); a
+    ``module`` of None or "" is the op's own name less the prefix (a module op)."""
+    m = STEP_PREFIX.match(name)
+    step = f"decode_step_{m.group(1)}" if m else None
+    own = name[m.end():] if m else name
+    return step, PredictedOp(own, module or own, kind, float(time_s))
+
+
 def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:
     """(decode step or None, op with the step prefix stripped) for each op of a simulation."""
-    out = []
-    for op, t in zip(sim.timed.graph.ops, np.asarray(sim.timed.time_s).tolist(), strict=True):
-        m = _STEP_PREFIX.match(op.name)
-        step = f"decode_step_{m.group(1)}" if m else None
-        name = op.name[m.end():] if m else op.name
-        out.append((step, PredictedOp(name, op.module, op.kind, float(t))))
-    return out
+    return [predicted_op(op.name, op.module, op.kind, t)
+            for op, t in zip(sim.timed.graph.ops, np.asarray(sim.timed.time_s).tolist(), strict=True)]
 
 
 def _sum_by_name(ops: Iterable[PredictedOp]) -> list[PredictedOp]:
@@ -830,10 +843,14 @@ def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_wei
     return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=load), source.name)
 
 
-def _join_times(measured: CapturedTimes, sims: Sequence[SimulationResult], *, decode_steps: int,
+#: Predicted ops of one simulated phase: (decode step range or None, the op with its step prefix stripped).
+StepOps = Sequence[tuple[str | None, "PredictedOp"]]
+
+
+def _join_times(measured: CapturedTimes, prefill: StepOps | None, decode: StepOps | None, *, decode_steps: int,
                 per_call_s: float, per_event_s: float, correct: bool) -> list[PhaseValidation]:
-    """One capture's times joined with the simulations' predicted ops: the prefill phase, and decode
-    (its steps summed per op) when there are decode steps."""
+    """One capture's times joined with predicted ops: the prefill phase when ``prefill`` is given, and
+    decode (its first ``decode_steps`` steps summed per op) when ``decode`` is."""
 
     def range_s(name: str) -> float:  # a phase range's time, less its instrumentation when correcting
         if not correct:
@@ -841,15 +858,17 @@ def _join_times(measured: CapturedTimes, sims: Sequence[SimulationResult], *, de
         return (measured.ranges.get(name, 0.0) - measured.instrumentation_s(name)
                 - per_event_s * measured.range_events.get(name, 0.0))
 
-    prefill_ops = [op for _, op in _predicted_ops(sims[0])]
-    phases = [join_phase("prefill", prefill_ops, measured.modules.get("prefill", {}),
-                         measured.ranges.get("prefill", 0.0),
-                         [ForwardError("prefill", sum(op.time_s for op in prefill_ops), range_s("prefill"))],
-                         calls=measured.calls.get("prefill", {}), call_overhead_s=per_call_s,
-                         events=measured.events.get("prefill", {}),
-                         forward_events=measured.range_events.get("prefill", 0.0), event_overhead_s=per_event_s)]
-    if decode_steps:
-        decode_ops = _predicted_ops(sims[1])
+    phases = []
+    if prefill is not None:
+        prefill_ops = [op for _, op in prefill]
+        phases.append(join_phase(
+            "prefill", prefill_ops, measured.modules.get("prefill", {}), measured.ranges.get("prefill", 0.0),
+            [ForwardError("prefill", sum(op.time_s for op in prefill_ops), range_s("prefill"))],
+            calls=measured.calls.get("prefill", {}), call_overhead_s=per_call_s,
+            events=measured.events.get("prefill", {}),
+            forward_events=measured.range_events.get("prefill", 0.0), event_overhead_s=per_event_s))
+    if decode is not None and decode_steps:
+        decode_ops = decode
         names = [f"decode_step_{t}" for t in range(decode_steps)]
         steps = [ForwardError(s, sum(op.time_s for step, op in decode_ops if step == s), range_s(s)) for s in names]
         phases.append(join_phase(
@@ -879,20 +898,34 @@ def unprofiled_captured_times(times: UnprofiledTimes) -> CapturedTimes:
                          call_overhead_s=times.call_overhead_s)
 
 
-def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
-                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
-    """One capture joined with the simulations' predicted ops (module docstring, "Instrumentation"):
-    from its unprofiled pass when it has one and the times are corrected, else from its trace."""
-    measured = captured_times(cap.trace_path, device=device)
-    if correct_instrumentation and cap.unprofiled is not None:
-        clean = _join_times(unprofiled_captured_times(cap.unprofiled), sims, decode_steps=decode_steps,
-                            per_call_s=cap.unprofiled.call_overhead_s, per_event_s=0.0, correct=True)
-        raw = _join_times(measured, sims, decode_steps=decode_steps, per_call_s=0.0, per_event_s=0.0, correct=False)
+def join_capture_times(measured: CapturedTimes, prefill: StepOps | None, decode: StepOps | None, *,
+                       decode_steps: int, unprofiled: UnprofiledTimes | None = None,
+                       per_event_s: float | None = None,
+                       correct_instrumentation: bool = True) -> tuple[PhaseValidation, ...]:
+    """A capture's times (``measured``, read from its trace) joined with predicted ops (module docstring,
+    "Instrumentation"): from its unprofiled pass (``unprofiled``) when it has one and the times are
+    corrected, else from the trace less the instrumentation per call and the profiler's ``per_event_s``
+    (the capture's hot figure; None: not known, nothing subtracted per event)."""
+    if correct_instrumentation and unprofiled is not None:
+        clean = _join_times(unprofiled_captured_times(unprofiled), prefill, decode, decode_steps=decode_steps,
+                            per_call_s=unprofiled.call_overhead_s, per_event_s=0.0, correct=True)
+        raw = _join_times(measured, prefill, decode, decode_steps=decode_steps, per_call_s=0.0, per_event_s=0.0,
+                          correct=False)
         return tuple(_with_profiled(c, r) for c, r in zip(clean, raw, strict=True))
     per_call_s = measured.call_overhead_s if correct_instrumentation else 0.0
-    per_event_s = cap.profiler_event.per_event_s if correct_instrumentation and cap.profiler_event else 0.0
-    return tuple(_join_times(measured, sims, decode_steps=decode_steps, per_call_s=per_call_s,
-                             per_event_s=per_event_s, correct=correct_instrumentation))
+    event_s = per_event_s if correct_instrumentation and per_event_s is not None else 0.0
+    return tuple(_join_times(measured, prefill, decode, decode_steps=decode_steps, per_call_s=per_call_s,
+                             per_event_s=event_s, correct=correct_instrumentation))
+
+
+def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
+                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
+    """One capture joined with the simulations' predicted ops (prefill; decode when it has decode steps)."""
+    return join_capture_times(
+        captured_times(cap.trace_path, device=device), _predicted_ops(sims[0]),
+        _predicted_ops(sims[1]) if decode_steps else None, decode_steps=decode_steps, unprofiled=cap.unprofiled,
+        per_event_s=cap.profiler_event.per_event_s if cap.profiler_event else None,
+        correct_instrumentation=correct_instrumentation)
 
 
 def _predict(spec: ModelSpec, hw: HardwareSpec, *, dtype: str, batch: int, prompt_len: int, decode_steps: int,

@@ -80,7 +80,10 @@ def compare_cmd(
     b: Path | None = typer.Argument(None, help="Trace B (test)."),
     sim: Path | None = typer.Option(None, "--sim", help="Simulated trace (layerscope simulate)."),
     real: Path | None = typer.Option(None, "--real", help="Captured trace with module annotations."),
-    iterations: int | None = typer.Option(None, "--iterations", help="Iterations in the real trace."),
+    iterations: int | None = typer.Option(
+        None, "--iterations", help="Iterations in the real trace (not a layerscope capture, which says itself)."),
+    phase: str | None = typer.Option(
+        None, "--phase", help="prefill | decode: the simulated phase, where its trace does not say (--sim)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     rows: int = typer.Option(20, "--rows", help="Rows shown per table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
@@ -93,21 +96,27 @@ def compare_cmd(
             raise AnalysisError("give both --sim and --real (and no positional traces)")
         from layerscope.analysis.compare import compare_sim_real
 
-        result = compare_sim_real(sim, real, iterations=iterations, use_cache=not no_cache)
+        result = compare_sim_real(sim, real, iterations=iterations, phase=phase, use_cache=not no_cache)
         if as_json:
             from layerscope.cli.common import print_json
 
             print_json({"summary": result.summary(), "ops": result.ops.to_pylist(),
                         "only_sim": result.only_sim, "only_real": result.only_real})
             return
+        how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
         _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
-                     title=f"predicted vs measured ({result.ops.num_rows} ops joined)")
+                     title=f"predicted vs measured ({result.ops.num_rows} ops, {how})")
         from layerscope.cli.common import console
 
         s = result.summary()
-        console().print(f"median |error| {_pct(s['median_abs_error'])} · p90 |error| {_pct(s['p90_abs_error'])}"
-                        f" · iterations {s['iterations']} · only in sim {s['only_sim']}"
+        forward = ("" if s["forward_error"] is None else
+                   f"forward {s['forward_predicted_us'] / 1e3:.3f} ms predicted, {s['forward_measured_us'] / 1e3:.3f} "
+                   f"ms measured ({100 * s['forward_error']:+.1f}%) · ")
+        console().print(f"{forward}median |error| {_pct(s['median_abs_error'])} · p90 |error| "
+                        f"{_pct(s['p90_abs_error'])} · iterations {s['iterations']} · only in sim {s['only_sim']}"
                         f" · only in real {s['only_real']}")
+        for note in result.notes:
+            console().print(f"note: {note}")
         return
     if a is None or b is None:
         raise AnalysisError("give two traces A B, or --sim S --real R")

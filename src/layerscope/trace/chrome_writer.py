@@ -125,6 +125,11 @@ def _write(schedule: Schedule, meta: TraceMetadata, out: IO[bytes] | gzip_mod.Gz
             if v >= 0:
                 layer_s[v] = f'"layer":{v}'
     layer = meta.layer.tolist() if meta.layer is not None else [-1] * len(names)
+    # '"module":"…"' per op whose module is not its own name (one string per distinct module).
+    distinct = sorted(set(meta.module) - {""}) if meta.module is not None else []
+    module_s = {m: f'"module":{q}' for m, q in zip(distinct, _quoted(distinct), strict=True)}
+    module_s[""] = ""
+    module = meta.module if meta.module is not None else [""] * len(names)
     targs = tmpl
     prefix = f',\n{{"ph":"X","pid":{pid},"tid":'
     s_head = f',\n{{"ph":"s","pid":{pid},"name":"dependency","cat":"{FLOW_CATEGORY}","id":'
@@ -135,7 +140,7 @@ def _write(schedule: Schedule, meta: TraceMetadata, out: IO[bytes] | gzip_mod.Gz
         e = engine[i]
         a, b = indptr[i], indptr[i + 1]
         deps = indices[a:b]
-        extra = [x for x in (targs[t], layer_s[layer[i]]) if x]
+        extra = [x for x in (targs[t], layer_s[layer[i]], module_s[module[i]]) if x]
         if deps:
             extra.append('"dependencies":[' + ",".join([qnames[j] for j in deps]) + "]")
         append(

@@ -9,8 +9,8 @@ perfetto's ``protos/perfetto/trace/trace_packet.proto``, ``track_event/track_eve
 Layout: a process track (the chip), one thread track per engine (``engine k``, tid ``k + 1``),
 two counter tracks (memory bandwidth in use in GB/s, engines busy). Each op is a
 TYPE_SLICE_BEGIN/TYPE_SLICE_END pair on its engine's track with ``name``, an interned category
-(the op kind), debug annotations (interned names; the template args of the op plus its layer and
-dependency names; the engine is the track), ``flow_ids`` for the edges leaving it and ``terminating_flow_ids``
+(the op kind), debug annotations (interned names; the template args of the op plus its layer, its module
+where that is not the op's own name, and its dependency names; the engine is the track), ``flow_ids`` for the edges leaving it and ``terminating_flow_ids``
 for the edges entering it. Timestamps are nanoseconds. All packets are on one sequence
 (``trusted_packet_sequence_id`` 1) whose first packet clears the incremental state; interned
 strings are emitted in the packet that first uses them. Events are written in timestamp order
@@ -236,7 +236,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
 
     cats = _Interner(ID_EVENT_CATEGORIES)
     anames = _Interner(ID_DEBUG_ANNOTATION_NAMES)
-    iid_layer, iid_deps = anames.iid("layer"), anames.iid("dependencies")
+    iid_layer, iid_deps, iid_module = anames.iid("layer"), anames.iid("dependencies"), anames.iid("module")
     # String values: ids 1..K are the names of ops that are someone's dependency (interned at
     # that op's begin); other strings (template args) follow from K + 1.
     n = schedule.problem.n
@@ -269,6 +269,12 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     names = meta.names
     template = meta.template.tolist()
     layer = meta.layer.tolist() if meta.layer is not None else None
+    # The module annotation of an op whose module is not its own name; its strings interned up front.
+    module = meta.module
+    module_ann: dict[str, bytes] = {"": b""}
+    if module is not None:
+        for m in sorted(set(module) - {""}):
+            module_ann[m] = _annotation(iid_module, m, svals)
     engine = schedule.engine.tolist()
     indptr = p.indptr.tolist()
     p.indices.tolist()
@@ -350,6 +356,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
         ev = b"".join((
             begin_type, track_field[engine[i]], name_key, V[len(nm)], nm, tb,
             layer_ann[layer[i]] if layer is not None else b"",
+            module_ann[module[i]] if module is not None else b"",
             deps,
             out_blob[out_ptr_l[i] : out_ptr_l[i + 1]], in_blob[in_ptr_l[i] : in_ptr_l[i + 1]],
         ))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from layerscope.schedule.core import Schedule
 
 __all__ = [
+    "STEP_PREFIX",
     "TRACE_WRITERS",
     "TraceMetadata",
     "slice_order",
@@ -32,6 +34,8 @@ __all__ = [
     "write_schedule_trace",
 ]
 
+#: The prefix of an op of a multi-step graph (``decode_step_3.layers.0.mlp``): its step, then the op's own name.
+STEP_PREFIX = re.compile(r"^decode_step_(\d+)\.")
 #: Name of the counter track of memory bandwidth in use, and its unit.
 BANDWIDTH_COUNTER = "memory bandwidth"
 BANDWIDTH_UNIT = "GB/s"
@@ -62,6 +66,10 @@ class TraceMetadata:
     """Static args of each template; must include ``"kind"`` (the slice category)."""
     layer: np.ndarray | None = None
     """int per op, -1 for none."""
+    module: Sequence[str] | None = None
+    """Per op, the HF module that runs it (``Op.module``; arg ``module``) where that is not the op's own
+    name less its decode-step prefix, else ``""`` (written as no arg): ``layers.0.self_attn`` for
+    ``layers.0.self_attn.rope``. What ``compare --sim`` anchors predicted ops at."""
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -71,6 +79,8 @@ class TraceMetadata:
             raise TraceError("metadata: template id out of range")
         if self.layer is not None and len(self.layer) != n:
             raise TraceError(f"metadata: {len(self.layer)} layers for {n} ops")
+        if self.module is not None and len(self.module) != n:
+            raise TraceError(f"metadata: {len(self.module)} modules for {n} ops")
 
     def kind(self, i: int) -> str:
         return str(self.templates[int(self.template[i])]["kind"])
@@ -94,6 +104,7 @@ class TraceMetadata:
         compute_ns = np.rint(np.asarray(tg.compute_s) * NS_PER_S).astype(np.int64).tolist()
         memory_ns = np.rint(np.asarray(tg.memory_s) * NS_PER_S).astype(np.int64).tolist()
         mem_bytes = np.asarray(tg.memory_bytes).tolist()
+        module = [op.module if op.module != STEP_PREFIX.sub("", op.name, count=1) else "" for op in tg.graph.ops]
         for i, op in enumerate(tg.graph.ops):
             if op.layer is not None:
                 layer[i] = op.layer
@@ -114,7 +125,8 @@ class TraceMetadata:
         if process_name is None:
             hw = getattr(tg.hardware, "name", None) or "hardware"
             process_name = f"{tg.graph.name} on {hw} ({tg.cost_model})"
-        return cls(process_name, [op.name for op in tg.graph.ops], template, templates, layer)
+        return cls(process_name, [op.name for op in tg.graph.ops], template, templates, layer,
+                   module if any(module) else None)
 
     @classmethod
     def minimal(cls, names: Sequence[str], kinds: Sequence[str], process_name: str = "simulation",
