@@ -65,3 +65,45 @@ def annotated_events(scale: float = 1.0, steps: int = 2) -> list[dict[str, Any]]
                        "ts": start - 0.5, "dur": t - start + 2})
         t += 10
     return events
+
+
+#: A CUDA capture as Kineto writes one (µs): module ranges nest on the CPU thread (pid 1, tid 1), each
+#: launch (``cuda_runtime``, with its ``correlation``) makes one piece of GPU work on stream 7, linked by
+#: an ``ac2g`` flow; Kineto's ``gpu_user_annotation`` ranges cover each range's *innermost* kernels only.
+#: (module, phase) → the span of the GPU work launched inside its CPU range, by hand.
+CUDA_SPANS_US = {
+    ("prefill", "layers.0.mlp.up_proj"): 40 - 30, ("prefill", "layers.0.mlp.down_proj"): 52 - 40,
+    ("prefill", "layers.0.mlp"): 55 - 30, ("prefill", "layers.0"): 77 - 30, ("prefill", "lm_head"): 95 - 85,
+    ("decode_step_0", "lm_head"): 230 - 215,
+}
+
+
+def cuda_capture_events() -> list[dict[str, Any]]:
+    def cpu(name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    def gpu_annotation(name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur}
+
+    events = [cpu("prefill", 0, 100), cpu("layers.0", 10, 70), cpu("layers.0.mlp", 20, 40),
+              cpu("layers.0.mlp.up_proj", 22, 8), cpu("layers.0.mlp.down_proj", 32, 8), cpu("lm_head", 82, 8),
+              cpu("rotary_emb", 91, 2), cpu("decode_step_0", 200, 60), cpu("lm_head", 210, 10)]
+    # (correlation, launch ts, GPU work category, start, end)
+    launches = [(1, 1, "kernel", 5, 6), (2, 23, "kernel", 30, 40), (3, 33, "kernel", 40, 52),
+                (4, 45, "kernel", 52, 55), (5, 70, "kernel", 75, 77), (6, 83, "kernel", 85, 95),
+                (7, 211, "gpu_memcpy", 215, 216), (8, 212, "kernel", 216, 230)]
+    for corr, ts, cat, start, end in launches:
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 0.5,
+             "args": {"correlation": corr}},
+            {"ph": "X", "cat": cat, "name": f"work_{corr}", "pid": 0, "tid": 7, "ts": start, "dur": end - start,
+             "args": {"correlation": corr, "stream": 7}},
+            {"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": ts, "cat": "ac2g", "name": "ac2g"},
+            {"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": start, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        ]
+    # What Kineto draws on the GPU: the innermost range of each launch (what must not be read as module time).
+    events += [gpu_annotation("prefill", 5, 1), gpu_annotation("layers.0.mlp.up_proj", 30, 10),
+               gpu_annotation("layers.0.mlp.down_proj", 40, 12), gpu_annotation("layers.0.mlp", 52, 3),
+               gpu_annotation("layers.0", 75, 2), gpu_annotation("lm_head", 85, 10),
+               gpu_annotation("lm_head", 215, 15)]
+    return events

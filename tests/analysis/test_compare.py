@@ -95,7 +95,8 @@ def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
         assert list(rows) == [row.name for row in want.rows]
         for row in want.rows:
             # The trace rounds each op's time to the nanosecond.
-            assert rows[row.name]["predicted_us"] == pytest.approx(row.predicted_s * 1e6, abs=1e-3 * len(row.predicted_ops))
+            ns = 1e-3 * len(row.predicted_ops)
+            assert rows[row.name]["predicted_us"] == pytest.approx(row.predicted_s * 1e6, abs=ns)
             assert rows[row.name]["measured_us"] == pytest.approx(row.measured_s * 1e6, rel=1e-9)
             assert (rows[row.name]["kind"], rows[row.name]["rule"]) == (row.kind, row.rule)
         assert got.median_abs_error == pytest.approx(want.median_abs_error, rel=1e-3)

@@ -544,3 +544,27 @@ def test_combine_refuses_captures_measured_differently() -> None:
     with pytest.raises(AnalysisError, match="measured the same way"):
         combine_phases([REPEATS[0], other])
     assert combine_phases([dataclasses.replace(r, timing="unprofiled") for r in REPEATS]).timing == "unprofiled"
+
+
+def test_cuda_module_times_are_the_spans_of_the_gpu_work_they_launched(tmp_path: Path) -> None:
+    """On CUDA a module's time is the span of the kernels launched inside its CPU range, children included
+    (Kineto's gpu_user_annotation ranges cover only each range's innermost kernels: mlp 3 µs, layers.0 2 µs);
+    the capture summary reads the same spans from the raw events."""
+    from layerscope.capture.annotate import ModuleCalls
+    from layerscope.capture.summary import module_records
+
+    from .conftest import CUDA_SPANS_US, cuda_capture_events
+
+    events = cuda_capture_events()
+    path = write_trace(tmp_path / "cuda.json", events)
+    got = captured_times(path, device="cuda")
+    assert got.iterations == 1 and got.call_overhead_s == 0.0
+    assert got.ranges == pytest.approx({"prefill": 100e-6, "decode_step_0": 60e-6})
+    spans = {(phase, name): t * 1e6 for phase, table in got.modules.items() for name, t in table.items()}
+    assert spans == pytest.approx(CUDA_SPANS_US)  # rotary_emb launched nothing: not a GPU row
+    assert got.calls["prefill"]["layers.0.mlp"] == 1
+    calls = {("prefill", n): ModuleCalls(n, "prefill", 1, [], []) for (p, n) in CUDA_SPANS_US if p == "prefill"}
+    calls[("decode", "lm_head")] = ModuleCalls("lm_head", "decode", 1, [], [])
+    records = {(r.phase, r.name): r.device_ms for r in module_records({"traceEvents": events}, calls, [])}
+    assert records == pytest.approx({("decode" if p != "prefill" else p, n): t / 1e3
+                                     for (p, n), t in CUDA_SPANS_US.items()})

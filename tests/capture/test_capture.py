@@ -242,8 +242,9 @@ def test_trace_loads_in_perfetto(captures: dict[str, Any]) -> None:
 
 
 def test_cuda_capture_has_kernels_and_device_times(tiny_config_path: Callable[[str], Path], tmp_path: Path) -> None:
-    """On a GPU machine: kernels, runtime calls and CPU→GPU flows land in the trace, and the
-    modules' GPU-side ranges give ``device_ms``. (Skipped on CPU-only CI.)"""
+    """On a GPU machine: kernels, runtime calls and CPU→GPU flows land in the trace, and the spans
+    of the GPU work each module launched give ``device_ms``, a parent's covering its children's.
+    (Skipped on CPU-only CI.)"""
     import torch
 
     from layerscope.capture import capture
@@ -256,5 +257,14 @@ def test_cuda_capture_has_kernels_and_device_times(tiny_config_path: Callable[[s
     cats = {e.get("cat") for e in trace["traceEvents"]}
     assert {"kernel", "cuda_runtime", "gpu_user_annotation", "ac2g"} <= cats
     by_key = {(r.phase, r.name): r for r in result.summary}
-    assert by_key[("prefill", "layers.0.self_attn.q_proj")].device_ms is not None
+    q = by_key[("prefill", "layers.0.self_attn.q_proj")].device_ms
+    attn, layer = by_key[("prefill", "layers.0.self_attn")].device_ms, by_key[("prefill", "layers.0")].device_ms
+    assert q is not None and attn is not None and layer is not None and 0 < q < attn < layer
     assert trace["layerscope"]["device"] == "cuda"
+    # validate's reading of the same trace: the forward is the phase's host range, modules their GPU spans.
+    from layerscope.analysis.validate import captured_times
+
+    times = captured_times(result.trace_path, device="cuda")
+    assert times.modules["prefill"]["layers.0"] == pytest.approx(layer / 1e3 / times.iterations * result.iterations,
+                                                                 rel=1e-6)
+    assert times.modules["prefill"]["layers.0"] < times.ranges["prefill"]

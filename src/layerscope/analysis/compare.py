@@ -256,10 +256,10 @@ def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None
             db_s.close()
     db_r, close_r = _open(real, use_cache)
     try:
-        device = "cuda" if db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'gpu_user_annotation' "
-                                       "AND name = 'prefill'") else "cpu"
-        category = "gpu_user_annotation" if device == "cuda" else "user_annotation"
-        is_capture = bool(db_r.scalar(f"SELECT COUNT(*) FROM slice WHERE category = '{category}' AND name = 'prefill'"))
+        # A capture's phase ranges are on its CPU thread on either device; a CUDA one has kernels too.
+        is_capture = bool(db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'user_annotation' "
+                                      "AND name = 'prefill'"))
+        device = "cuda" if db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'kernel'") else "cpu"
         if is_capture:
             from layerscope.analysis.validate import captured_times
 

@@ -98,6 +98,7 @@ capture's whole-forward time (``forward_measured_all_s``) and their spread, (max
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import logging
@@ -598,13 +599,17 @@ class CapturedTimes:
 
 
 def captured_times(trace: str | os.PathLike[str] | TraceDB, *, device: str = "cpu") -> CapturedTimes:
-    """Read the annotation ranges of a layerscope capture (a file, or an open :class:`TraceDB`, left open;
-    ``user_annotation`` on CPU, the ``gpu_user_annotation`` spans of the kernels on CUDA) and sum them per
-    phase range."""
+    """Read the annotation ranges of a layerscope capture (a file, or an open :class:`TraceDB`, left open)
+    and sum them per phase range: the ``user_annotation`` ranges of the CPU thread; on CUDA each module
+    range's time is the span of the GPU work launched inside it (``capture.summary.launched_spans``: the
+    launches joined to their kernels by correlation id; Kineto's own ``gpu_user_annotation`` ranges
+    cover each range's innermost kernels only), the phase ranges' their host time (each ends in a
+    synchronize), and no instrumentation is estimated per call (the hooks cost host time, not GPU time)."""
     from layerscope.analysis.engine import TraceDB
     from layerscope.capture.unprofiled import PHASE_RANGE_RE
 
-    category = "user_annotation" if device == "cpu" else "gpu_user_annotation"
+    category = "user_annotation"
+    gpu = device != "cpu"
     phase_re = PHASE_RANGE_RE.pattern  # the capture's phase-range names, as a DuckDB regex
     not_module_re = f"{phase_re}|ProfilerStep#[0-9]+"
     # A range belongs to the phase range that contains its start (one clock; phases never overlap).
@@ -644,8 +649,10 @@ def captured_times(trace: str | os.PathLike[str] | TraceDB, *, device: str = "cp
         ranges = {r["name"]: (int(r["n"]), float(r["d"])) for r in db.records(
             f"SELECT name, COUNT(*) AS n, SUM(dur) AS d FROM slice WHERE category = '{category}' AND dur >= 0 "
             f"AND regexp_full_match(name, '{phase_re}') GROUP BY name")}
-        rows = db.records(sql)
-        gap = db.records(gaps_sql)
+        if gpu:
+            rows, gap = _gpu_module_rows(db, phase_re, not_module_re), []
+        else:
+            rows, gap = db.records(sql), db.records(gaps_sql)
         event_rows = db.records(events_sql)
     finally:
         if own:
@@ -678,6 +685,46 @@ def predicted_op(name: str, module: str | None, kind: str, time_s: float) -> tup
     step = f"decode_step_{m.group(1)}" if m else None
     own = name[m.end():] if m else name
     return step, PredictedOp(own, module or own, kind, float(time_s))
+
+
+def _gpu_module_rows(db: TraceDB, phase_re: str, not_module_re: str) -> list[dict[str, Any]]:
+    """(phase, name, dur_ns, n) per module range of a CUDA capture, its time the span of the GPU work
+    launched inside it; ranges that launched nothing are left out (nothing of theirs ran on the GPU)."""
+    from layerscope.capture.summary import GPU_WORK, LAUNCH, launched_spans
+
+    ranges = db.records(
+        "SELECT ts, dur, name, track_id FROM slice WHERE category = 'user_annotation' AND dur >= 0 "
+        "AND name IS NOT NULL ORDER BY ts")
+    work = ", ".join(f"'{c}'" for c in GPU_WORK)
+    launch = ", ".join(f"'{c}'" for c in LAUNCH)
+    # Launch and work share Kineto's correlation id. (Not the ac2g flows: a flow ends on the outermost
+    # slice at the kernel's start, which is the gpu_user_annotation range whenever the kernel opens one.)
+    launches = db.records(f"""
+        WITH c AS (SELECT s.id, s.ts, s.dur, s.track_id, s.category,
+                          TRY_CAST(json_extract(a.json, '$.args.correlation') AS BIGINT) AS corr
+                   FROM slice s JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id
+                   WHERE s.category IN ({work}, {launch}) AND s.dur >= 0)
+        SELECT r.track_id, r.ts AS launch_ts, MIN(g.ts) AS start_ts, MAX(g.ts + g.dur) AS end_ts
+        FROM c r JOIN c g ON g.corr = r.corr AND g.category IN ({work})
+        WHERE r.category IN ({launch}) AND r.corr IS NOT NULL GROUP BY r.id, r.track_id, r.ts""")
+    phase = re.compile(phase_re)
+    not_module = re.compile(not_module_re)
+    phases = sorted((r["ts"], r["ts"] + r["dur"], r["name"]) for r in ranges if phase.fullmatch(r["name"]))
+    modules = [r for r in ranges if not not_module.fullmatch(r["name"])]
+    spans = launched_spans([r["track_id"] for r in modules], [r["ts"] for r in modules],
+                           [r["ts"] + r["dur"] for r in modules], [x["track_id"] for x in launches],
+                           [x["launch_ts"] for x in launches], [x["start_ts"] for x in launches],
+                           [x["end_ts"] for x in launches])
+    starts = [p[0] for p in phases]
+    acc: dict[tuple[str, str], list[float]] = {}
+    for r, span in zip(modules, spans, strict=True):
+        i = bisect.bisect_right(starts, r["ts"]) - 1
+        if span is None or i < 0 or r["ts"] >= phases[i][1]:
+            continue
+        total = acc.setdefault((phases[i][2], r["name"]), [0.0, 0.0])
+        total[0] += span
+        total[1] += 1
+    return [{"phase": k[0], "name": k[1], "dur_ns": v[0], "n": v[1]} for k, v in acc.items()]
 
 
 def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:

@@ -1,24 +1,31 @@
 """Per-module summary of a captured trace: time, calls and shapes per module and phase.
 
-Times come from the trace's annotation ranges (``user_annotation`` on the CPU thread, and
-``gpu_user_annotation`` on CUDA, which spans the module's kernels); call counts and shapes from
-the forward hooks that opened those ranges.
+Times come from the trace's annotation ranges (``user_annotation`` on the CPU thread); on CUDA a
+module's device time is the span of the GPU work it launched (:func:`launched_spans`); call counts
+and shapes from the forward hooks that opened those ranges.
+
+Why not Kineto's ``gpu_user_annotation`` ranges: Kineto tags each kernel with the *innermost*
+``record_function`` range open when it was launched and draws one GPU range per range over its own
+kernels only. ``layers.0`` then spans its residual adds, ``mlp`` its one multiply, ``prefill`` the
+input's ``arange``; a module that launches nothing itself has no GPU range at all. The CPU ranges
+nest; the launches inside one (``cuda_runtime`` events, linked to their kernels by ``correlation``)
+are exactly the GPU work of the module and its children.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from layerscope.capture.annotate import ModuleCalls
 
-#: Trace categories of the annotation ranges, by clock.
+#: Trace category of the annotation ranges (the CPU thread's).
 CPU_ANNOTATION = "user_annotation"
-GPU_ANNOTATION = "gpu_user_annotation"
 
 _ANY_TRACK_ID = "*"
 ANY_TRACK: tuple[Any, Any] = (_ANY_TRACK_ID, _ANY_TRACK_ID)
@@ -39,7 +46,8 @@ class ModuleRecord(BaseModel):
     """Wall time inside the module's CPU-side range, summed over calls."""
     mean_ms: float
     device_ms: float | None = None
-    """Time of the module's range on the GPU (kernels), when captured on CUDA."""
+    """Span of the GPU work the module's calls launched (first start to last end per call, summed), when
+    captured on CUDA (:func:`launched_spans`)."""
     input_shapes: list[list[int]] = []
     """Shapes of the tensor inputs of the first call (positional, then keyword)."""
     output_shapes: list[list[int]] = []
@@ -54,6 +62,65 @@ class PhaseRecord(BaseModel):
     calls: int
     total_ms: float
     mean_ms: float
+
+
+#: Categories of the GPU work a launch makes (Kineto), and of the host calls that launch it.
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH = ("cuda_runtime", "cuda_driver")
+
+
+def launched_spans(range_track: Sequence[Any], range_start: Sequence[float], range_end: Sequence[float],
+                   launch_track: Sequence[Any], launch_ts: Sequence[float], work_start: Sequence[float],
+                   work_end: Sequence[float]) -> list[float | None]:
+    """Per range, the span from the first start to the last end of the GPU work launched inside it
+    (a launch on the range's track with ``start <= ts < end``); None where nothing was launched.
+
+    Launch ``i`` made the work ``[work_start[i], work_end[i])`` (one entry per launch and its kernel,
+    joined by correlation or flow). The ranges nest, so a module's span covers its children's work.
+    """
+    by_track: dict[Any, list[int]] = defaultdict(list)
+    for i, track in enumerate(launch_track):
+        by_track[track].append(i)
+    sorted_ts: dict[Any, np.ndarray] = {}
+    starts: dict[Any, np.ndarray] = {}
+    ends: dict[Any, np.ndarray] = {}
+    for track, idx in by_track.items():
+        ts = np.asarray([launch_ts[i] for i in idx], dtype=np.float64)
+        order = np.argsort(ts, kind="stable")
+        sorted_ts[track] = ts[order]
+        starts[track] = np.asarray([work_start[i] for i in idx], dtype=np.float64)[order]
+        ends[track] = np.asarray([work_end[i] for i in idx], dtype=np.float64)[order]
+    out: list[float | None] = []
+    for track, start, end in zip(range_track, range_start, range_end, strict=True):
+        at = sorted_ts.get(track)
+        if at is None:
+            out.append(None)
+            continue
+        lo, hi = np.searchsorted(at, start, "left"), np.searchsorted(at, end, "left")
+        out.append(float(ends[track][lo:hi].max() - starts[track][lo:hi].min()) if hi > lo else None)
+    return out
+
+
+def _gpu_durations(events: list[Mapping[str, Any]], cpu_ranges: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``cpu_ranges`` with ``dur`` replaced by the span (µs) of the GPU work launched inside each
+    (:func:`launched_spans`, launches joined to their work by ``args.correlation``); ranges that
+    launched nothing are left out."""
+    work: dict[Any, tuple[float, float]] = {}
+    for e in events:
+        corr = (e.get("args") or {}).get("correlation")
+        if e.get("ph") == "X" and e.get("cat") in GPU_WORK and corr is not None:
+            t0 = float(e["ts"])
+            prev = work.get(corr)
+            t1 = t0 + float(e.get("dur", 0.0))
+            work[corr] = (t0, t1) if prev is None else (min(prev[0], t0), max(prev[1], t1))
+    launches = [(e.get("pid"), e.get("tid"), float(e["ts"]), work[c]) for e in events
+                if e.get("ph") == "X" and e.get("cat") in LAUNCH
+                and (c := (e.get("args") or {}).get("correlation")) is not None and c in work]
+    spans = launched_spans([(r.get("pid"), r.get("tid")) for r in cpu_ranges], [float(r["ts"]) for r in cpu_ranges],
+                           [float(r["ts"]) + float(r.get("dur", 0.0)) for r in cpu_ranges],
+                           [(p, t) for p, t, _, _ in launches], [ts for _, _, ts, _ in launches],
+                           [w[0] for *_, w in launches], [w[1] for *_, w in launches])
+    return [{**r, "dur": span} for r, span in zip(cpu_ranges, spans, strict=True) if span is not None]
 
 
 def _is_phase(name: str) -> bool:
@@ -118,9 +185,10 @@ def module_records(trace: Mapping[str, Any], calls: Mapping[tuple[str, str], Mod
     the ``extra`` annotations that are not modules (``sampling``), without shapes."""
     events = trace.get("traceEvents", [])
     names = {name for _, name in calls} | set(extra)
-    cpu_events, gpu_events = _annotations(events, CPU_ANNOTATION), _annotations(events, GPU_ANNOTATION)
+    cpu_events = _annotations(events, CPU_ANNOTATION)
     cpu = _durations(cpu_events, names, cpu_events)
-    gpu = _durations(gpu_events, names, gpu_events + cpu_events)
+    module_ranges = [e for e in cpu_events if e["name"] in names]
+    gpu = _durations(_gpu_durations(events, module_ranges), names, cpu_events) if module_ranges else {}
     seen_calls = dict(calls)
     for key, durs in cpu.items():
         if key not in seen_calls:

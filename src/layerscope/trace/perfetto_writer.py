@@ -10,9 +10,9 @@ Layout: a process track (the chip), one thread track per engine (``engine k``, t
 two counter tracks (memory bandwidth in use in GB/s, engines busy). Each op is a
 TYPE_SLICE_BEGIN/TYPE_SLICE_END pair on its engine's track with ``name``, an interned category
 (the op kind), debug annotations (interned names; the template args of the op plus its layer, its module
-where that is not the op's own name, and its dependency names; the engine is the track), ``flow_ids`` for the edges leaving it and ``terminating_flow_ids``
-for the edges entering it. Timestamps are nanoseconds. All packets are on one sequence
-(``trusted_packet_sequence_id`` 1) whose first packet clears the incremental state; interned
+where that is not the op's own name, and its dependency names; the engine is the track), ``flow_ids`` for the
+edges leaving it and ``terminating_flow_ids`` for the edges entering it. Timestamps are nanoseconds. All
+packets are on one sequence (``trusted_packet_sequence_id`` 1) whose first packet clears the incremental state; interned
 strings are emitted in the packet that first uses them. Events are written in timestamp order
 (ends before begins at the same instant), so the file needs no re-sorting.
 """
@@ -273,8 +273,8 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     module = meta.module
     module_ann: dict[str, bytes] = {"": b""}
     if module is not None:
-        for m in sorted(set(module) - {""}):
-            module_ann[m] = _annotation(iid_module, m, svals)
+        for name in sorted(set(module) - {""}):
+            module_ann[name] = _annotation(iid_module, name, svals)
     engine = schedule.engine.tolist()
     indptr = p.indptr.tolist()
     p.indices.tolist()
