@@ -128,10 +128,10 @@ class RoundCalibration:
 
     def measure(self) -> Any:
         """One more calibration run; the spec of that run alone."""
-        from layerscope.capture.calibrate import QUICK_GRID, measure, spec_from_measurements
+        from layerscope.capture.calibrate import grid_for, measure, spec_from_measurements
 
         t0 = time.perf_counter()
-        meas, self.levels, self.llc = measure(self.device, QUICK_GRID, quick=True)
+        meas, self.levels, self.llc = measure(self.device, grid_for(self.device, quick=True), quick=True)
         self.seconds += time.perf_counter() - t0
         self.runs.append(meas)
         return spec_from_measurements(meas, self.levels, self.llc)

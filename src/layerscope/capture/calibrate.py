@@ -30,7 +30,7 @@ import logging
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -145,6 +145,17 @@ QUICK_GRID = CalibrationGrid(
     fresh_alloc_mib=(16, 31, 32, 64),
     fresh_alloc_samples=3,
 )
+#: GPU GEMMs turn compute-bound at thousands of rows (H100 bf16: ~990 TFLOP/s over ~3.3 TB/s is ~300 FLOP/B), so
+#: the matmul fit needs rows beyond the CPU's 1024 to see two compute-bound sizes; a GPU runs them in microseconds.
+GPU_GEMM_M_EXTRA = (2048, 4096, 8192)
+
+
+def grid_for(device: str, quick: bool) -> CalibrationGrid:
+    """The default grid of ``device``: :data:`FULL_GRID` or :data:`QUICK_GRID`, with larger GEMM row counts on a GPU."""
+    grid = QUICK_GRID if quick else FULL_GRID
+    if device == "cpu":
+        return grid
+    return replace(grid, gemm_m=tuple(sorted(set(grid.gemm_m) | set(GPU_GEMM_M_EXTRA))))
 
 
 @dataclass
@@ -273,7 +284,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         if (dt, n, k) not in current:
             current.clear()
             w_bytes = n * k * torch.tensor([], dtype=tdt).element_size()
-            count = max(1, min(64, -(-int(2 * llc) // w_bytes))) if device == "cpu" else 1
+            count = max(1, min(64, -(-int(2 * llc) // w_bytes)))  # a GPU's L2 (50 MB on an H100) too
             current[(dt, n, k)] = [torch.randn(n, k, device=dev).to(tdt) for _ in range(count)]
         x = torch.randn(m, k, device=dev).to(tdt)
         best_s, median_s = time_cold_linear(torch, timer, x, current[(dt, n, k)], t)
@@ -519,7 +530,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
 def calibrate(device: str = "cpu", *, quick: bool = False, grid: CalibrationGrid | None = None,
               name: str | None = None, progress: ProgressFn | None = None) -> HardwareSpec:
     """Measure this machine and fit the measurements into a calibrated ``HardwareSpec``."""
-    grid = grid or (QUICK_GRID if quick else FULL_GRID)
+    grid = grid or grid_for(device, quick)
     meas, levels, llc = measure(device, grid, quick=quick, progress=progress)
     return spec_from_measurements(meas, levels, llc, name=name)
 

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 _GEMM_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (512, 2048, 8192), (256, 8192, 2048))
 _STREAM_ELEMENTS = 32 * 1024 * 1024  # 128 MiB per fp32 array: far beyond any L3 here
 _CACHED_ELEMENTS = 16 * 1024
+#: On a GPU 16K elements are all launch; 2M fp32 (24 MB for an add's three arrays) still fit an H100's L2.
+_CACHED_ELEMENTS_GPU = 2 * 1024 * 1024
 
 
 class Timing(NamedTuple):
@@ -181,9 +183,10 @@ def measure_machine(device: str = "cpu", *, min_time_s: float = 0.4, dtypes: tup
                 f"measured: best torch.mm over (m x k x n) {shapes} in {dt}, 2mkn/t")
         t_stream = _time_add(torch, dev, _STREAM_ELEMENTS, min_time_s, timer)
         bandwidth = 3 * 4 * _STREAM_ELEMENTS / t_stream
-        t_vec = _time_add(torch, dev, _CACHED_ELEMENTS, min_time_s / 2, timer)
+        cached = _CACHED_ELEMENTS if device == "cpu" else _CACHED_ELEMENTS_GPU
+        t_vec = _time_add(torch, dev, cached, min_time_s / 2, timer)
         t_launch = statistics.median([_time_add(torch, dev, 1, min_time_s / 10, timer) for _ in range(3)])
-    vector = _CACHED_ELEMENTS / max(t_vec - t_launch, t_vec / 10)
+    vector = cached / max(t_vec - t_launch, t_vec / 10)
     threads = torch.get_num_threads() if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
     if device == "cpu":
         label = name or f"this-cpu ({cpu_name()}, {threads} threads)"
@@ -196,7 +199,7 @@ def measure_machine(device: str = "cpu", *, min_time_s: float = 0.4, dtypes: tup
     sources.update({
         "memory.dram.bandwidth_bytes_per_s" if device == "cpu" else "memory.hbm.bandwidth_bytes_per_s":
             f"measured: torch.add over {_STREAM_ELEMENTS} fp32 elements, 12 B/element (STREAM add)",
-        "engines.vector_flops_per_s": f"measured: torch.add over {_CACHED_ELEMENTS} cache-resident fp32 elements",
+        "engines.vector_flops_per_s": f"measured: torch.add over {cached} cache-resident fp32 elements",
         "launch_overhead_s": "measured: torch.add on one-element tensors (dispatch only)",
         "engines.count": "torch.get_num_threads()" if device == "cpu" else "CUDA multi_processor_count",
     })

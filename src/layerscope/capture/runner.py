@@ -35,7 +35,7 @@ class RunPlan:
 
 def _sync(torch: Any, device: str) -> None:
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def _make_cache(transformers: Any, model: Any, plan: RunPlan) -> Any:
