@@ -134,3 +134,19 @@ def test_write_csv_dir(control_db: TraceDB, tmp_path: Path) -> None:
     paths = reports.write_csv_dir({"memory_ops": reports.memory_ops(control_db)}, tmp_path / "out")
     assert [p.name for p in paths] == ["memory_ops.csv"]
     assert paths[0].read_text().splitlines()[0].startswith('"direction","count"')
+
+
+def test_module_time_on_a_gpu_is_the_span_of_what_each_call_launched(tmp_path: Path) -> None:
+    from .conftest import CUDA_SPANS_US, cuda_capture_events
+
+    with TraceDB(write_trace(tmp_path / "cuda.json", cuda_capture_events()), use_cache=False) as db:
+        rows = {(r["module"], r["side"]): r for r in reports.module_time(db).to_pylist()}
+    gpu = {name: r["total_ms"] * 1e3 for (name, side), r in rows.items() if side == "gpu"}
+    # Kineto's gpu_user_annotation would give layers.0 2 µs and layers.0.mlp 3 µs (their own kernels only).
+    assert gpu["layers.0"] == pytest.approx(CUDA_SPANS_US[("prefill", "layers.0")])
+    assert gpu["layers.0.mlp"] == pytest.approx(CUDA_SPANS_US[("prefill", "layers.0.mlp")])
+    assert gpu["lm_head"] == pytest.approx(CUDA_SPANS_US[("prefill", "lm_head")]
+                                           + CUDA_SPANS_US[("decode_step_0", "lm_head")])
+    assert rows[("lm_head", "gpu")]["count"] == 2 and ("rotary_emb", "gpu") not in rows
+    assert gpu["prefill"] == pytest.approx(95 - 5)  # the phase range's launches: the arange to lm_head
+    assert rows[("layers.0", "cpu")]["total_ms"] == pytest.approx(0.070)

@@ -3,11 +3,11 @@
 Every function takes a :class:`~layerscope.analysis.engine.TraceDB`. Times in the output are in
 milliseconds (``*_ms``) or microseconds (``*_us``) as the column name says.
 
-What counts as GPU: slices of Kineto categories ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (and
-``gpu_user_annotation`` for module time); a GPU device is the process those slices sit in (Kineto
-uses the device index as pid). Everything else on thread tracks is CPU side (ops, runtime calls,
-annotations). Time by category is the *union* of the category's intervals, so overlapping slices
-(nested CPU ops, kernels on concurrent streams) count once; ``sum_ms`` is given next to it.
+What counts as GPU: slices of Kineto categories ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (a module's GPU
+time is the span of the work its CPU range launched, :func:`launched_gpu_spans`); a GPU device is the
+process those slices sit in (Kineto uses the device index as pid). Everything else on thread tracks is CPU
+side (ops, runtime calls, annotations). Time by category is the *union* of the category's intervals, so
+overlapping slices (nested CPU ops, kernels on concurrent streams) count once; ``sum_ms`` is given next to it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -205,6 +206,38 @@ PHASE_NAME = re.compile(r"^(prefill|decode_step_\d+|decode)$")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)(?:\.|$)")
 
 
+def launched_gpu_spans(db: TraceDB) -> list[dict[str, Any]]:
+    """Each CPU ``user_annotation`` range (name, ts, dur, track_id) with ``gpu_ns``: the span from the first
+    start to the last end of the GPU work launched inside it, its nested ranges' included
+    (:func:`layerscope.capture.summary.launched_spans`; launches joined to their kernels by Kineto's
+    correlation id), or None when it launched nothing.
+
+    Not Kineto's ``gpu_user_annotation`` ranges: each kernel is tagged with the *innermost* range open at its
+    launch, so those cover a range's own kernels only (an outer module's residual adds, not its children's
+    GEMMs). Nor the ``ac2g`` flows: a flow ends on the outermost slice at the kernel's start, which is that
+    ``gpu_user_annotation`` range whenever the kernel opens one (trace_processor binds it the same way).
+    """
+    from layerscope.capture.summary import GPU_WORK, LAUNCH, launched_spans
+
+    ranges = db.records("SELECT name, ts, dur, track_id FROM slice WHERE category = 'user_annotation' "
+                        "AND dur >= 0 AND name IS NOT NULL ORDER BY ts, id")
+    work = ", ".join(f"'{c}'" for c in GPU_WORK)
+    launch = ", ".join(f"'{c}'" for c in LAUNCH)
+    launches = db.records(f"""
+        WITH c AS (SELECT s.id, s.ts, s.dur, s.track_id, s.category,
+                          TRY_CAST(json_extract(a.json, '$.args.correlation') AS BIGINT) AS corr
+                   FROM slice s JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id
+                   WHERE s.category IN ({work}, {launch}) AND s.dur >= 0)
+        SELECT r.track_id, r.ts AS launch_ts, MIN(g.ts) AS start_ts, MAX(g.ts + g.dur) AS end_ts
+        FROM c r JOIN c g ON g.corr = r.corr AND g.category IN ({work})
+        WHERE r.category IN ({launch}) AND r.corr IS NOT NULL GROUP BY r.id, r.track_id, r.ts""")
+    spans = launched_spans([r["track_id"] for r in ranges], [r["ts"] for r in ranges],
+                           [r["ts"] + r["dur"] for r in ranges], [x["track_id"] for x in launches],
+                           [x["launch_ts"] for x in launches], [x["start_ts"] for x in launches],
+                           [x["end_ts"] for x in launches])
+    return [{**r, "gpu_ns": span} for r, span in zip(ranges, spans, strict=True)]
+
+
 def _annotations(db: TraceDB) -> pa.Table:
     return db.query("""
         SELECT name, category, ts, ts + dur AS stop FROM slice
@@ -212,20 +245,23 @@ def _annotations(db: TraceDB) -> pa.Table:
 
 
 def module_time(db: TraceDB) -> pa.Table:
-    """Time per annotated module (and phase): count and total, CPU and GPU annotation side.
+    """Time per annotated module (and phase): count and total of its CPU ranges (``side`` cpu) and, in a
+    trace with GPU work, of the spans of the GPU work each call launched, its children's included (``side``
+    gpu; :func:`launched_gpu_spans`).
 
     Empty when the trace has no layerscope module annotations.
     """
-    table = _annotations(db)
     rows: dict[tuple[str, str], dict[str, float]] = {}
-    for name, category, ts, stop in zip(*(table.column(c).to_pylist() for c in table.column_names),
-                                        strict=True):
-        if not (MODULE_NAME.match(name or "") or PHASE_NAME.match(name or "")):
+    for r in launched_gpu_spans(db):
+        name = r["name"]
+        if not (MODULE_NAME.match(name) or PHASE_NAME.match(name)):
             continue
-        side = "gpu" if category == "gpu_user_annotation" else "cpu"
-        row = rows.setdefault((name, side), {"count": 0, "total_ns": 0})
-        row["count"] += 1
-        row["total_ns"] += stop - ts
+        for side, dur in (("cpu", r["dur"]), ("gpu", r["gpu_ns"])):
+            if dur is None:
+                continue
+            row = rows.setdefault((name, side), {"count": 0, "total_ns": 0})
+            row["count"] += 1
+            row["total_ns"] += dur
     out = [{"module": k[0], "side": k[1], "kind": "phase" if PHASE_NAME.match(k[0]) else "module",
             "count": int(v["count"]), "total_ms": v["total_ns"] / 1e6,
             "mean_us": v["total_ns"] / v["count"] / 1e3} for k, v in sorted(rows.items())]

@@ -601,7 +601,7 @@ class CapturedTimes:
 def captured_times(trace: str | os.PathLike[str] | TraceDB, *, device: str = "cpu") -> CapturedTimes:
     """Read the annotation ranges of a layerscope capture (a file, or an open :class:`TraceDB`, left open)
     and sum them per phase range: the ``user_annotation`` ranges of the CPU thread; on CUDA each module
-    range's time is the span of the GPU work launched inside it (``capture.summary.launched_spans``: the
+    range's time is the span of the GPU work launched inside it (``reports.launched_gpu_spans``: the
     launches joined to their kernels by correlation id; Kineto's own ``gpu_user_annotation`` ranges
     cover each range's innermost kernels only), the phase ranges' their host time (each ends in a
     synchronize), and no instrumentation is estimated per call (the hooks cost host time, not GPU time)."""
@@ -689,40 +689,22 @@ def predicted_op(name: str, module: str | None, kind: str, time_s: float) -> tup
 
 def _gpu_module_rows(db: TraceDB, phase_re: str, not_module_re: str) -> list[dict[str, Any]]:
     """(phase, name, dur_ns, n) per module range of a CUDA capture, its time the span of the GPU work
-    launched inside it; ranges that launched nothing are left out (nothing of theirs ran on the GPU)."""
-    from layerscope.capture.summary import GPU_WORK, LAUNCH, launched_spans
+    launched inside it (``reports.launched_gpu_spans``); ranges that launched nothing are left out
+    (nothing of theirs ran on the GPU)."""
+    from layerscope.analysis.reports import launched_gpu_spans
 
-    ranges = db.records(
-        "SELECT ts, dur, name, track_id FROM slice WHERE category = 'user_annotation' AND dur >= 0 "
-        "AND name IS NOT NULL ORDER BY ts")
-    work = ", ".join(f"'{c}'" for c in GPU_WORK)
-    launch = ", ".join(f"'{c}'" for c in LAUNCH)
-    # Launch and work share Kineto's correlation id. (Not the ac2g flows: a flow ends on the outermost
-    # slice at the kernel's start, which is the gpu_user_annotation range whenever the kernel opens one.)
-    launches = db.records(f"""
-        WITH c AS (SELECT s.id, s.ts, s.dur, s.track_id, s.category,
-                          TRY_CAST(json_extract(a.json, '$.args.correlation') AS BIGINT) AS corr
-                   FROM slice s JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id
-                   WHERE s.category IN ({work}, {launch}) AND s.dur >= 0)
-        SELECT r.track_id, r.ts AS launch_ts, MIN(g.ts) AS start_ts, MAX(g.ts + g.dur) AS end_ts
-        FROM c r JOIN c g ON g.corr = r.corr AND g.category IN ({work})
-        WHERE r.category IN ({launch}) AND r.corr IS NOT NULL GROUP BY r.id, r.track_id, r.ts""")
+    ranges = launched_gpu_spans(db)
     phase = re.compile(phase_re)
     not_module = re.compile(not_module_re)
     phases = sorted((r["ts"], r["ts"] + r["dur"], r["name"]) for r in ranges if phase.fullmatch(r["name"]))
-    modules = [r for r in ranges if not not_module.fullmatch(r["name"])]
-    spans = launched_spans([r["track_id"] for r in modules], [r["ts"] for r in modules],
-                           [r["ts"] + r["dur"] for r in modules], [x["track_id"] for x in launches],
-                           [x["launch_ts"] for x in launches], [x["start_ts"] for x in launches],
-                           [x["end_ts"] for x in launches])
     starts = [p[0] for p in phases]
     acc: dict[tuple[str, str], list[float]] = {}
-    for r, span in zip(modules, spans, strict=True):
+    for r in ranges:
         i = bisect.bisect_right(starts, r["ts"]) - 1
-        if span is None or i < 0 or r["ts"] >= phases[i][1]:
+        if r["gpu_ns"] is None or not_module.fullmatch(r["name"]) or i < 0 or r["ts"] >= phases[i][1]:
             continue
         total = acc.setdefault((phases[i][2], r["name"]), [0.0, 0.0])
-        total[0] += span
+        total[0] += r["gpu_ns"]
         total[1] += 1
     return [{"phase": k[0], "name": k[1], "dur_ns": v[0], "n": v[1]} for k, v in acc.items()]
 
