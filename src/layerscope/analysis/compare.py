@@ -216,9 +216,10 @@ def _capture_metadata(real: Source) -> dict[str, Any]:
     if not isinstance(real, (str, os.PathLike)):
         return {}
     path = Path(real)
-    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
     try:
-        with opener(path, "rb") as fh:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
             doc = orjson.loads(fh.read())
     except (OSError, orjson.JSONDecodeError, EOFError):
         return {}  # not JSON (a protobuf trace) or unreadable here: the reader says what is wrong
@@ -226,11 +227,11 @@ def _capture_metadata(real: Source) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+_LAYER = re.compile(r"layers\.\d+")
+
+
 def _layers(names: Iterable[str]) -> set[str]:
     return {m.group(0) for n in names for m in [_LAYER.match(n)] if m}
-
-
-_LAYER = re.compile(r"layers\.\d+")
 
 
 def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None, phase: str | None = None,

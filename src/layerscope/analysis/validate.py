@@ -897,11 +897,10 @@ def _join_times(measured: CapturedTimes, prefill: StepOps | None, decode: StepOp
             events=measured.events.get("prefill", {}),
             forward_events=measured.range_events.get("prefill", 0.0), event_overhead_s=per_event_s))
     if decode is not None and decode_steps:
-        decode_ops = decode
         names = [f"decode_step_{t}" for t in range(decode_steps)]
-        steps = [ForwardError(s, sum(op.time_s for step, op in decode_ops if step == s), range_s(s)) for s in names]
+        steps = [ForwardError(s, sum(op.time_s for step, op in decode if step == s), range_s(s)) for s in names]
         phases.append(join_phase(
-            "decode", _sum_by_name(op for _, op in decode_ops),
+            "decode", _sum_by_name(op for _, op in decode),
             _sum_modules(measured.modules.get(s, {}) for s in names), sum(measured.ranges.get(s, 0.0) for s in names),
             steps, calls=_sum_modules(measured.calls.get(s, {}) for s in names), call_overhead_s=per_call_s,
             events=_sum_modules(measured.events.get(s, {}) for s in names),
