@@ -75,8 +75,8 @@ def launched_spans(range_track: Sequence[Any], range_start: Sequence[float], ran
     """Per range, the span from the first start to the last end of the GPU work launched inside it
     (a launch on the range's track with ``start <= ts < end``); None where nothing was launched.
 
-    Launch ``i`` made the work ``[work_start[i], work_end[i])`` (one entry per launch and its kernel,
-    joined by correlation or flow). The ranges nest, so a module's span covers its children's work.
+    Launch ``i`` made the work ``[work_start[i], work_end[i])`` (one entry per launch, joined to its work by
+    Kineto's correlation id). The ranges nest, so a module's span covers its children's work.
     """
     by_track: dict[Any, list[int]] = defaultdict(list)
     for i, track in enumerate(launch_track):
