@@ -46,17 +46,17 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     # The wide shape goes to its own table (per-(M, N) efficiency only, not the Hockney fit).
     assert list(zip(meas.gemm_wide.m, meas.gemm_wide.n, strict=True)) == [(1, 4096), (8, 4096)]
     assert set(meas.stream.kernel) == {"copy", "scale", "gemv"} and len(meas.empty_op_s) == 3
-    assert {"add", "mul", "rmsnorm", "softmax", "argmax", "silu_mul"} == set(meas.vector.kernel)
-    # greedy sampling's argmax and the gated SiLU get their own fractions of the vector peak, out of the pooled
+    assert {"add", "mul", "rmsnorm", "softmax", "argmax", "silu"} == set(meas.vector.kernel)
+    # greedy sampling's argmax and the SiLU get their own fractions of the vector peak, out of the pooled
     # fit; the peak is at least the pooled rate and every kind's
     assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "argmax"] == [4096, 8192]
-    assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "silu_mul"] == [
+    assert [n for k, n in zip(meas.vector.kernel, meas.vector.elements, strict=True) if k == "silu"] == [
         16 * 1024, 64 * 1024]
-    silu = next(f for k, f in zip(meas.vector.kernel, meas.vector.flops, strict=True) if k == "silu_mul")
-    assert silu == 5 * 16 * 1024  # the graph's count: SiLU 4 + the product 1 per element
+    silu = next(f for k, f in zip(meas.vector.kernel, meas.vector.flops, strict=True) if k == "silu")
+    assert silu == 4 * 16 * 1024  # the graph's count for the SiLU (the product is the activation's second kernel)
     assert set(hw.efficiency.vector_per_kind) == {"sampling", "activation"}
-    assert "argmax" in hw.efficiency.vector_per_kind_source and "silu_mul" in hw.efficiency.vector_per_kind_source
-    assert {"argmax", "silu_mul"}.isdisjoint(hw.calibration.fit.vector.per_kernel_flops_per_s)
+    assert "argmax" in hw.efficiency.vector_per_kind_source and "silu" in hw.efficiency.vector_per_kind_source
+    assert {"argmax", "silu"}.isdisjoint(hw.calibration.fit.vector.per_kernel_flops_per_s)
     assert hw.engines.vector_flops_per_s >= hw.calibration.fit.vector.vector_flops_per_s
     assert max(hw.efficiency.vector, *hw.efficiency.vector_per_kind.values()) == pytest.approx(1.0)
     # copy/scale's median rate beyond the LLC over the GEMV rate

@@ -67,6 +67,35 @@ def test_eager_rope_attention_kv_write_and_gated_activation():
     assert (plan.launches[q], plan.act_factor[q], plan.kv_factor[q]) == (1, 1, 1)
 
 
+def test_eager_gated_activation_runs_its_two_kernels_in_sequence_by_hand():
+    # Llama's act_mul at 64 tokens, N = 64 x 8192, 5N FLOPs (SiLU 4N, product N), eager bytes 20N in fp32 (the
+    # SiLU reads g and writes s: 8N; the product reads s and u and writes: 12N). At 2 GFLOP/s and 10 GB/s the SiLU
+    # is compute-bound (4N / 2e9 against 8N / 10e9), the product memory-bound (N / 2e9 against 12N / 10e9): the
+    # sum of the two rooflines, 3.2 ns per element, where one roofline over the summed work gives 2.5.
+    g = _layer("fp32", input_len=64)
+    i = g.index["layers.0.mlp.act_mul"]
+    n = 64 * 8192
+    plan = kernel_plan("hf-eager", g.ops)
+    assert plan.split is not None
+    np.testing.assert_allclose(plan.split[i], [[4 / 5, 2 / 5], [1 / 5, 3 / 5]])
+    np.testing.assert_array_equal(plan.split[g.index["layers.0.input_layernorm"]], [[1, 1], [0, 0]])
+    assert kernel_plan("fused", g.ops).split is None
+    slow = HardwareSpec.from_dict({**CPU, "engines": {**CPU["engines"], "vector_flops_per_s": 2e9},
+                                   "execution": {"kernels": "hf-eager"}})
+    cost = time_graph(g, slow)
+    assert cost.compute_s[i] == pytest.approx(5 * n / 2e9) and cost.memory_s[i] == pytest.approx(20 * n / 10e9)
+    assert cost.time_s[i] == pytest.approx(4 * n / 2e9 + 12 * n / 10e9 + 2 * 5e-6)
+    # both kernels memory-bound (the default 1 TFLOP/s): the same as one roofline
+    assert time_graph(g, _hw(kernels="hf-eager")).time_s[i] == pytest.approx(20 * n / 10e9 + 2 * 5e-6)
+    # an ungated activation (GPT-2's gelu_new, 8 kernels) stays one roofline
+    spec = load_model_spec("gpt2")
+    w = make_workload(phase="prefill", input_len=16)
+    gpt = build_layer_graph(spec, w.passes()[0], w, 0)
+    act = next(j for j, op in enumerate(gpt.ops) if op.kind == "activation")
+    gpt_plan = kernel_plan("hf-eager", gpt.ops)
+    assert gpt_plan.split is None or np.all(gpt_plan.split[act, 1:] == 0)
+
+
 def test_fused_profile_is_the_identity():
     g = _layer(input_len=64)
     plan = kernel_plan("fused", g.ops)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from layerscope.cost import COST_MODELS, get_cost_model, time_graph
 from layerscope.cost.features import op_features
-from layerscope.cost.models import gemm_tiled_traffic_bytes
+from layerscope.cost.models import gemm_tiled_traffic_bytes, kernels_in_sequence_s
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.units import DType
@@ -131,3 +131,27 @@ def test_cost_models_broadcast_over_leading_dims(toy_hw):
 def test_unknown_cost_model_lists_known():
     with pytest.raises(CostModelError, match="hierarchical, roofline, tiling"):
         get_cost_model("magic")
+
+
+def test_kernels_in_sequence_by_hand():
+    # compute 10, memory 8: kernels (0.8, 0.4) and (0.2, 0.6) -> max(8, 3.2) + max(2, 4.8) = 12.8; one kernel: 10;
+    # zero padding adds nothing; leading dimensions broadcast.
+    split = np.array([[[0.8, 0.4], [0.2, 0.6]], [[1.0, 1.0], [0.0, 0.0]]])
+    got = kernels_in_sequence_s(np.array([[10.0, 10.0], [1.0, 1.0]]), np.array([[8.0, 8.0], [8.0, 8.0]]), split)
+    np.testing.assert_allclose(got, [[12.8, 10.0], [max(0.8, 3.2) + max(0.2, 4.8), 8.0]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 1e3), st.floats(0.0, 1e3), st.lists(st.floats(0.01, 1.0), min_size=1, max_size=5),
+       st.lists(st.floats(0.01, 1.0), min_size=1, max_size=5))
+def test_kernels_in_sequence_bounds(compute_s, memory_s, flop_weights, byte_weights):
+    # Kernels in sequence take at least one roofline over their summed work and at most the sum of both terms;
+    # equal shares of FLOPs and bytes per kernel give exactly the one roofline.
+    k = min(len(flop_weights), len(byte_weights))
+    f = np.array(flop_weights[:k]) / sum(flop_weights[:k])
+    b = np.array(byte_weights[:k]) / sum(byte_weights[:k])
+    t = kernels_in_sequence_s(np.array([compute_s]), np.array([memory_s]), np.stack([f, b], axis=-1)[None])[0]
+    one = max(compute_s, memory_s)
+    assert one * (1 - 1e-9) <= t <= (compute_s + memory_s) * (1 + 1e-9) + 1e-12
+    same = kernels_in_sequence_s(np.array([compute_s]), np.array([memory_s]), np.stack([f, f], axis=-1)[None])[0]
+    assert same == pytest.approx(one)

@@ -91,8 +91,9 @@ class CalibrationGrid:
     land beyond the 4x-LLC footprint the fit calls main memory."""
     vector_elements: tuple[int, ...] = (16 * _KIB, 256 * _KIB, 1024 * _KIB, 4096 * _KIB)
     activation_elements: tuple[int, ...] = (256 * _KIB, 1024 * _KIB)
-    """Elements per tensor of the gated-SiLU measurements (``silu(g) * u`` as HF's MLPs run it): sizes whose
-    four tensors fit a last-level cache of 16 MiB or more (its rate in cache; beyond, the memory term decides)."""
+    """Elements per tensor of the SiLU measurements (``act_fn(gate)`` into a new tensor, the first of the two
+    kernels of HF's gated MLP activation): sizes whose tensors fit a last-level cache of 16 MiB or more (its rate
+    in cache; beyond, the memory term decides)."""
     sampling_vocab: int = 128256
     """Vocabulary of the greedy-sampling kernel (argmax over each row of logits; Llama 3's vocabulary)."""
     sampling_rows: tuple[int, ...] = (1, 8)
@@ -211,9 +212,10 @@ def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
     return weight * (x * torch.rsqrt(variance + 1e-6))
 
 
-def _silu_mul(torch: Any, gate: Any, up: Any) -> Any:
-    # Hugging Face LlamaMLP's activation in eager mode: act_fn(gate_proj(x)) * up_proj(x), new tensors each.
-    return torch.nn.functional.silu(gate) * up
+def _silu(torch: Any, gate: Any) -> Any:
+    # The first kernel of Hugging Face LlamaMLP's activation in eager mode, act_fn(gate_proj(x)), into a new
+    # tensor; the product with up_proj(x) that follows is an elementwise mul (cost.execution, "Kernels in sequence").
+    return torch.nn.functional.silu(gate)
 
 
 def _rmsnorm_module(torch: Any, weight: Any) -> Any:
@@ -333,11 +335,10 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         if kernel in ("add", "mul"):
             fn: Callable[[], object] = partial(torch.add if kernel == "add" else torch.mul, x, y, out=out)
             flops, moved, foot = float(n), 3.0 * n * 4, 3.0 * n * 4
-        elif kernel == "silu_mul":
-            # HF's gated MLP activation, act_fn(gate) * up: two eager kernels into new tensors (the graph's
-            # activation op: the SiLU's FLOPs and the product's; read g, write and read silu(g), read u, write)
-            fn = partial(_silu_mul, torch, x, y)
-            flops, moved, foot = float((ACTIVATION_FLOPS["silu"] + 1) * n), 5.0 * n * 4, 4.0 * n * 4
+        elif kernel == "silu":
+            # HF's act_fn(gate) into a new tensor: the SiLU's FLOPs; read g, write silu(g)
+            fn = partial(_silu, torch, x)
+            flops, moved, foot = float(ACTIVATION_FLOPS["silu"] * n), 2.0 * n * 4, 2.0 * n * 4
         elif kernel == "rmsnorm":
             fn = partial(_rmsnorm, torch, x, w)
             flops, moved, foot = float(RMSNORM_FLOPS_PER_ELEMENT * n), 2.0 * n * 4 + width * 4, 2.0 * n * 4
@@ -491,7 +492,7 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
         for kernel in ("add", "mul", "rmsnorm", "softmax"):
             tasks.append((f"{kernel} {elements} elements", partial(vector, kernel, elements)))
     for elements in grid.activation_elements:
-        tasks.append((f"silu(g) * u {elements} elements", partial(vector, "silu_mul", elements)))
+        tasks.append((f"silu {elements} elements", partial(vector, "silu", elements)))
     for rows in grid.sampling_rows:
         tasks.append((f"argmax {rows}x{grid.sampling_vocab}", partial(sampling, rows)))
     for dt in dtypes:

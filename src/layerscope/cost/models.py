@@ -180,6 +180,8 @@ class _Execution:
     """Per op: the overhead per kernel, from ``execution.cold_by_reuse`` (None: ``launch_overhead_s``)."""
     stream_bytes: np.ndarray | None = None
     """Per op: the activation bytes that stream at ``efficiency.activation_stream`` (None: no such factor)."""
+    split: np.ndarray | None = None
+    """[ops, kernels, 2]: each kernel's share of the op's FLOPs and bytes (None: one roofline per op)."""
 
 
 _DEFAULT_EXECUTION = _Execution(None, None)
@@ -247,7 +249,7 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
     if execution.fresh_pages is not None and plan.alloc_bytes.size:
         host_s = host_s + fresh_page_s(plan.alloc_bytes, execution.fresh_pages)
     module_s = host_s if host_s.any() else None
-    return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s, stream_bytes)
+    return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s, stream_bytes, plan.split)
 
 
 def streaming_ops(footprint_bytes: np.ndarray, hw: HardwareSpec) -> np.ndarray | None:
@@ -371,7 +373,8 @@ def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
              memory_bytes: np.ndarray, run: _Execution = _DEFAULT_EXECUTION) -> CostArrays:
     # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term);
     # an op run as several kernels pays the overhead once per kernel, and its module calls' time.
-    busy = np.maximum(compute_s, memory_s)
+    busy = np.maximum(compute_s, memory_s) if run.split is None else kernels_in_sequence_s(compute_s, memory_s,
+                                                                                          run.split)
     per_kernel = overhead_s if run.kernel_s is None else run.kernel_s
     overhead = np.broadcast_to(per_kernel if run.launches is None else per_kernel * run.launches,
                                busy.shape).copy()
@@ -381,6 +384,16 @@ def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
     bound = np.where(compute_s >= memory_s, BOUND_COMPUTE, BOUND_MEMORY)
     bound = np.where(overhead > busy, BOUND_OVERHEAD, bound)
     return CostArrays(compute_s, memory_s, overhead, time_s, memory_bytes, bound.astype(np.int8))
+
+
+def kernels_in_sequence_s(compute_s: np.ndarray, memory_s: np.ndarray, split: np.ndarray) -> np.ndarray:
+    """Per op: the sum over its kernels of ``max(compute share · compute_s, bytes share · memory_s)``, the
+    kernels of ``split`` ([ops, kernels, 2], ``KernelPlan.split``) running one after the other; ``max(compute_s,
+    memory_s)`` for an op of one kernel. Broadcasts over leading dimensions of the times."""
+    flops_share, bytes_share = split[..., 0], split[..., 1]
+    per_kernel = np.maximum(np.asarray(compute_s)[..., None] * flops_share,
+                            np.asarray(memory_s)[..., None] * bytes_share)
+    return per_kernel.sum(axis=-1)
 
 
 def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
