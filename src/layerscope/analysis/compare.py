@@ -34,6 +34,7 @@ from layerscope.analysis.kernel_names import classify
 from layerscope.analysis.reports import MODULE_NAME, PHASE_NAME
 from layerscope.errors import AnalysisError
 from layerscope.trace.tables import TraceTables
+from layerscope.workload.steps import step_of_range, step_range
 
 if TYPE_CHECKING:
     from layerscope.analysis.validate import CapturedTimes, ForwardError, PredictedOp
@@ -290,7 +291,7 @@ def _compare_capture(sim_ops: list[tuple[str | None, PredictedOp]], phase: str |
     if phase not in COMPARABLE_PHASES:
         raise AnalysisError(f"phase: a capture has no {phase!r} phase to compare with; known: "
                             f"{', '.join(COMPARABLE_PHASES)}")
-    captured_steps = sorted(int(k.rsplit("_", 1)[1]) for k in measured.ranges if k.startswith("decode_step_"))
+    captured_steps = sorted(s for k in measured.ranges if (s := step_of_range(k)) is not None)
     notes: list[str] = []
     if phase == "prefill":
         if steps:
@@ -298,7 +299,7 @@ def _compare_capture(sim_ops: list[tuple[str | None, PredictedOp]], phase: str |
         prefill, decode, decode_steps = sim_ops, None, 0
     else:
         if not steps:  # one decode pass: the capture's first decode step
-            sim_ops = [("decode_step_0", op) for _, op in sim_ops]
+            sim_ops = [(step_range(0), op) for _, op in sim_ops]
             steps = [0]
             notes.append("one simulated decode pass, compared with the capture's first decode step")
         if steps != list(range(len(steps))):

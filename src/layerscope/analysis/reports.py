@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from layerscope.analysis.engine import TraceDB
 from layerscope.analysis.kernel_names import CATEGORIES, classify, decode_kernel
+from layerscope.workload.steps import PHASE_RANGE_RE
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _GPU_IN = "('kernel', 'gpu_memcpy', 'gpu_memset')"
@@ -202,7 +203,7 @@ def gpu_idle(db: TraceDB) -> pa.Table:
 #: ``model.layers.0.mlp``, ``lm_head``) or a phase (``prefill``, ``decode_step_7``).
 MODULE_NAME = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:layers|h|blocks|layer)\.\d+(?:\.[A-Za-z_]\w*)*$|"
                          r"^(?:model\.)?(?:embed_tokens|norm|lm_head|wte|wpe|ln_f)$")
-PHASE_NAME = re.compile(r"^(prefill|decode_step_\d+|decode)$")
+PHASE_NAME = re.compile(rf"^(?:{PHASE_RANGE_RE.pattern}|decode)$")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)(?:\.|$)")
 
 

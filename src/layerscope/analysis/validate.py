@@ -114,8 +114,8 @@ import pyarrow as pa
 
 from layerscope.analysis.compare import abs_error_stats
 from layerscope.errors import AnalysisError, OutputError
-from layerscope.trace.writers import STEP_PREFIX
 from layerscope.units import atomic_write
+from layerscope.workload.steps import PHASE_RANGE_RE, STEP_PREFIX, step_range
 
 if TYPE_CHECKING:
     from layerscope.analysis.engine import TraceDB
@@ -155,8 +155,6 @@ __all__ = [
 FORWARD = "(forward)"
 #: Hardware argument that measures this machine instead of loading a spec.
 MEASURE = "measure"
-
-_PHASE_RANGE = re.compile(r"^(prefill|decode_step_\d+)$")
 
 
 def _error(predicted_s: float, measured_s: float) -> float:
@@ -606,7 +604,6 @@ def captured_times(trace: str | os.PathLike[str] | TraceDB, *, device: str = "cp
     cover each range's innermost kernels only), the phase ranges' their host time (each ends in a
     synchronize), and no instrumentation is estimated per call (the hooks cost host time, not GPU time)."""
     from layerscope.analysis.engine import TraceDB
-    from layerscope.capture.unprofiled import PHASE_RANGE_RE
 
     category = "user_annotation"
     gpu = device != "cpu"
@@ -682,7 +679,7 @@ def predicted_op(name: str, module: str | None, kind: str, time_s: float) -> tup
     """(decode step range or None, the op) of a simulated op named ``name`` (step prefix and all); a
     ``module`` of None or "" is the op's own name less the prefix (a module op)."""
     m = STEP_PREFIX.match(name)
-    step = f"decode_step_{m.group(1)}" if m else None
+    step = step_range(int(m.group(1))) if m else None
     own = name[m.end():] if m else name
     return step, PredictedOp(own, module or own, kind, float(time_s))
 
@@ -897,7 +894,7 @@ def _join_times(measured: CapturedTimes, prefill: StepOps | None, decode: StepOp
             events=measured.events.get("prefill", {}),
             forward_events=measured.range_events.get("prefill", 0.0), event_overhead_s=per_event_s))
     if decode is not None and decode_steps:
-        names = [f"decode_step_{t}" for t in range(decode_steps)]
+        names = [step_range(t) for t in range(decode_steps)]
         steps = [ForwardError(s, sum(op.time_s for step, op in decode if step == s), range_s(s)) for s in names]
         phases.append(join_phase(
             "decode", _sum_by_name(op for _, op in decode),

@@ -11,6 +11,7 @@ from typing import Any
 
 from layerscope.capture.annotate import ModuleAnnotator, annotated_modules
 from layerscope.capture.unprofiled import ModuleCallTimer, SpanClock, UnprofiledTimes, unprofiled_times
+from layerscope.workload.steps import PREFILL_RANGE, step_range
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
     extra = _forward_kwargs(model)
     # input_ids: [B, S]
     annotator.phase = "prefill"
-    with span("prefill"):
+    with span(PREFILL_RANGE):
         positions = torch.arange(plan.prompt_len, device=device)
         out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions,
                     **extra)
@@ -89,7 +90,7 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
         _sync(torch, device)
     annotator.phase = "decode"
     for step in range(plan.decode_steps):
-        with span(f"decode_step_{step}"):
+        with span(step_range(step)):
             positions = torch.tensor([plan.prompt_len + step], device=device)
             out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True,
                         cache_position=positions, **extra)

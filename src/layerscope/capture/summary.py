@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from layerscope.capture.annotate import ModuleCalls
+from layerscope.workload.steps import is_phase_range
 
 #: Trace category of the annotation ranges (the CPU thread's).
 CPU_ANNOTATION = "user_annotation"
@@ -123,10 +124,6 @@ def _gpu_durations(events: list[Mapping[str, Any]], cpu_ranges: list[Mapping[str
     return [{**r, "dur": span} for r, span in zip(cpu_ranges, spans, strict=True) if span is not None]
 
 
-def _is_phase(name: str) -> bool:
-    return name == "prefill" or name.startswith("decode_step_")
-
-
 def _phase_kind(name: str) -> str:
     return "prefill" if name == "prefill" else "decode"
 
@@ -141,7 +138,7 @@ def _durations(events: list[Mapping[str, Any]], names: set[str],
     of a range is the range of ``phase_events`` on the same track (pid, tid) that contains its start."""
     phases: dict[tuple[Any, Any], list[tuple[float, float, str]]] = defaultdict(list)
     for e in phase_events:
-        if _is_phase(e["name"]):
+        if is_phase_range(e["name"]):
             phases[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]))
     # Ranges on a track without phase ranges (a GPU stream whose phase ranges Kineto put on
     # another stream) fall back to the phase ranges of every track: one clock, phases never overlap.
@@ -171,7 +168,7 @@ def phase_records(trace: Mapping[str, Any]) -> list[PhaseRecord]:
     """The phase ranges of a trace (CPU clock), in first-seen order."""
     durations: dict[str, list[float]] = {}
     for e in _annotations(trace.get("traceEvents", []), CPU_ANNOTATION):
-        if _is_phase(e["name"]):
+        if is_phase_range(e["name"]):
             durations.setdefault(e["name"], []).append(float(e["dur"]))
     return [
         PhaseRecord(name=name, calls=len(d), total_ms=sum(d) / 1e3, mean_ms=sum(d) / 1e3 / len(d))

@@ -32,7 +32,6 @@ torch is not needed here.
 from __future__ import annotations
 
 import itertools
-import re
 import statistics
 import time
 from collections.abc import Iterable
@@ -41,8 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Names of a capture's phase ranges (``prefill``, ``decode_step_K``).
-PHASE_RANGE_RE = re.compile(r"prefill|decode_step_[0-9]+")
+from layerscope.workload.steps import is_phase_range
 
 
 class UnprofiledTimes(BaseModel):
@@ -150,7 +148,7 @@ def _phase_of(clock: SpanClock, i: int) -> str | None:
     while clock.parents[i] >= 0:
         i = clock.parents[i]
     name = clock.names[i]
-    return name if PHASE_RANGE_RE.fullmatch(name) else None
+    return name if is_phase_range(name) else None
 
 
 def unprofiled_times(clock: SpanClock, iterations: int) -> UnprofiledTimes:
@@ -165,7 +163,7 @@ def unprofiled_times(clock: SpanClock, iterations: int) -> UnprofiledTimes:
         dur = clock.ends[i] - clock.starts[i]
         if not dur >= 0:  # never closed (NaN) or a broken clock
             continue
-        if PHASE_RANGE_RE.fullmatch(name) and clock.parents[i] < 0:
+        if is_phase_range(name) and clock.parents[i] < 0:
             ranges[name] = ranges.get(name, 0.0) + dur
             modules.setdefault(name, {})
             calls.setdefault(name, {})

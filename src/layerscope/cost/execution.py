@@ -95,7 +95,6 @@ first layer's, after ``lm_head``, more. ``execution.cold_by_reuse`` carries the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +102,7 @@ import numpy as np
 
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import Op
+from layerscope.workload.steps import without_step
 
 
 @dataclass(frozen=True)
@@ -391,13 +391,10 @@ def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
                       split=split_table([HF_EAGER_SPLITS.get(op.kind, _one_roofline)(op) for op in ops]))
 
 
-_STEP_PREFIX = re.compile(r"^decode_step_\d+\.")
-
-
 def code_role(op: Op) -> str:
     """The op's place in the model with its decode step and every numeric path part (layer, expert)
     removed: ops of one role run the same Python and the same kernels (``layers.#.input_layernorm``)."""
-    name = _STEP_PREFIX.sub("", op.name)
+    name = without_step(op.name)
     return ".".join("#" if part.isdigit() else part for part in name.split("."))
 
 

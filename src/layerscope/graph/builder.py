@@ -33,6 +33,7 @@ from layerscope.graph.norms import norm_op
 from layerscope.graph.ops import Op, OpGraph, TensorSpec, make_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
+from layerscope.workload.steps import step_range
 from layerscope.workload.workload import ForwardPass, Workload
 
 _PLACEHOLDER = "\x00layer_input"
@@ -306,7 +307,7 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
     for t in range(steps):
         fwd = workload.decode_pass(start + t)
         ctx = pass_context(spec, fwd, workload)
-        step = f"decode_step_{t}."
+        step = f"{step_range(t)}."
         ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids)
         ids = f"{step}sampling:out"
     return OpGraph(ops=tuple(ops), name=f"{spec.name}:decode_steps{steps}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,13 @@ import numpy as np
 
 from layerscope.errors import TraceError
 from layerscope.units import NS_PER_S
+from layerscope.workload.steps import without_step
 
 if TYPE_CHECKING:
     from layerscope.cost.timed import TimedGraph
     from layerscope.schedule.core import Schedule
 
 __all__ = [
-    "STEP_PREFIX",
     "TRACE_WRITERS",
     "TraceMetadata",
     "slice_order",
@@ -34,8 +33,6 @@ __all__ = [
     "write_schedule_trace",
 ]
 
-#: The prefix of an op of a multi-step graph (``decode_step_3.layers.0.mlp``): its step, then the op's own name.
-STEP_PREFIX = re.compile(r"^decode_step_(\d+)\.")
 #: Name of the counter track of memory bandwidth in use, and its unit.
 BANDWIDTH_COUNTER = "memory bandwidth"
 BANDWIDTH_UNIT = "GB/s"
@@ -104,7 +101,7 @@ class TraceMetadata:
         compute_ns = np.rint(np.asarray(tg.compute_s) * NS_PER_S).astype(np.int64).tolist()
         memory_ns = np.rint(np.asarray(tg.memory_s) * NS_PER_S).astype(np.int64).tolist()
         mem_bytes = np.asarray(tg.memory_bytes).tolist()
-        module = [op.module if op.module != STEP_PREFIX.sub("", op.name, count=1) else "" for op in tg.graph.ops]
+        module = [op.module if op.module != without_step(op.name) else "" for op in tg.graph.ops]
         for i, op in enumerate(tg.graph.ops):
             if op.layer is not None:
                 layer[i] = op.layer
