@@ -97,6 +97,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -144,13 +145,19 @@ def output_allocs(op: Op) -> list[float]:
     return [float(t.nbytes) for t in op.outputs]
 
 
+def padded_table(rows: Sequence[Sequence[Any]], tail: tuple[int, ...] = ()) -> np.ndarray:
+    """Per-op lists (of numbers, or of ``tail``-shaped entries) as one zero-padded [ops, longest, *tail] array."""
+    width = max((len(r) for r in rows), default=0)
+    table = np.zeros((len(rows), width, *tail))
+    for i, r in enumerate(rows):
+        if len(r):
+            table[i, :len(r)] = r
+    return table
+
+
 def alloc_table(rows: Sequence[Sequence[float]]) -> np.ndarray:
     """Per-op allocation lists as a zero-padded [ops, slots] array."""
-    width = max((len(r) for r in rows), default=0)
-    table = np.zeros((len(rows), width))
-    for i, r in enumerate(rows):
-        table[i, :len(r)] = r
-    return table
+    return padded_table(rows)
 
 
 def output_share(ops: Sequence[Op]) -> np.ndarray:
@@ -236,9 +243,7 @@ def _activation_split(op: Op) -> KernelSplit:
         return ONE_ROOFLINE
     _, act_factor, _ = _eager_activation(op)
     per_element = 3.0 * act_factor  # eager bytes over the 3N of the fused gated kernel; the product's are 3N
-    flops = op.flops
-    product_flops = float(op.outputs[0].numel) if flops else 0.0
-    flop_share = product_flops / flops if flops else 0.0
+    flop_share = op.outputs[0].numel / op.flops if op.flops else 0.0
     return [(1.0 - flop_share, 1.0 - 3.0 / per_element), (flop_share, 3.0 / per_element)]
 
 
@@ -250,13 +255,8 @@ HF_EAGER_SPLITS: dict[str, Callable[[Op], KernelSplit]] = {
 
 def split_table(rows: Sequence[KernelSplit]) -> np.ndarray | None:
     """Per-op kernel splits as a zero-padded [ops, kernels, 2] array; None when every op is one roofline."""
-    width = max((len(r) for r in rows), default=1)
-    if width == 1:
-        return None
-    table = np.zeros((len(rows), width, 2))
-    for i, r in enumerate(rows):
-        table[i, :len(r)] = r
-    return table
+    table = padded_table(rows, (2,))
+    return table if table.shape[1] > 1 else None
 
 
 def _eager_topk(op: Op) -> PlanRow:
