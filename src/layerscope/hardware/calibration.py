@@ -289,10 +289,10 @@ class CalibrationFit(BaseModel):
     holds; ``hardware.fit.matmul_shapes_efficiency``)."""
     vector_per_kind: dict[str, float] = Field(default_factory=dict)
     """Per op kind with a kernel of its own in the vector table (``sampling``: argmax; ``activation``: the
-    gated SiLU), its achieved rate (``hardware.fit.vector_kind_rates``) over the vector peak
-    (:attr:`vector_peak_flops_per_s`; ``efficiency.vector_per_kind``)."""
+    SiLU, the gated activation's first kernel), its achieved rate (``hardware.fit.vector_kind_rates``) over the
+    vector peak (:attr:`vector_peak_flops_per_s`; ``efficiency.vector_per_kind``)."""
     vector_reference_flops_per_s: float | None = Field(default=None, gt=0)
-    """The fastest per-kind rate where it exceeds the fitted vector rate (a gated SiLU in cache runs
+    """The fastest per-kind rate where it exceeds the fitted vector rate (the SiLU in cache runs
     faster than the norms' many small kernels): the spec's vector peak, of which the pooled rate is
     ``efficiency.vector``; None when the fitted rate is the fastest."""
     activation_stream: BandwidthFit | None = None
