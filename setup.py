@@ -1,8 +1,9 @@
 """Installs ``layerscope-trace.pth`` next to the package in site-packages (regular and editable
 installs): the hook that lets ``LAYERSCOPE_TRACE=1 python script.py`` trace a script that never
 imports layerscope; and builds the optional C scanner for trace JSON
-(``layerscope.trace._chrome_scan``): where no C compiler is available the build of that one
-extension is skipped and the pure-Python readers are used. Everything else is configured in
+(``layerscope.trace._chrome_scan``) and the scheduler's event loop (``layerscope.schedule._event_loop``):
+where no C compiler is available the build of those extensions is skipped and the pure-Python readers
+and event loop are used. Everything else is configured in
 pyproject.toml."""
 
 from pathlib import Path
@@ -43,4 +44,8 @@ if hasattr(editable_wheel, "_run_build_commands"):
 # optional=True: a failed compile is a warning, not a failed install (chrome_fast falls back to msgspec)
 CHROME_SCAN = Extension("layerscope.trace._chrome_scan", sources=["src/layerscope/trace/_chrome_scan.c"],
                         optional=True)
-setup(cmdclass=cmdclass, ext_modules=[CHROME_SCAN])
+# No floating-point contraction: the C loop must round exactly as the Python loop it mirrors (no fused
+# multiply-adds), so that both give bit-identical schedules.
+EVENT_LOOP = Extension("layerscope.schedule._event_loop", sources=["src/layerscope/schedule/_event_loop.c"],
+                       extra_compile_args=["-ffp-contract=off"], optional=True)
+setup(cmdclass=cmdclass, ext_modules=[CHROME_SCAN, EVENT_LOOP])

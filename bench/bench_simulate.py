@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from _util import cpu_model
 
 
@@ -60,6 +61,18 @@ def main() -> int:
     t0 = time.perf_counter()
     s_in = schedule(problem, a.engines, "in-order")
     t_sched_in = time.perf_counter() - t0
+    from layerscope.schedule import core
+
+    loop = "C (`layerscope.schedule._event_loop`)" if core._native_loop() is not None else "Python (no C build)"
+    t_sched_py = None
+    if core._native_loop() is not None:  # the same schedule on the pure-Python loop, for the ratio
+        os.environ["LAYERSCOPE_SCHEDULE_NATIVE"] = "0"
+        t0 = time.perf_counter()
+        s_py = schedule(problem, a.engines, "list")
+        t_sched_py = time.perf_counter() - t0
+        del os.environ["LAYERSCOPE_SCHEDULE_NATIVE"]
+        if not (np.array_equal(s_py.start_ns, s.start_ns) and np.array_equal(s_py.end_ns, s.end_ns)):
+            raise SystemExit("the C and Python event loops disagree")
     t0 = time.perf_counter()
     meta = TraceMetadata.from_timed(tg)
     t_meta = time.perf_counter() - t0
@@ -83,12 +96,14 @@ def main() -> int:
         f"{a.model} decode, {a.steps} steps x {spec.num_layers} layers (unfused attention), {a.hardware}, "
         f"roofline: **{n:,} ops, {e:,} dependency edges**; {a.engines} engines, shared bandwidth. "
         f"Not counted below: graph build {t_build:.2f} s, timing {t_time:.2f} s, "
-        f"ScheduleProblem.from_timed {t_problem:.2f} s.",
+        f"ScheduleProblem.from_timed {t_problem:.2f} s. Event loop: {loop}.",
         "",
         "| step | time | output |",
         "|---|---|---|",
         f"| schedule, `list` (incl. upward rank) | {t_sched:.2f} s | makespan {s.makespan_ns / 1e6:.3f} ms |",
         f"| schedule, `in-order` | {t_sched_in:.2f} s | makespan {s_in.makespan_ns / 1e6:.3f} ms |",
+        *([f"| schedule, `list`, Python event loop (`LAYERSCOPE_SCHEDULE_NATIVE=0`) | {t_sched_py:.2f} s | "
+           f"the same schedule; C is {t_sched_py / t_sched:.1f}x faster |"] if t_sched_py is not None else []),
         f"| trace metadata from the timed graph (args templates) | {t_meta:.2f} s | "
         f"{len(meta.templates):,} templates |",
     ]

@@ -50,6 +50,11 @@ Policies (registered by name in :data:`POLICIES`)
 
 Times are simulated in float nanoseconds and rounded to integer ``_ns`` once, at the end (so a
 consumer never starts before its producer ends and ops on an engine never overlap after rounding).
+
+The event loop runs in C (``_event_loop.c``, an optional extension ``setup.py`` builds), step for
+step the Python loop below with the same floating-point operations in the same order, so the two
+give bit-identical schedules; the Python loop runs where no compiler was available, or with
+``LAYERSCOPE_SCHEDULE_NATIVE=0``.
 """
 
 from __future__ import annotations
@@ -59,15 +64,21 @@ import gc
 import heapq
 import logging
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from layerscope.errors import ScheduleError
 from layerscope.units import NS_PER_S
+
+try:
+    from layerscope.schedule import _event_loop  # the C event loop (absent where setup.py could not build it)
+except ImportError:  # pragma: no cover - installs without a compiler
+    _event_loop = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from layerscope.cost.timed import TimedGraph
@@ -327,17 +338,22 @@ def _step_function(times: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np
 
 @dataclass
 class _Prepared:
+    """The event loop's inputs as contiguous arrays (float64 unless noted)."""
+
     n: int
-    overhead_ns: list[float]
-    main_ns: list[float] | None
+    overhead_ns: np.ndarray
+    main_ns: np.ndarray | None
     """Standalone main-phase time per op (uniform engines) or None (per-engine, computed at start)."""
-    demand: list[float] | None
-    compute_ns: list[float]
-    bytes_: list[float]
+    demand: np.ndarray | None
+    compute_ns: np.ndarray
+    bytes_: np.ndarray
     bw_per_ns: float
-    succ_ptr: list[int]
-    succ_idx: list[int]
-    indegree: list[int]
+    succ_ptr: np.ndarray
+    """int64, length ``n + 1``."""
+    succ_idx: np.ndarray
+    """int64."""
+    indegree: np.ndarray
+    """int64."""
     fraction: tuple[float, ...]
 
 
@@ -348,7 +364,7 @@ def _successors(problem: ScheduleProblem) -> tuple[np.ndarray, np.ndarray]:
     counts = np.bincount(problem.indices, minlength=n) if len(problem.indices) else np.zeros(n, np.int64)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return ptr, owner[order]
+    return ptr, np.ascontiguousarray(owner[order])
 
 
 def _prepare(problem: ScheduleProblem, engines: EngineSet) -> _Prepared:
@@ -357,22 +373,21 @@ def _prepare(problem: ScheduleProblem, engines: EngineSet) -> _Prepared:
     mem_ns = problem.memory_bytes / bw_per_ns
     main_ns = demand = None
     if engines.is_uniform:
-        main = np.maximum(compute_ns / engines.compute_fraction[0], mem_ns)
-        dem = np.divide(problem.memory_bytes, main, out=np.zeros_like(main), where=main > 0)
+        main_ns = np.maximum(compute_ns / engines.compute_fraction[0], mem_ns)
         # Zero-time ops with bytes would need infinite bandwidth; they cannot occur (bytes > 0 => main > 0).
-        main_ns, demand = main.tolist(), dem.tolist()
+        demand = np.divide(problem.memory_bytes, main_ns, out=np.zeros_like(main_ns), where=main_ns > 0)
     succ_ptr, succ_idx = _successors(problem)
     return _Prepared(
         n=problem.n,
-        overhead_ns=(problem.overhead_s * NS_PER_S).tolist(),
+        overhead_ns=problem.overhead_s * NS_PER_S,
         main_ns=main_ns,
         demand=demand,
-        compute_ns=compute_ns.tolist(),
-        bytes_=problem.memory_bytes.tolist(),
+        compute_ns=compute_ns,
+        bytes_=problem.memory_bytes,
         bw_per_ns=bw_per_ns,
-        succ_ptr=succ_ptr.tolist(),
-        succ_idx=succ_idx.tolist(),
-        indegree=np.diff(problem.indptr).tolist(),
+        succ_ptr=succ_ptr,
+        succ_idx=succ_idx,
+        indegree=np.diff(problem.indptr),
         fraction=engines.compute_fraction,
     )
 
@@ -429,29 +444,58 @@ def _run(
     policy: str,
     rank: np.ndarray | None,
 ) -> Schedule:
-    with paused_gc():
-        return _run_loop(problem, engines, share_bandwidth, policy, rank)
-
-
-def _run_loop(
-    problem: ScheduleProblem,
-    engines: EngineSet,
-    share_bandwidth: bool,
-    policy: str,
-    rank: np.ndarray | None,
-) -> Schedule:
     prep = _prepare(problem, engines)
+    native = _native_loop()
+    with paused_gc():
+        if native is not None:
+            loop = _run_native(native, prep, engines.count, share_bandwidth, policy, rank)
+        else:
+            loop = _run_loop(prep, engines.count, share_bandwidth, policy, rank)
+    return _schedule_of(problem, engines, policy, share_bandwidth, prep, *loop)
+
+
+def _native_loop() -> Any | None:
+    """The C event loop (``_event_loop.c``), or None where setup.py could not build it or
+    ``LAYERSCOPE_SCHEDULE_NATIVE=0`` asks for the Python loop."""
+    if _event_loop is None or os.environ.get("LAYERSCOPE_SCHEDULE_NATIVE", "1") == "0":
+        return None
+    return _event_loop
+
+
+#: What an event loop returns: engine, start and end (float ns) per op; the bandwidth step function's
+#: times (float ns) and values (bytes per ns).
+_LoopResult = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _run_native(native: Any, prep: _Prepared, m: int, share_bandwidth: bool, policy: str,
+                rank: np.ndarray | None) -> _LoopResult:
+    """:func:`_run_loop` in C: the same simulation, bit for bit (tests/schedule/test_native.py)."""
     n = prep.n
-    m = engines.count
-    ovh = prep.overhead_ns
-    main_ns = prep.main_ns
-    demand = prep.demand
-    bytes_ = prep.bytes_
-    compute_ns = prep.compute_ns
+    eng = np.empty(n, dtype=np.int32)
+    start = np.empty(n, dtype=np.float64)
+    end = np.empty(n, dtype=np.float64)
+    status, bw_t, bw_v = native.run(
+        policy == "in-order", share_bandwidth, n, m, prep.bw_per_ns, prep.overhead_ns, prep.main_ns, prep.demand,
+        prep.compute_ns, prep.bytes_, np.asarray(prep.fraction, dtype=np.float64), prep.succ_ptr, prep.succ_idx,
+        np.ascontiguousarray(prep.indegree), None if rank is None else np.ascontiguousarray(rank, dtype=np.float64),
+        eng, start, end)
+    if status:
+        raise ScheduleError("internal: no event pending but ops remain (dependency cycle?)")
+    return eng, start, end, np.frombuffer(bw_t, dtype=np.float64), np.frombuffer(bw_v, dtype=np.float64)
+
+
+def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, policy: str, rank: np.ndarray | None) -> _LoopResult:
+    """The event-driven simulation in Python (where the C loop is not built)."""
+    n = prep.n
+    ovh = prep.overhead_ns.tolist()
+    main_ns = prep.main_ns.tolist() if prep.main_ns is not None else None
+    demand = prep.demand.tolist() if prep.demand is not None else None
+    bytes_ = prep.bytes_.tolist()
+    compute_ns = prep.compute_ns.tolist()
     fraction = prep.fraction
     bw = prep.bw_per_ns
-    succ_ptr, succ_idx = prep.succ_ptr, prep.succ_idx
-    indeg = prep.indegree
+    succ_ptr, succ_idx = prep.succ_ptr.tolist(), prep.succ_idx.tolist()
+    indeg = prep.indegree.tolist()
 
     eng = [-1] * n
     start = [0.0] * n
@@ -559,18 +603,24 @@ def _run_loop(
                     else:
                         push(ready, (-rank_l[s], s))  # type: ignore[index]
 
-    start_a = np.rint(np.asarray(start, dtype=np.float64)).astype(np.int64)
-    end_a = np.rint(np.asarray(end, dtype=np.float64)).astype(np.int64)
-    eng_a = np.asarray(eng, dtype=np.int32)
-    busy = np.bincount(eng_a, weights=(end_a - start_a).astype(np.float64), minlength=m).astype(np.int64)
+    return (np.asarray(eng, dtype=np.int32), np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64),
+            np.asarray(bw_t, dtype=np.float64), np.asarray(bw_v, dtype=np.float64))
+
+
+def _schedule_of(problem: ScheduleProblem, engines: EngineSet, policy: str, share_bandwidth: bool, prep: _Prepared,
+                 eng_a: np.ndarray, start: np.ndarray, end: np.ndarray, bw_t: np.ndarray, bw_v: np.ndarray) -> Schedule:
+    """The :class:`Schedule` of an event loop's result: times rounded to integer ns once, here."""
+    start_a = np.rint(start).astype(np.int64)
+    end_a = np.rint(end).astype(np.int64)
+    busy = np.bincount(eng_a, weights=(end_a - start_a).astype(np.float64), minlength=engines.count).astype(np.int64)
     if share_bandwidth:
-        bt = np.rint(np.asarray(bw_t)).astype(np.int64)
-        bv = np.asarray(bw_v, dtype=np.float64) * NS_PER_S
+        bt = np.rint(bw_t).astype(np.int64)
+        bv = bw_v * NS_PER_S
         keep = np.ones(len(bt), dtype=bool)
         keep[:-1] = bt[1:] != bt[:-1]  # last value at each instant wins
         bt, bv = bt[keep], bv[keep]
     else:
-        bt, bv = _unshared_bandwidth(problem, engines, start_a, end_a, eng_a, ovh)
+        bt, bv = _unshared_bandwidth(problem, engines, start_a, end_a, eng_a, prep.overhead_ns)
     return Schedule(problem, engines, policy, share_bandwidth, eng_a, start_a, end_a, busy, bt, bv)
 
 
@@ -640,13 +690,13 @@ def _unshared_bandwidth(
     start_a: np.ndarray,
     end_a: np.ndarray,
     eng_a: np.ndarray,
-    ovh: list[float],
+    ovh: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bandwidth in use when each op streams at its standalone demand during its main phase."""
     mask = problem.memory_bytes > 0
     if not mask.any():
         return np.zeros(1, np.int64), np.zeros(1, np.float64)
-    main_start = np.rint(np.asarray(ovh) + start_a).astype(np.int64)
+    main_start = np.rint(ovh + start_a).astype(np.int64)
     dur = (end_a - main_start).astype(np.float64)
     rate = np.divide(problem.memory_bytes, dur, out=np.zeros(problem.n), where=dur > 0) * NS_PER_S
     sel = mask & (dur > 0)
