@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 from layerscope.errors import ScheduleError
 from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SimulationResult", "build_graph", "simulate"]
+__all__ = ["GraphOptions", "SimulationResult", "build_graph", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,23 @@ def build_graph(
     return build_layer_graph(spec, fwd, workload, layer, attention)
 
 
+class GraphOptions(TypedDict, total=False):
+    """What graph :func:`simulate` builds: :func:`build_graph`'s keyword arguments (its defaults apply)."""
+
+    phase: str
+    batch: int | None
+    context: int | None
+    input_len: int | None
+    chunk: int | None
+    all_layers: bool
+    steps: int | None
+    layer: int
+    attention: Literal["fused", "unfused"]
+    weight_dtype: str
+    act_dtype: str
+    kv_dtype: str
+
+
 def simulate(
     model: str | os.PathLike[str] | ModelSpec,
     hardware: str | os.PathLike[str] | HardwareSpec,
@@ -104,21 +121,11 @@ def simulate(
     policy: str = "list",
     share_bandwidth: bool = True,
     cost_model: str = "roofline",
-    phase: str = "decode",
-    batch: int | None = None,
-    context: int | None = None,
-    input_len: int | None = None,
-    chunk: int | None = None,
-    all_layers: bool = False,
-    steps: int | None = None,
-    layer: int = 0,
-    attention: Literal["fused", "unfused"] = "unfused",
-    weight_dtype: str = "bf16",
-    act_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
     out: str | os.PathLike[str] | None = None,
+    **graph: Unpack[GraphOptions],
 ) -> SimulationResult:
-    """Build the graph, time it, schedule it on each engine count, and write the trace to ``out``."""
+    """Build the graph (``graph``: :func:`build_graph`'s options, e.g. ``phase="prefill", input_len=512``),
+    time it, schedule it on each engine count, and write the trace to ``out``."""
     from layerscope.cost import time_graph
     from layerscope.hardware import HardwareSpec, load_hardware
     from layerscope.model import ModelSpec, load_model_spec
@@ -140,10 +147,8 @@ def simulate(
         inputs.append(hardware)
     if from_spec:
         counts = [hw.engines.count]
-    graph = build_graph(spec, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
-                        all_layers=all_layers, steps=steps, layer=layer, attention=attention,
-                        weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
-    timed = time_graph(graph, hw, cost_model)
+    op_graph = build_graph(spec, **graph)
+    timed = time_graph(op_graph, hw, cost_model)
     problem = ScheduleProblem.from_timed(timed)
     log.info("scheduling %d ops on %s engines (%s)", problem.n, list(counts), policy)
     sweep = sweep_engines(problem, counts, policy, share_bandwidth)
@@ -152,7 +157,7 @@ def simulate(
     if out is not None:
         from layerscope.trace.writers import TraceMetadata, write_schedule_trace
 
-        meta = TraceMetadata.from_timed(timed, process_name=f"{graph.name} on {hw.name}")
+        meta = TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}")
         path = write_schedule_trace(chosen, meta, out,
                                     inputs=tuple(p for p in inputs if Path(p).exists()))
     return SimulationResult(spec.name, hw.name, timed, problem, sweep, chosen, path)
