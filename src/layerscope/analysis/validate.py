@@ -166,6 +166,21 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+class _Compared:
+    """A predicted and a measured time (fields of the dataclass that mixes this in) and their error."""
+
+    predicted_s: float
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction; NaN when nothing was measured."""
+        return _error(self.predicted_s, self.measured_s)
+
+    def _compared_dict(self) -> dict[str, Any]:
+        return {"predicted_s": self.predicted_s, "measured_s": self.measured_s, "error": _finite_or_none(self.error)}
+
+
 @dataclass(frozen=True)
 class PredictedOp:
     """One predicted op of a phase (decode: summed over its steps)."""
@@ -178,7 +193,7 @@ class PredictedOp:
 
 
 @dataclass(frozen=True)
-class OpRow:
+class OpRow(_Compared):
     """One joined row: a captured node against the predicted ops anchored at it."""
 
     name: str
@@ -198,10 +213,6 @@ class OpRow:
     """The profiler's time for the aten events the row's time covers, subtracted from ``measured_s``."""
 
     @property
-    def error(self) -> float:
-        return _error(self.predicted_s, self.measured_s)
-
-    @property
     def raw_error(self) -> float:
         """The error against the measured time with the instrumentation and profiler time left in."""
         return _error(self.predicted_s, self.measured_s + self.instrumentation_s + self.profiler_s)
@@ -211,8 +222,7 @@ class OpRow:
         return abs(self.error)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "rule": self.rule, "predicted_s": self.predicted_s,
-                "measured_s": self.measured_s, "error": _finite_or_none(self.error),
+        return {"name": self.name, "kind": self.kind, "rule": self.rule, **self._compared_dict(),
                 "instrumentation_s": self.instrumentation_s, "profiler_s": self.profiler_s,
                 "raw_error": _finite_or_none(self.raw_error),
                 "predicted_ops": list(self.predicted_ops), "folded": list(self.folded)}
@@ -235,7 +245,7 @@ class Unmatched:
 
 
 @dataclass(frozen=True)
-class KindError:
+class KindError(_Compared):
     """The joined rows of one kind, summed."""
 
     kind: str
@@ -243,30 +253,20 @@ class KindError:
     predicted_s: float
     measured_s: float
 
-    @property
-    def error(self) -> float:
-        return _error(self.predicted_s, self.measured_s)
-
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rows": self.rows, "predicted_s": self.predicted_s,
-                "measured_s": self.measured_s, "error": _finite_or_none(self.error)}
+        return {"kind": self.kind, "rows": self.rows, **self._compared_dict()}
 
 
 @dataclass(frozen=True)
-class ForwardError:
+class ForwardError(_Compared):
     """A whole forward (``prefill``, ``decode_step_K``, or a phase's steps together)."""
 
     name: str
     predicted_s: float
     measured_s: float
 
-    @property
-    def error(self) -> float:
-        return _error(self.predicted_s, self.measured_s)
-
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "predicted_s": self.predicted_s, "measured_s": self.measured_s,
-                "error": _finite_or_none(self.error)}
+        return {"name": self.name, **self._compared_dict()}
 
 
 @dataclass(frozen=True)
