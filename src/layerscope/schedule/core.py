@@ -364,7 +364,7 @@ def _successors(problem: ScheduleProblem) -> tuple[np.ndarray, np.ndarray]:
     counts = np.bincount(problem.indices, minlength=n) if len(problem.indices) else np.zeros(n, np.int64)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return ptr, np.ascontiguousarray(owner[order])
+    return ptr, owner[order]
 
 
 def _prepare(problem: ScheduleProblem, engines: EngineSet) -> _Prepared:
@@ -477,7 +477,7 @@ def _run_native(native: Any, prep: _Prepared, m: int, share_bandwidth: bool, pol
     status, bw_t, bw_v = native.run(
         policy == "in-order", share_bandwidth, n, m, prep.bw_per_ns, prep.overhead_ns, prep.main_ns, prep.demand,
         prep.compute_ns, prep.bytes_, np.asarray(prep.fraction, dtype=np.float64), prep.succ_ptr, prep.succ_idx,
-        np.ascontiguousarray(prep.indegree), None if rank is None else np.ascontiguousarray(rank, dtype=np.float64),
+        prep.indegree, None if rank is None else np.ascontiguousarray(rank, dtype=np.float64),
         eng, start, end)
     if status:
         raise ScheduleError("internal: no event pending but ops remain (dependency cycle?)")
