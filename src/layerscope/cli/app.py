@@ -66,7 +66,9 @@ _register_all()
 def main() -> None:
     """Console-script entry point: a :class:`LayerscopeError` becomes a message and exit code 2."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click *returns* a command's exit code (typer.Exit(1) included)
+        # instead of exiting with it: pass it on, or every "gaps found" exit would become 0.
+        code = app(standalone_mode=False)
     except LayerscopeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
@@ -82,6 +84,7 @@ def main() -> None:
             exc.show()  # type: ignore[attr-defined]
             raise SystemExit(2) from None
         raise
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def _is_usage_error(exc: BaseException) -> bool:
