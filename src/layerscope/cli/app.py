@@ -63,14 +63,29 @@ def _register_all() -> None:
 _register_all()
 
 
+#: Longest error line printed: a message that quotes user input (a huge YAML value, a trace name)
+#: is cut here, so an error never floods the terminal.
+MAX_ERROR_CHARS = 500
+
+
+def error_line(message: str) -> str:
+    """``message`` as the one line ``error: …`` printed on stderr: whitespace runs (newlines too)
+    collapsed, cut to :data:`MAX_ERROR_CHARS` with the cut marked."""
+    text = " ".join(str(message).split())
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 30] + f" … ({len(text) - MAX_ERROR_CHARS + 30} more characters)"
+    return f"error: {text}"
+
+
 def main() -> None:
-    """Console-script entry point: a :class:`LayerscopeError` becomes a message and exit code 2."""
+    """Console-script entry point: bad input (a :class:`LayerscopeError`, a usage error) becomes one
+    line ``error: …`` on stderr and exit code 2; a command's own exit code is passed on."""
     try:
         # Without standalone mode click *returns* a command's exit code (typer.Exit(1) included)
         # instead of exiting with it: pass it on, or every "gaps found" exit would become 0.
         code = app(standalone_mode=False)
     except LayerscopeError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(error_line(str(exc)), err=True)
         raise SystemExit(2) from None
     except typer.Abort:
         typer.echo("aborted", err=True)
@@ -79,12 +94,31 @@ def main() -> None:
         raise SystemExit(130) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
+    except RecursionError:
+        # The last line of defence for input nested deeper than any reader bounds (readers refuse
+        # deep nesting themselves with a message naming the file).
+        typer.echo(error_line("input is nested too deeply to read"), err=True)
+        raise SystemExit(2) from None
+    except MemoryError:
+        typer.echo(error_line("out of memory: the input asks for more memory than this machine has"), err=True)
+        raise SystemExit(2) from None
     except Exception as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]  # the help itself, as click prints it
+            raise SystemExit(2) from None
         if _is_usage_error(exc):
-            exc.show()  # type: ignore[attr-defined]
+            typer.echo(error_line(_usage_message(exc)), err=True)
             raise SystemExit(2) from None
         raise
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(exc: BaseException) -> str:
+    """A usage error's message and where to read the command's options."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    return f"{message} (see '{path} --help')" if path else message
 
 
 def _is_usage_error(exc: BaseException) -> bool:
