@@ -288,6 +288,9 @@ class _Reader:
                 if decoded is None:
                     missing: list[int] = []
                     decoded = _decode_annotation(v, seq, missing)  # type: ignore[arg-type]
+                    # trace_processor's key is debug.<name> with the name's dots made '_' (a dot
+                    # separates nested keys): 'attr.activation' -> debug.attr_activation
+                    decoded = (decoded[0].replace(".", "_"), decoded[1])
                     if not missing:  # an iid interned later must not stay unresolved
                         annotations[v] = decoded  # type: ignore[index]
                 debug[decoded[0]] = decoded[1]
