@@ -1,0 +1,134 @@
+"""Workload arguments: sizes that overflow, vanish or exceed the model; splits that do not divide;
+unknown phases, dtypes, policies and ranges."""
+
+from __future__ import annotations
+
+from .harness import Case
+from .inputs import DIR
+
+HUGE = "100000000000000000000000"
+
+
+def est(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
+    return Case(f"args-estimate-{case_id}", ("estimate", *args), {}, expect)
+
+
+def sim(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
+    return Case(f"args-simulate-{case_id}", ("simulate", *args), {}, expect)
+
+
+def wl(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
+    return Case(f"args-workloads-{case_id}", ("workloads", "--from-graph", "--model", "llama-3.2-1b", "--out", "wl",
+                                              *args), {}, expect)
+
+
+def cap(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
+    """``capture`` of gpt2 with a bad argument: refused before torch loads anything."""
+    return Case(f"args-capture-{case_id}", ("capture", "--model", "gpt2", "--layers", "1", "--random-weights",
+                                            "--out", "t.json.gz", *args), {}, expect)
+
+
+CASES: list[Case] = [
+    # Positive controls.
+    Case("args-ok-estimate-prefill", ("estimate", "--phase", "prefill", "--batch", "4", "--input", "128", "--json"),
+         code=0, stdout_json=True),
+    Case("args-ok-simulate-range", ("simulate", "--engines", "1..2", "--json"), code=0, stdout_json=True),
+    Case("args-ok-workloads-graph", ("workloads", "--from-graph", "--model", "llama-3.2-1b", "--layers", "1",
+                                     "--out", "wl", "--json"), code=0, creates=("wl",), stdout_json=True),
+    # estimate: sizes.
+    est("batch-huge", "--batch", HUGE, expect=("batch",)),
+    est("batch-2e63", "--batch", str(2**63), expect=("batch",)),
+    est("batch-zero", "--batch", "0", expect=("batch",)),
+    est("batch-negative", "--batch", "-1", expect=("batch",)),
+    est("batch-word", "--batch", "many", expect=("--batch",)),
+    est("batch-float", "--batch", "1.5", expect=("--batch",)),
+    est("batch-missing-value", "--batch", expect=("--batch",)),
+    est("input-beyond-max-positions", "--phase", "prefill", "--input", "200000", expect=("max_position_embeddings",)),
+    est("input-huge", "--phase", "prefill", "--input", HUGE, expect=("input",)),
+    est("input-zero", "--phase", "prefill", "--input", "0", expect=("input",)),
+    est("input-negative", "--phase", "prefill", "--input", "-512", expect=("input",)),
+    est("output-negative", "--phase", "generate", "--output", "-1", expect=("output",)),
+    est("output-huge", "--phase", "generate", "--output", HUGE, expect=("output",)),
+    est("generate-beyond-max-positions", "--phase", "generate", "--input", "131000", "--output", "1000",
+        expect=("max_position_embeddings",)),
+    est("context-negative", "--context", "-1", expect=("context",)),
+    est("context-beyond-max-positions", "--context", "10000000", expect=("max_position_embeddings",)),
+    est("chunk-zero", "--phase", "chunked", "--chunk", "0", expect=("chunk",)),
+    est("chunk-negative", "--phase", "chunked", "--chunk", "-512", expect=("chunk",)),
+    # estimate: parallelism, layers, names.
+    est("tp-3-on-32-heads", "--tp", "3", expect=("tp",)),
+    est("tp-zero", "--tp", "0", expect=("tp",)),
+    est("tp-negative", "--tp", "-2", expect=("tp",)),
+    est("tp-huge", "--tp", HUGE, expect=("tp",)),
+    est("layer-out-of-range", "--layer", "16", expect=("layer",)),
+    est("layer-negative", "--layer", "-1", expect=("layer",)),
+    est("top-negative", "--top", "-3", expect=("top",)),
+    est("phase-unknown", "--phase", "training", expect=("training",)),
+    est("phase-empty", "--phase", "", expect=("phase",)),
+    est("weight-dtype-unknown", "--weight-dtype", "fp7", expect=("fp7",)),
+    est("act-dtype-unknown", "--act-dtype", "bf17", expect=("bf17",)),
+    est("kv-dtype-unknown", "--kv-dtype", "int3", expect=("int3",)),
+    est("cost-unknown", "--cost", "magic", expect=("magic",)),
+    est("attention-unknown", "--attention", "sparse", expect=("sparse",)),
+    # simulate.
+    sim("engines-zero", "--engines", "0", expect=("engines",)),
+    sim("engines-negative", "--engines", "-4", expect=("engines",)),
+    sim("engines-empty-range", "--engines", "1..0", expect=("1..0",)),
+    sim("engines-open-range", "--engines", "1..", expect=("engines",)),
+    sim("engines-word", "--engines", "lots", expect=("lots",)),
+    sim("engines-list-hole", "--engines", "1,,2", expect=("engines",)),
+    sim("engines-huge", "--engines", HUGE, expect=("engines",)),
+    sim("engines-range-huge", "--engines", f"1..{HUGE}", expect=("engines",)),
+    sim("engines-above-limit", "--engines", "100000", expect=("engines",)),
+    sim("engines-empty", "--engines", "", expect=("engines",)),
+    sim("policy-unknown", "--policy", "random", expect=("random",)),
+    sim("phase-unknown", "--phase", "generate", expect=("generate",)),
+    sim("batch-zero", "--batch", "0", expect=("batch",)),
+    sim("batch-huge", "--batch", HUGE, expect=("batch",)),
+    sim("context-negative", "--context", "-1", expect=("context",)),
+    sim("input-zero", "--phase", "prefill", "--input", "0", expect=("input",)),
+    sim("chunk-zero", "--phase", "chunked", "--chunk", "0", expect=("chunk",)),
+    sim("steps-zero", "--steps", "0", expect=("steps",)),
+    sim("steps-negative", "--steps", "-2", expect=("steps",)),
+    sim("layer-out-of-range", "--layer", "99", expect=("layer",)),
+    sim("cost-unknown", "--cost", "magic", expect=("magic",)),
+    sim("weight-dtype-unknown", "--weight-dtype", "fp7", expect=("fp7",)),
+    sim("open-without-out", "--open", expect=("--out",)),
+    # workloads --from-graph.
+    wl("tp-3-on-32-heads", "--tp", "3", expect=("tp",)),
+    wl("tp-zero", "--tp", "0", expect=("tp",)),
+    wl("batch-zero", "--batch", "0", expect=("batch",)),
+    wl("prompt-len-zero", "--prompt-len", "0", expect=("prompt-len",)),
+    wl("prompt-len-beyond-max", "--prompt-len", "200000", expect=("max_position_embeddings",)),
+    wl("layers-zero", "--layers", "0", expect=("layers",)),
+    wl("decode-steps-negative", "--decode-steps", "-1", expect=("decode-steps",)),
+    wl("mla-form-unknown", "--mla-form", "folded", expect=("folded",)),
+    wl("dtype-unknown", "--dtype", "fp7", expect=("fp7",)),
+    # capture / validate / demo / calibrate / verify: refused before any model runs.
+    cap("dtype-unknown", "--dtype", "fp7", expect=("fp7",)),
+    cap("device-unknown", "--device", "tpu", expect=("tpu",)),
+    cap("batch-zero", "--batch", "0", expect=("batch",)),
+    cap("prompt-len-zero", "--prompt-len", "0", expect=("prompt-len",)),
+    cap("prompt-len-beyond-max", "--prompt-len", "5000", expect=("max_position_embeddings",)),
+    cap("layers-zero", "--layers", "0", expect=("layers",)),
+    cap("decode-steps-negative", "--decode-steps", "-1", expect=("decode-steps",)),
+    cap("iterations-zero", "--iterations", "0", expect=("iterations",)),
+    cap("cache-unknown", "--cache", "paged", expect=("paged",)),
+    Case("args-validate-repeats-zero", ("validate", "--model", "gpt2", "--hardware", "h100-sxm", "--repeats", "0",
+                                        "--out", "v"), {}, ("repeats",)),
+    Case("args-validate-cost-model-unknown", ("validate", "--model", "gpt2", "--hardware", "h100-sxm",
+                                              "--cost-model", "magic", "--out", "v"), {}, ("magic",)),
+    Case("args-validate-dtype-unknown", ("validate", "--model", "gpt2", "--hardware", "h100-sxm", "--dtype", "fp7",
+                                         "--out", "v"), {}, ("fp7",)),
+    Case("args-demo-engines-zero", ("demo", "--engines", "0", "--hardware", "h100-sxm", "--out", "d"), {},
+         ("engines",)),
+    Case("args-demo-prompt-len-zero", ("demo", "--prompt-len", "0", "--hardware", "h100-sxm", "--out", "d"), {},
+         ("prompt-len",)),
+    Case("args-calibrate-device-unknown", ("calibrate", "--device", "tpu", "--out", "spec.yaml"), {}, ("tpu",)),
+    Case("args-verify-missing-traces", ("verify", "--traces", "nothere", "--model", "llama-3.2-1b"), {},
+         ("nothere",)),
+    Case("args-verify-empty-traces", ("verify", "--traces", "recs", "--model", "llama-3.2-1b"), {"recs": DIR},
+         ("recs",)),
+    Case("args-verify-traces-is-file", ("verify", "--traces", "recs.json", "--model", "llama-3.2-1b"),
+         {"recs.json": b"{}"}, ("recs.json",)),
+]
