@@ -11,20 +11,33 @@ that expands each arg set's JSON on demand (``flat_key``/``key`` are ``args.<pat
 args and ``debug.<name>`` for protobuf debug annotations, as in trace_processor).
 
 Cache: the first load of a file writes its tables as Parquet under ``$LAYERSCOPE_CACHE_DIR`` (or
-``~/.cache/layerscope/traces``) in a directory named by the SHA-256 of the file's bytes (read as a
-stream) and :data:`CACHE_VERSION`; it is written to a temporary directory and renamed into place,
-so a crashed writer never leaves a half cache. Later loads of the same bytes read the Parquet.
+``~/.cache/layerscope/traces``) in a directory named by what determines the tables: the SHA-256 of
+the file's bytes (read as a stream), the reader chosen for it (by suffix or content) and
+:data:`CACHE_VERSION`. The reader's warnings are kept with the tables and logged again on a cache
+hit. A cache is written to a temporary directory (named after the writing process) and renamed
+into place, so a crashed writer never leaves a half cache; temporaries whose writer is gone are
+removed when the cache is next opened. Later loads of the same bytes as the same format read the
+Parquet.
+
+Security: the SQL is the user's, the tables are the trace's. Each connection turns off file and
+network access, extension installing and loading, and Python replacement scans, then locks its
+configuration (``lock_configuration``), so no query can read or write a file, attach a database,
+load an extension or turn any of it back on. Only the registered trace tables and the views over
+them are reachable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,13 +47,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from layerscope.errors import AnalysisError, TraceError
-from layerscope.trace.readers import read_trace
+from layerscope.trace.readers import format_for, read_trace
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
 log = logging.getLogger(__name__)
 
-#: Bump when the table layout changes so old caches are ignored.
-CACHE_VERSION = 1
+#: Bump when the table layout or the cache key changes so old caches are ignored.
+#: 2: keyed on the reader too; the reader's log records are kept.
+CACHE_VERSION = 2
+
+#: A cache temporary of a process that is gone is removed after this long (a crashed writer's
+#: leftovers); one whose owner cannot be told (another host sharing the directory) after a day.
+STALE_TMP_S = 60.0
+ORPHAN_TMP_S = 24 * 3600.0
+
+#: Run on each connection before any user SQL: no file or network access (``read_csv``,
+#: ``COPY … TO``, ``ATTACH``, ``glob``), no extension install/load, no scans of Python variables,
+#: then the configuration is locked so that ``SET``/``RESET``/``PRAGMA`` cannot undo any of it.
+_LOCKDOWN = (
+    "SET enable_external_access = false",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET allow_community_extensions = false",
+    "SET python_enable_replacements = false",
+    "SET lock_configuration = true",
+)
 
 _VIEWS = """
 CREATE VIEW slice AS SELECT id, ts, dur, track_id, category, name, depth, parent_id, arg_set_id,
@@ -85,8 +116,10 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "layerscope" / "traces"
 
 
-def content_key(path: Path) -> str:
-    """SHA-256 of the file's bytes (streamed), with the cache layout version."""
+def content_key(path: Path, fmt: str | None = None) -> str:
+    """The cache key of reading ``path``: SHA-256 of its bytes (streamed), the reader (``fmt``, or
+    the one :func:`~layerscope.trace.readers.format_for` picks) and the cache layout version."""
+    reader = fmt or format_for(path)
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
@@ -94,16 +127,66 @@ def content_key(path: Path) -> str:
                 digest.update(block)
     except OSError as exc:
         raise TraceError(f"cannot read trace {str(path)!r}: {exc.strerror}") from None
-    return f"{digest.hexdigest()}-v{CACHE_VERSION}"
+    return f"{digest.hexdigest()}-{reader}-v{CACHE_VERSION}"
 
 
-def _write_cache(tables: TraceTables, target: Path) -> None:
+#: The prefix of every cache temporary: ``.<key>.<pid>.<random>``.
+_TMP = re.compile(r"^\.(?P<key>[^.]+)\.(?P<pid>\d+)\.")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the cache temporaries in ``directory`` left by writers that died mid-write: those of
+    a process that no longer runs, older than :data:`STALE_TMP_S`, and any older than
+    :data:`ORPHAN_TMP_S`. Returns what was removed; other files are never touched."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    clock = time.time() if now is None else now
+    for entry in entries:
+        match = _TMP.match(entry.name)
+        if match is None:
+            continue
+        try:
+            age_s = clock - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        pid = int(match.group("pid"))
+        owner_gone = pid != os.getpid() and not _pid_alive(pid)
+        if not ((owner_gone and age_s > STALE_TMP_S) or age_s > ORPHAN_TMP_S):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if not path.exists():
+            removed.append(path)
+            log.info("removed a stale trace-cache temporary %s", path)
+    return removed
+
+
+def _write_cache(tables: TraceTables, target: Path, records: list[dict[str, Any]]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", dir=target.parent))
     try:
         for name, table in tables.tables().items():
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
-        meta = {"metadata": tables.metadata, "warnings": tables.warnings}
+        meta = {"metadata": tables.metadata, "warnings": tables.warnings, "log": records}
         (tmp / "meta.json").write_text(json.dumps(meta, default=str))
         try:
             os.replace(tmp, target)
@@ -115,7 +198,7 @@ def _write_cache(tables: TraceTables, target: Path) -> None:
         raise
 
 
-def _read_cache(target: Path) -> tuple[dict[str, Any], list[str]] | None:
+def _read_cache(target: Path) -> dict[str, Any] | None:
     meta_path = target / "meta.json"
     if not meta_path.is_file() or not all((target / f"{n}.parquet").is_file() for n in SCHEMAS):
         return None
@@ -123,7 +206,59 @@ def _read_cache(target: Path) -> tuple[dict[str, Any], list[str]] | None:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         return None
-    return dict(meta.get("metadata", {})), list(meta.get("warnings", []))
+    if not isinstance(meta, dict) or not isinstance(meta.get("log", []), list):
+        return None
+    return meta
+
+
+class _ReaderLog(logging.Handler):
+    """Keeps the records the trace readers log while one trace is read."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _read_logged(source: Path, fmt: str) -> tuple[TraceTables, list[dict[str, Any]]]:
+    """Read ``source``; return its tables and what the reader logged (logger, level, message, and
+    whether the message starts with the path, which a cache hit replaces with its own path).
+
+    A warning of the tables that was not logged was below the run's level (an INFO without
+    ``-v``): it is kept at INFO, so a verbose cache hit shows it."""
+    handler = _ReaderLog()
+    trace_log = logging.getLogger("layerscope.trace")
+    trace_log.addHandler(handler)
+    try:
+        tables = read_trace(source, fmt)
+    finally:
+        trace_log.removeHandler(handler)
+    prefix = f"{source}: "
+    records = []
+    said: set[str] = set()
+    for record in handler.records:
+        message = record.getMessage()
+        said.add(message)
+        named = message.startswith(prefix)
+        records.append({"logger": record.name, "level": record.levelno, "named": named,
+                        "message": message[len(prefix):] if named else message})
+    records += [{"logger": "layerscope.trace.readers", "level": logging.INFO, "named": True, "message": warning}
+                for warning in tables.warnings if prefix + warning not in said]
+    return tables, records
+
+
+def _replay(records: list[Any], source: Path) -> None:
+    """Log a cached read's records again, as the reader logged them, naming ``source``."""
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        level, message = record.get("level"), record.get("message")
+        if not isinstance(level, int) or not isinstance(message, str):
+            continue
+        line = f"{source}: {message}" if record.get("named") else message
+        logging.getLogger(str(record.get("logger") or "layerscope.trace")).log(level, "%s", line)
 
 
 def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
@@ -139,26 +274,35 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
         raise TraceError(f"trace {str(source)!r} does not exist or is not a file")
     if not use_cache:
         return read_trace(source)
-    target = cache_dir() / content_key(source)
+    fmt = format_for(source)
+    directory = cache_dir()
+    remove_stale_temporaries(directory)
+    target = directory / content_key(source, fmt)
     cached = _read_cache(target)
     if cached is not None:
-        metadata, warnings = cached
-        tables = {name: pq.read_table(target / f"{name}.parquet") for name in SCHEMAS}
-        return TraceTables.from_tables(tables, metadata, warnings)
-    tables_read = read_trace(source)
+        try:
+            tables = {name: pq.read_table(target / f"{name}.parquet") for name in SCHEMAS}
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("ignoring an unreadable trace cache %s: %s", target, exc)
+        else:
+            metadata = dict(cached.get("metadata") or {})
+            metadata["source"] = str(source)  # the file read now, not the one first cached
+            _replay(cached.get("log", []), source)
+            return TraceTables.from_tables(tables, metadata, list(cached.get("warnings") or []))
+    tables_read, records = _read_logged(source, fmt)
     if background is None:
-        _write_cache_logged(tables_read, target)
+        _write_cache_logged(tables_read, target, records)
     else:
         # Parquet encoding and zstd run in Arrow's C++ without the GIL: it overlaps the queries
-        background.append(threading.Thread(target=_write_cache_logged, args=(tables_read, target),
+        background.append(threading.Thread(target=_write_cache_logged, args=(tables_read, target, records),
                                            name="layerscope-trace-cache"))
     return tables_read
 
 
-def _write_cache_logged(tables: TraceTables, target: Path) -> None:
+def _write_cache_logged(tables: TraceTables, target: Path, records: list[dict[str, Any]]) -> None:
     try:
-        _write_cache(tables, target)
-    except OSError as exc:
+        _write_cache(tables, target, records)
+    except (OSError, pa.ArrowException) as exc:
         log.warning("could not write the trace cache %s: %s", target, exc)
 
 
@@ -194,6 +338,9 @@ class _Opener(threading.Thread):
             for name, schema in SCHEMAS.items():
                 con.register(f"__{name}", schema.empty_table())
             con.execute(_VIEWS)
+            # registering the real tables later still works: it needs no setting
+            for statement in _LOCKDOWN:
+                con.execute(statement)
         except duckdb.Error as exc:
             self.error = str(exc)
             return
