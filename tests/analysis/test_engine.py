@@ -6,6 +6,8 @@ Expected values came from the Perfetto trace processor via /work/shared/tools/pe
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +19,8 @@ from layerscope.errors import AnalysisError, TraceError
 from layerscope.trace import readers
 
 from .conftest import DATA
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 RECIPE = ("SELECT name, COUNT(*) AS launches, SUM(dur)/1e6 AS total_ms FROM slices "
           "GROUP BY name ORDER BY total_ms DESC LIMIT 50")
@@ -136,3 +140,95 @@ def test_sums_are_integers_and_result_is_arrow(control_db: TraceDB) -> None:
     assert isinstance(table, pa.Table)
     assert table.schema.field("d").type == pa.int64()
     assert table.to_pylist() == [{"d": 3144843000}]  # SELECT SUM(dur) FROM slice (oracle)
+
+
+def _truncated(tmp_path: Path) -> Path:
+    """cpu-only.json cut inside its traceEvents array: the reader keeps 10 of 18 slices and warns."""
+    import gzip
+
+    text = gzip.decompress((DATA / "cpu-only.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[:20000])
+    return path
+
+
+def test_a_cache_hit_warns_as_the_first_read(run_cli: Run, tmp_path: Path) -> None:
+    cut = _truncated(tmp_path)
+    env = {"LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [run_cli("query", str(cut), "SELECT COUNT(*) AS n FROM slice", "--format", "csv", env=env)
+            for _ in range(2)]
+    assert len(list((tmp_path / "cache").iterdir())) == 1  # the second run was a cache hit
+    for out in runs:
+        assert out.returncode == 0 and out.stdout.splitlines() == ['"n"', "10"], out.stderr
+        assert out.stderr.splitlines() == [
+            f"WARNING layerscope.trace.chrome_reader: {cut}: trace ends inside the traceEvents array (truncated or "
+            "cut mid-event); kept the complete events before the cut"]
+    # the same bytes under another name: the warning names the file read now
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(cut.read_bytes())
+    again = run_cli("query", str(copy), "SELECT 1", "--format", "csv", env=env)
+    assert f"{copy}: trace ends inside" in again.stderr and f"{cut}:" not in again.stderr
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+def test_the_cache_is_keyed_on_the_reader(run_cli: Run, tmp_path: Path) -> None:
+    # The same (empty) bytes are an empty Perfetto trace but not a JSON trace.
+    (tmp_path / "empty.pftrace").write_bytes(b"")
+    (tmp_path / "empty.json").write_bytes(b"")
+    env = {"LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    first = run_cli("query", str(tmp_path / "empty.pftrace"), "SELECT COUNT(*) AS n FROM slice", "--format", "csv",
+                    env=env)
+    assert first.returncode == 0 and first.stdout.splitlines() == ['"n"', "0"], first.stderr
+    second = run_cli("query", str(tmp_path / "empty.json"), "SELECT COUNT(*) AS n FROM slice", env=env)
+    assert second.returncode == 2 and second.stderr == f"error: {str(tmp_path / 'empty.json')!r} is empty\n"
+    assert content_key(tmp_path / "empty.json") != content_key(tmp_path / "empty.pftrace")
+    assert content_key(tmp_path / "empty.json", "perfetto") == content_key(tmp_path / "empty.pftrace")
+
+
+def test_stale_temporaries_are_removed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+    import sys
+    import time
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LAYERSCOPE_CACHE_DIR", str(cache))
+    cache.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    key = content_key(DATA / "cpu-only.json.gz")
+    old = time.time() - 2 * engine.STALE_TMP_S
+    # a writer killed mid-write (its pid is gone), a minute ago: removed
+    killed = cache / f".{key}.{dead_pid}.abc123"
+    killed.mkdir()
+    (killed / "slice.parquet").write_bytes(b"PAR1 half written")
+    os.utime(killed, (old, old))
+    # a writer of this process, still running: kept; so is a file of someone else's
+    running = cache / f".{key}.{os.getpid()}.def456"
+    running.mkdir()
+    os.utime(running, (old, old))
+    other = cache / ".notes.txt"
+    other.write_text("mine")
+    os.utime(other, (old, old))
+    # a temporary of a process that is gone but only just written: kept (a moment's grace)
+    fresh = cache / f".{key}.{dead_pid}.ghi789"
+    fresh.mkdir()
+    # one so old that its owner no longer matters (another host sharing the directory)
+    ancient = cache / f".{key}.1.jkl012"
+    ancient.mkdir()
+    very_old = time.time() - engine.ORPHAN_TMP_S - 60
+    os.utime(ancient, (very_old, very_old))
+    with TraceDB(DATA / "cpu-only.json.gz") as db:
+        assert db.scalar("SELECT COUNT(*) FROM slice") == 18
+    assert not killed.exists() and not ancient.exists()
+    assert running.is_dir() and fresh.is_dir() and other.read_text() == "mine"
+    assert (cache / key / "meta.json").is_file()
+
+
+def test_a_cache_hit_names_the_file_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LAYERSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    copy = tmp_path / "copy.json.gz"
+    copy.write_bytes((DATA / "cpu-only.json.gz").read_bytes())
+    with TraceDB(DATA / "cpu-only.json.gz") as db:
+        assert db.metadata["source"] == str(DATA / "cpu-only.json.gz")
+    with TraceDB(copy) as db:
+        assert db.metadata["source"] == str(copy)
