@@ -13,6 +13,7 @@ from layerscope.graph import build_model_graph
 from layerscope.hardware import dump_hardware_yaml, load_hardware
 from layerscope.hardware.calibration import AttentionTable, CalibrationMeasurements, GemmTable, StreamTable, VectorTable
 from layerscope.hardware.fit import (
+    UnusableFitError,
     attention_rows_efficiency,
     calibrated_spec,
     combine_measurements,
@@ -644,3 +645,113 @@ def test_fresh_pages_fit_counts_a_size_that_faults_in_some_samples() -> None:
     assert fit is not None and fit.faulting == [False, True, True] and fit.min_bytes == 32 * MIB
     assert abs(fit.extra_s_per_byte[1]) < 0.05 * c  # the median sample did not fault
     assert fit.s_per_byte == pytest.approx(c)
+
+
+# --- figures fitted out of range: clamped or dropped, and flagged ---------------------------------------------
+
+LEVELS = [{"name": "l3", "capacity_bytes": LLC}, {"name": "dram", "capacity_bytes": 16e9}]
+
+
+def with_gemv(factors: dict[int, float], *, ref_bw: float = 10e9, dtype: DType = DType.BF16,
+              median_s: dict[int, float] | None = None) -> CalibrationMeasurements:
+    """synthetic() plus a GEMV weight stream at ``ref_bw`` (two rows beyond 4x LLC: the spec's main memory) and one
+    ``dtype`` one-row GEMM per K streaming its [2048, K] weights at ``factors[K]`` x ``ref_bw``."""
+    o = TRUE["overhead"]
+    base = synthetic()
+    st = base.stream
+    ref_t = o + 16 * MIB / ref_bw
+    stream = StreamTable(kernel=[*st.kernel, "gemv", "gemv"], moved_bytes=[*st.moved_bytes, 16 * MIB, 16 * MIB],
+                         footprint_bytes=[*st.footprint_bytes, 4 * LLC, 8 * LLC], time_s=[*st.time_s, ref_t, ref_t],
+                         median_s=[*st.median_s, ref_t, ref_t])
+    ks = sorted(factors)
+    t = [(median_s or {}).get(k, o + 2048 * k * dtype.bytes / (factors[k] * ref_bw)) for k in ks]
+    gemv = GemmTable(dtype=[dtype] * len(ks), m=[1] * len(ks), n=[2048] * len(ks), k=ks, time_s=t, median_s=t)
+    return base.model_copy(update={"stream": stream, "gemv": gemv})
+
+
+def spec_of(meas: CalibrationMeasurements) -> HardwareSpec:
+    return calibrated_spec(meas, name="s", description="t", kind="cpu", engine_count=2, memory_levels=LEVELS,
+                           llc_bytes=LLC)
+
+
+def test_a_weight_stream_factor_of_4_3_is_clamped_and_flagged_not_fatal(tmp_path) -> None:
+    # The busy-machine abort: a bf16 GEMV fitted at 4.3x the reference bandwidth, beyond the spec's bound of 4.
+    with pytest.raises(ValueError, match=r"factors must be in \(0, 4\], got \[4.3"):
+        HardwareSpec.model_validate({**spec_of(synthetic()).model_dump(), "efficiency": {
+            "weight_stream_k": {"bf16": [(2048, 4.3)]}}})
+    meas = with_gemv({512: 1.2, 2048: 4.3, 8192: 2.0})
+    fit = fit_measurements(meas, llc_bytes=LLC)
+    gemv_rows = [f"stream[{len(synthetic().stream)}]", f"stream[{len(synthetic().stream) + 1}]"]
+    [flag] = fit.flags
+    assert (flag.figure, flag.at, flag.bound, flag.action, flag.replacement) == (
+        "efficiency.weight_stream_k.bf16", "K=2048", "(0, 4]", "clamped", 4.0)
+    assert flag.value == pytest.approx(4.3, rel=1e-3)
+    assert flag.rows == ["gemv[1]", *gemv_rows] and flag.remeasured == 0  # the GEMV row and the reference rows
+    assert flag.message() == ("efficiency.weight_stream_k.bf16 at K=2048: fitted 4.3, outside (0, 4]; "
+                              "not re-measured; clamped to 4")
+    hw = spec_of(meas)
+    got = hw.weight_stream_k(DType.BF16)
+    assert [k for k, _ in got] == [512.0, 2048.0, 8192.0]
+    assert [f for _, f in got] == pytest.approx([1.2, 4.0, 2.0], rel=1e-3)
+    assert hw.calibration is not None and hw.calibration.fit.flags == [flag]
+    path = tmp_path / "hw.yaml"
+    path.write_text(dump_hardware_yaml(hw))
+    again = load_hardware(path)
+    assert again == hw and again.calibration is not None and again.calibration.fit.flags == [flag]
+    # Rows taken again before the fit gave up carry their count into the flag.
+    retaken = fit_measurements(meas.model_copy(update={"remeasured": {"gemv[1]": 2, gemv_rows[0]: 2}}),
+                               llc_bytes=LLC).flags[0]
+    assert retaken.remeasured == 2 and "re-measured 2x, still out of range; clamped to 4" in retaken.message()
+    # In range, nothing is flagged and the factors are the measured ones.
+    assert fit_measurements(with_gemv({512: 1.2, 2048: 3.9}), llc_bytes=LLC).flags == []
+
+
+def test_a_factor_that_is_not_positive_is_dropped_and_flagged() -> None:
+    # An infinite median (a corrupted file) gives a factor of 0: that K leaves the table; a dtype left without
+    # rows leaves it too.
+    meas = with_gemv({512: 1.2, 2048: 1.5}, median_s={512: float("inf")})
+    fit = fit_measurements(meas, llc_bytes=LLC)
+    [flag] = fit.flags
+    assert (flag.figure, flag.at, flag.value, flag.action, flag.replacement) == (
+        "efficiency.weight_stream_k.bf16", "K=512", 0.0, "dropped", None)
+    assert [k for k, _ in fit.weight_stream_k[DType.BF16]] == [2048.0]
+    assert "dropped from the spec" in flag.message()
+    alone = fit_measurements(with_gemv({512: 1.2}, median_s={512: float("inf")}), llc_bytes=LLC)
+    assert alone.weight_stream_k == {} and len(alone.flags) == 1
+    assert spec_of(with_gemv({512: 1.2}, median_s={512: float("inf")})).efficiency.weight_stream_k == {}
+
+
+def test_an_impossible_gemv_bandwidth_is_dropped_and_main_memory_falls_back_to_copy_scale() -> None:
+    # 1 PB/s of GEMV weight streaming on a CPU: not the machine. Main memory is then copy/scale's 20 GB/s.
+    meas = with_gemv({2048: 1.0}, ref_bw=1e15)
+    hw = spec_of(meas)
+    assert hw.calibration is not None
+    [flag] = hw.calibration.fit.flags
+    assert (flag.figure, flag.action) == ("calibration.fit.weight_stream", "dropped")
+    assert flag.value == pytest.approx(1e15, rel=1e-3) and flag.bound == "[1e+08, 1e+13] B/s (a cpu)"
+    assert hw.calibration.fit.weight_stream is None
+    assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(TRUE["dram_bw"], rel=1e-6)
+
+
+def test_an_activation_stream_factor_above_the_bound_is_clamped_and_flagged() -> None:
+    # copy/scale at 20 GB/s on median times over a 4 GB/s GEMV reference: 5x, beyond the bound of 4.
+    hw = spec_of(with_gemv({2048: 1.0}, ref_bw=4e9))
+    assert hw.efficiency.activation_stream == 4.0
+    assert hw.calibration is not None
+    [flag] = hw.calibration.fit.flags
+    assert (flag.figure, flag.action, flag.replacement) == ("efficiency.activation_stream", "clamped", 4.0)
+    assert flag.value == pytest.approx(5.0, rel=1e-3)
+
+
+def test_a_main_memory_bandwidth_out_of_range_is_unusable_and_names_its_measurements() -> None:
+    # copy/scale beyond 4x LLC at 20 MB/s: no spec can do without main memory, so the fit fails with the rows
+    # a calibration run takes again.
+    base = synthetic()
+    st = base.stream
+    dram = [foot >= 4 * LLC for foot in st.footprint_bytes]
+    slow = [t * 1000 if far else t for t, far in zip(st.time_s, dram, strict=True)]
+    meas = base.model_copy(update={"stream": st.model_copy(update={"time_s": slow})})
+    with pytest.raises(UnusableFitError, match=r"main-memory bandwidth .*outside \[1e\+08, 1e\+13\] B/s") as info:
+        spec_of(meas)
+    assert info.value.rows == [f"stream[{i}]" for i, far in enumerate(dram) if far] and info.value.rows
+    assert isinstance(info.value, HardwareSpecError)

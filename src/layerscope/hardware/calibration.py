@@ -11,10 +11,13 @@ the same runs to show the noise. Units are in the names.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from layerscope.errors import HardwareSpecError
 from layerscope.units import DType
 
 
@@ -138,6 +141,10 @@ class CalibrationMeasurements(BaseModel):
     """One-row GEMMs (``m`` = 1, decode's projections) over a grid of reduction widths ``k``, each call
     on the next of enough ``[n, k]`` weights to fill several times the last-level cache (cold, as in
     a decode step): the weight-streaming rate by row length (``efficiency.weight_stream_k``)."""
+    remeasured: dict[str, int] = Field(default_factory=dict)
+    """Rows taken again because a figure fitted from them was out of its valid range (a disturbed
+    run), keyed ``table[row]`` (``gemv[3]``, ``stream[40]``), with the number of extra takes: their
+    ``time_s`` is the best over the takes and ``median_s`` the median of the takes' medians."""
 
     @model_validator(mode="after")
     def _cold_samples(self) -> CalibrationMeasurements:
@@ -257,6 +264,44 @@ class OverheadFit(BaseModel):
         return self.cold_op_s if self.cold_op_s is not None else self.launch_overhead_s
 
 
+class CalibrationFlag(BaseModel):
+    """A fitted figure outside its valid range after the re-measurements, and what the fit did with it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    figure: str
+    """The figure's dotted path in the spec (``efficiency.weight_stream_k.bf16``) or the record
+    (``calibration.fit.cache``)."""
+    at: str = ""
+    """Which entry of a table (``K=512``, ``M=64``); empty for a single figure."""
+    value: float
+    """The fitted value (NaN when none could be computed)."""
+    bound: str
+    """The valid range, as an interval (``(0, 4]``)."""
+    action: Literal["clamped", "dropped"]
+    """``clamped``: the spec holds ``replacement`` (the bound); ``dropped``: the spec goes without it
+    (the table entry, or the figure: the spec then uses what it would use had it not been measured)."""
+    replacement: float | None = None
+    """The value the spec holds instead (clamped), or None (dropped)."""
+    rows: list[str] = Field(default_factory=list)
+    """The measurements the figure is fitted from, as ``table[row]`` of the measurements."""
+    remeasured: int = Field(default=0, ge=0)
+    """How many times those measurements were taken again before the figure was flagged (0: none were,
+    e.g. a fit of a kept file)."""
+
+    def problem(self) -> str:
+        """The figure, its fitted value and the bound."""
+        where = f"{self.figure} at {self.at}" if self.at else self.figure
+        return f"{where}: fitted {self.value:.4g}, outside {self.bound}"
+
+    def message(self) -> str:
+        """One line: the figure, its fitted value, the bound, and what was done."""
+        again = (f"re-measured {self.remeasured}x, still out of range" if self.remeasured else
+                 "not re-measured")
+        done = f"clamped to {self.replacement:.4g}" if self.action == "clamped" else "dropped from the spec"
+        return f"{self.problem()}; {again}; {done}"
+
+
 class CalibrationFit(BaseModel):
     """Every fitted parameter, with its residuals."""
 
@@ -306,6 +351,9 @@ class CalibrationFit(BaseModel):
     """Per dtype, (reduction width K, weight bytes streamed per second by a cold one-row GEMM / the
     main-memory bandwidth of the spec): the median over the widths N measured at that K
     (``hardware.fit.weight_stream_factors``; a calibrated spec's ``efficiency.weight_stream_k``)."""
+    flags: list[CalibrationFlag] = Field(default_factory=list)
+    """Figures fitted outside their valid range (after re-measuring their measurements), clamped or
+    dropped; empty when every figure fitted within range."""
 
     @property
     def vector_peak_flops_per_s(self) -> float:
@@ -339,5 +387,66 @@ class CalibrationRecord(BaseModel):
                            "cold_op_points": len(meas.cold_op_s),
                            "cold_module_call_points": len(meas.cold_module_call_s),
                            "grouped_mm_group_points": len(meas.grouped_mm_group_s),
-                           "attention_points": len(meas.attention), "gemv_points": len(meas.gemv)}
+                           "attention_points": len(meas.attention), "gemv_points": len(meas.gemv),
+                           "remeasured": dict(meas.remeasured)}
         return out
+
+
+#: The ``format`` of the measurements file ``layerscope calibrate`` keeps beside its spec.
+MEASUREMENTS_FORMAT = "layerscope-calibration-measurements"
+#: Largest measurements file read back (a full run's is about 100 kB).
+MAX_MEASUREMENTS_FILE_BYTES = 64 * 1024 * 1024
+
+
+class CalibrationRun(BaseModel):
+    """The measurements file ``layerscope calibrate`` writes beside ``--out`` (``hw.measurements.json``):
+    written while it measures and again before it fits, so a crash or a failed fit keeps the run
+    (``layerscope calibrate --from-measurements FILE`` refits it without measuring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["layerscope-calibration-measurements"] = MEASUREMENTS_FORMAT
+    version: Literal[1] = 1
+    complete: bool
+    """True once every measurement of the grid was taken; False in a file written during the run."""
+    measured: int = Field(ge=0)
+    """Measurement tasks done …"""
+    total: int = Field(ge=0)
+    """… out of the grid's."""
+    memory_levels: list[dict[str, Any]]
+    """The machine's memory levels without bandwidths (``MemoryLevel`` fields), main memory last."""
+    llc_bytes: float = Field(gt=0)
+    """The last-level cache that splits cache-resident from main-memory footprints in the fit."""
+    measurements: CalibrationMeasurements
+
+
+def read_calibration_run(path: str | Path) -> CalibrationRun:
+    """The measurements file at ``path``; :class:`HardwareSpecError` (one line) for anything else."""
+    where = str(path)
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_MEASUREMENTS_FILE_BYTES:
+            raise HardwareSpecError(f"{where!r}: {size} bytes; a measurements file is at most "
+                                    f"{MAX_MEASUREMENTS_FILE_BYTES} bytes")
+        data = json.loads(Path(path).read_bytes())
+    except HardwareSpecError:
+        raise
+    except FileNotFoundError:
+        raise HardwareSpecError(f"{where!r}: no such file") from None
+    except IsADirectoryError:
+        raise HardwareSpecError(f"{where!r} is a directory, not a measurements file") from None
+    except OSError as exc:
+        raise HardwareSpecError(f"{where!r}: cannot read it ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise HardwareSpecError(f"{where!r}: not a JSON measurements file ({type(exc).__name__}: "
+                                f"{str(exc)[:120]})") from None
+    if not isinstance(data, dict) or data.get("format") != MEASUREMENTS_FORMAT:
+        raise HardwareSpecError(f"{where!r}: not a layerscope measurements file (needs \"format\": "
+                                f"\"{MEASUREMENTS_FORMAT}\", as `layerscope calibrate` writes beside --out)")
+    try:
+        return CalibrationRun.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise HardwareSpecError(f"{where!r}: {exc.error_count()} invalid field(s); {loc}: {first['msg']}") from None
+

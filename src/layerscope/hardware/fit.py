@@ -29,6 +29,13 @@ Line fits minimize the sum of squared *relative* errors (weighted least squares 
 ``OUTLIER_FACTOR`` times slower than the fit are dropped and the fit repeated (one-sided
 trimming: interference from other processes only slows a kernel down). Degenerate inputs (fewer than two
 distinct sizes in a range, times that do not grow with the work) raise :class:`HardwareSpecError`.
+
+**Valid ranges.** A figure fitted outside the range the spec accepts (a weight-stream factor above
+``MAX_STREAM_FACTOR``, a fraction of a peak that is not > 0, a bandwidth outside
+:data:`BANDWIDTH_RANGE_BYTES_PER_S`) comes from disturbed measurements, not from the machine. An
+optional figure is clamped to its bound or dropped, and listed in ``CalibrationFit.flags`` with the
+measurements behind it (which ``layerscope calibrate`` re-measures first); the main-memory bandwidth,
+which every spec needs, raises :class:`UnusableFitError` instead.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from layerscope.hardware.calibration import (
     AttentionTable,
     BandwidthFit,
     CalibrationFit,
+    CalibrationFlag,
     CalibrationMeasurements,
     CalibrationRecord,
     FitStats,
@@ -79,6 +87,21 @@ _TRIM_ROUNDS = 5
 FRESH_FAULT_MIN_FRACTION = 0.5
 #: … and a size faults when at least this share of its samples (new against reused, pairwise) do.
 FRESH_FAULT_MIN_SHARE = 0.25
+
+#: Bandwidths a fit may report, per device kind: an order of magnitude beyond any such machine on either side
+#: (a CPU's DRAM streams 5-600 GB/s and its caches a few TB/s; a GPU's HBM 1-8 TB/s). A fit outside is
+#: a disturbed (or corrupted) measurement, not the machine.
+BANDWIDTH_RANGE_BYTES_PER_S: dict[HardwareKind, tuple[float, float]] = {"cpu": (1e8, 1e13), "gpu": (1e9, 1e14)}
+
+
+class UnusableFitError(HardwareSpecError):
+    """A figure every spec needs fitted outside its valid range; ``rows`` are the measurements behind it
+    (``table[row]``), which a calibration run takes again before giving up."""
+
+    def __init__(self, message: str, rows: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.rows = list(rows)
+
 
 METHOD = (
     "weighted least squares on relative errors; cache: t = t0 + bytes/BW over footprints <= "
@@ -321,10 +344,96 @@ def fit_fresh_pages(meas: CalibrationMeasurements) -> FreshPagesFit | None:
                          s_per_byte=float(np.median(clear or extra[first:])))
 
 
+def _refs(table: str, indices: Iterable[int]) -> list[str]:
+    """Row references ``table[row]`` (``CalibrationFlag.rows``, ``CalibrationMeasurements.remeasured``)."""
+    return [f"{table}[{i}]" for i in indices]
+
+
+def _stream_refs(meas: CalibrationMeasurements, *, gemv: bool, min_footprint_bytes: float = 0.0,
+                 max_footprint_bytes: float = float("inf")) -> list[str]:
+    """The stream rows of the GEMV kernel (``gemv``) or of copy/scale, with footprints in range."""
+    return _refs("stream", (i for i, (kernel, foot) in enumerate(zip(meas.stream.kernel, meas.stream.footprint_bytes,
+                                                                     strict=True))
+                            if (kernel == "gemv") == gemv and min_footprint_bytes <= foot <= max_footprint_bytes))
+
+
+def _table_refs(meas: CalibrationMeasurements, table: str, keep: Callable[[dict[str, Any]], bool]) -> list[str]:
+    """The rows of one column table of ``meas`` (as dicts of their cells) that ``keep`` accepts."""
+    part = getattr(meas, table)
+    columns = {col: list(getattr(part, col)) for col in type(part).model_fields}
+    return _refs(table, (i for i in range(len(part)) if keep({col: values[i] for col, values in columns.items()})))
+
+
+class _Flags:
+    """The flags of one fit: each names the figure, its fitted value, the bound and what was done."""
+
+    def __init__(self, meas: CalibrationMeasurements) -> None:
+        self.meas = meas
+        self.flags: list[CalibrationFlag] = []
+
+    def add(self, figure: str, value: float, bound: str, rows: Sequence[str], *, at: str = "",
+            replacement: float | None = None) -> None:
+        self.flags.append(CalibrationFlag(
+            figure=figure, at=at, value=float(value), bound=bound, rows=list(rows),
+            action="dropped" if replacement is None else "clamped", replacement=replacement,
+            remeasured=max((self.meas.remeasured.get(r, 0) for r in rows), default=0)))
+
+    def bandwidth(self, fit: BandwidthFit | None, figure: str, rows: Sequence[str]) -> BandwidthFit | None:
+        """``fit``, or None (flagged as dropped) when its bandwidth is outside the device's range."""
+        if fit is None or _bandwidth_ok(fit.bandwidth_bytes_per_s, self.kind):
+            return fit
+        self.add(figure, fit.bandwidth_bytes_per_s, _bandwidth_bound(self.kind), rows)
+        return None
+
+    @property
+    def kind(self) -> HardwareKind:
+        return "gpu" if self.meas.device == "cuda" else "cpu"
+
+    def rows_table(self, figure: str, table: dict[KeyT, list[Any]], rows_of: Callable[[KeyT, Any], list[str]],
+                   label: Callable[[Any], str], *, high: float = 1.0,
+                   clamp: bool = False) -> dict[KeyT, list[Any]]:
+        """``table`` (per key, rows ending in a factor) with each factor outside (0, high] clamped to
+        ``high`` (above it, when ``clamp``) or dropped (not > 0, NaN, infinite); a key left without rows
+        is dropped. Every change is flagged."""
+        out: dict[KeyT, list[Any]] = {}
+        for key, rows in table.items():
+            where = f"{figure}.{key.value if isinstance(key, DType) else key}"
+            kept = []
+            for row in rows:
+                value = float(row[-1])
+                if np.isfinite(value) and 0 < value <= high:
+                    kept.append(row)
+                elif clamp and np.isfinite(value) and value > high:
+                    kept.append((*row[:-1], high))
+                    self.add(where, value, f"(0, {high:g}]", rows_of(key, row), at=label(row), replacement=high)
+                else:
+                    self.add(where, value, f"(0, {high:g}]", rows_of(key, row), at=label(row))
+            if kept:
+                out[key] = kept
+        return out
+
+
+def _bandwidth_ok(bandwidth_bytes_per_s: float, kind: HardwareKind) -> bool:
+    low, high = BANDWIDTH_RANGE_BYTES_PER_S[kind]
+    return bool(np.isfinite(bandwidth_bytes_per_s)) and low <= bandwidth_bytes_per_s <= high
+
+
+def _bandwidth_bound(kind: HardwareKind) -> str:
+    low, high = BANDWIDTH_RANGE_BYTES_PER_S[kind]
+    return f"[{low:.3g}, {high:.3g}] B/s (a {kind})"
+
+
 def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> CalibrationFit:
-    """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory."""
+    """Fit every figure of ``meas``; ``llc_bytes`` (the last-level cache) splits cache from main memory.
+
+    Optional figures fitted outside their valid range are clamped or dropped and listed in the fit's
+    ``flags``; a main-memory bandwidth outside :data:`BANDWIDTH_RANGE_BYTES_PER_S` raises
+    :class:`UnusableFitError` (see the module docstring)."""
     if not llc_bytes > 0:
         raise HardwareSpecError(f"llc_bytes must be > 0 to tell cache from main memory, got {llc_bytes!r}")
+    flags = _Flags(meas)
+    dram = DRAM_FOOTPRINT_FACTOR * llc_bytes
+    memory_rows = _stream_refs(meas, gemv=False, min_footprint_bytes=dram)
     stream, gemv = _split_stream(meas.stream)
     if not meas.empty_op_s:
         raise HardwareSpecError("no empty-op timings: cannot fit the per-op overhead")
@@ -335,6 +444,9 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                               max_footprint_bytes=CACHE_FOOTPRINT_FRACTION * llc_bytes, what="cache bandwidth")
     except HardwareSpecError:
         cache = None  # too few cache-resident sizes: the overhead is the empty op's
+    # an implausible cache line says nothing about its intercept either: the overhead is then the empty op's
+    cache = flags.bandwidth(cache, "calibration.fit.cache", _stream_refs(
+        meas, gemv=False, max_footprint_bytes=CACHE_FOOTPRINT_FRACTION * llc_bytes))
     intercept_s = cache.intercept_s if cache is not None else empty_op_s
     reuse, kernel_s, call_s = _cold_by_reuse(meas)
     overhead = OverheadFit(empty_op_s=empty_op_s, intercept_s=intercept_s,
@@ -347,15 +459,23 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
                            if meas.grouped_mm_group_s else None,
                            cold_reuse_bytes=reuse, cold_kernel_s=kernel_s, cold_module_call_by_reuse_s=call_s)
     memory = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.time_s,
-                           min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
-                           intercept_s=overhead.launch_overhead_s, what="main-memory bandwidth")
+                           min_footprint_bytes=dram, intercept_s=overhead.launch_overhead_s,
+                           what="main-memory bandwidth")
+    if not _bandwidth_ok(memory.bandwidth_bytes_per_s, flags.kind):
+        raise UnusableFitError(
+            f"main-memory bandwidth (copy/scale beyond {DRAM_FOOTPRINT_FACTOR:g}x LLC): fitted "
+            f"{memory.bandwidth_bytes_per_s:.4g} B/s, outside {_bandwidth_bound(flags.kind)}; a spec needs it "
+            f"(measurements {', '.join(memory_rows)})", memory_rows)
     if cache is not None and cache.bandwidth_bytes_per_s < CACHE_SPEEDUP_MIN * memory.bandwidth_bytes_per_s:
         cache = None
     weight_stream = None
     if gemv is not None:
-        weight_stream = fit_bandwidth(gemv.moved_bytes, gemv.footprint_bytes, gemv.time_s,
-                                      min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
-                                      intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming")
+        weight_stream = flags.bandwidth(
+            fit_bandwidth(gemv.moved_bytes, gemv.footprint_bytes, gemv.time_s, min_footprint_bytes=dram,
+                          intercept_s=overhead.launch_overhead_s, what="GEMV weight streaming"),
+            "calibration.fit.weight_stream", _stream_refs(meas, gemv=True, min_footprint_bytes=dram))
+    main_rows = (_stream_refs(meas, gemv=True, min_footprint_bytes=dram) if weight_stream is not None
+                 else memory_rows)
     bw = memory.bandwidth_bytes_per_s
     o = overhead.launch_overhead_s
     # A GEMM is compute-bound when its time is well beyond its bytes at the rate its (cold) weights
@@ -377,10 +497,16 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     activation_stream = None
     if weight_stream is not None:
         # median times, as for the GEMM tables: a model streams each tensor once per pass
-        activation_stream = fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.median_s,
-                                          min_footprint_bytes=DRAM_FOOTPRINT_FACTOR * llc_bytes,
-                                          intercept_s=overhead.launch_overhead_s,
-                                          what="activation streaming (copy/scale, median times)")
+        activation_stream = flags.bandwidth(
+            fit_bandwidth(stream.moved_bytes, stream.footprint_bytes, stream.median_s, min_footprint_bytes=dram,
+                          intercept_s=overhead.launch_overhead_s,
+                          what="activation streaming (copy/scale, median times)"),
+            "calibration.fit.activation_stream", memory_rows)
+    if activation_stream is not None and weight_stream is not None:
+        factor = activation_stream.bandwidth_bytes_per_s / weight_stream.bandwidth_bytes_per_s
+        if factor > MAX_STREAM_FACTOR:  # calibrated_spec holds the bound
+            flags.add("efficiency.activation_stream", factor, f"(0, {MAX_STREAM_FACTOR:g}]",
+                      memory_rows + main_rows, replacement=MAX_STREAM_FACTOR)
     vec, kind_rows = _split_vector(meas.vector)
     vector = fit_vector(vec.kernel, np.asarray(vec.flops, dtype=float), np.asarray(vec.moved_bytes, dtype=float),
                         np.asarray(vec.time_s, dtype=float), bandwidth_bytes_per_s=bw, overhead_s=o)
@@ -388,26 +514,49 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
     reference = {dt: max([fit.peak_flops_per_s] + [rate for table in (meas.gemm, meas.gemm_wide)
                                                    for _, _, rate in _achieved_rates(table, dt, o)])
                  for dt, fit in matmul.items()}
-    rows = {dt: matmul_rows_efficiency(meas.gemm, dt, reference[dt], o) for dt in matmul}
-    shapes = {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o) for dt in matmul}
-    peaks = {dt: reference[dt] if rows[dt] or shapes[dt] else fit.peak_flops_per_s for dt, fit in matmul.items()}
-    attention = {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul}
+
+    def gemm_refs(dt: DType, m: float, n: float | None = None) -> list[str]:
+        return [*_table_refs(meas, "gemm", lambda r: DType(r["dtype"]) == dt and r["m"] == m),
+                *_table_refs(meas, "gemm_wide", lambda r: DType(r["dtype"]) == dt and r["m"] == m and r["n"] == n)]
+
+    rows_m = flags.rows_table("calibration.fit.matmul_rows",
+                              {dt: matmul_rows_efficiency(meas.gemm, dt, reference[dt], o) for dt in matmul},
+                              lambda dt, row: gemm_refs(dt, row[0]), lambda row: f"M={row[0]:g}")
+    shapes = flags.rows_table("efficiency.matmul_shapes",
+                              {dt: matmul_shapes_efficiency(meas.gemm, meas.gemm_wide, dt, reference[dt], o)
+                               for dt in matmul},
+                              lambda dt, row: gemm_refs(dt, row[0], row[1]), lambda row: f"M={row[0]:g}, N={row[1]:g}")
+    peaks = {dt: reference[dt] if dt in rows_m or dt in shapes else fit.peak_flops_per_s
+             for dt, fit in matmul.items()}
+    attention = flags.rows_table(
+        "efficiency.attention_rows", {dt: attention_rows_efficiency(meas.attention, dt, peaks[dt], o) for dt in matmul},
+        lambda dt, row: _table_refs(meas, "attention", lambda r: DType(r["dtype"]) == dt and r["query_len"] == row[0]),
+        lambda row: f"M={row[0]:g}")
     kind_rates = vector_kind_rates(kind_rows, o, llc_bytes)
     vector_reference = max([vector.vector_flops_per_s, *kind_rates.values()])
+    per_kind = flags.rows_table(
+        "efficiency.vector_per_kind", {kind: [(rate / vector_reference,)] for kind, rate in kind_rates.items()},
+        lambda kind, _: _table_refs(meas, "vector", lambda r: KIND_KERNELS.get(r["kernel"]) == kind),
+        lambda _: "")
     fit = CalibrationFit(method=METHOD, matmul=matmul, memory=memory, cache=cache, vector=vector, overhead=overhead,
                          fresh_pages=fit_fresh_pages(meas), weight_stream=weight_stream,
-                         matmul_rows={dt: r for dt, r in rows.items() if r},
-                         matmul_shapes={dt: r for dt, r in shapes.items() if r},
-                         matmul_reference={dt: reference[dt] for dt in matmul if rows[dt] or shapes[dt]},
-                         attention_rows={dt: r for dt, r in attention.items() if r},
-                         vector_per_kind={kind: rate / vector_reference for kind, rate in kind_rates.items()},
+                         matmul_rows=rows_m, matmul_shapes=shapes,
+                         matmul_reference={dt: reference[dt] for dt in matmul if dt in rows_m or dt in shapes},
+                         attention_rows=attention,
+                         vector_per_kind={kind: rows[0][0] for kind, rows in per_kind.items()},
                          vector_reference_flops_per_s=(vector_reference if vector_reference > vector.vector_flops_per_s
                                                        else None),
                          activation_stream=activation_stream)
-    # weight-stream factors are relative to the bandwidth the spec gives main memory
+    # weight-stream factors are relative to the bandwidth the spec gives main memory; the disturbed
+    # measurement behind a factor out of range is the GEMV row or the reference, so both are named
     main_bw = fit.main_memory.bandwidth_bytes_per_s
-    return fit.model_copy(update={"weight_stream_k": {
-        dt: f for dt in dict.fromkeys(meas.gemv.dtype) if (f := weight_stream_factors(meas.gemv, dt, main_bw, o))}})
+    factors = {dt: weight_stream_factors(meas.gemv, dt, main_bw, o) for dt in dict.fromkeys(meas.gemv.dtype)}
+    weight_stream_k = flags.rows_table(
+        "efficiency.weight_stream_k", {dt: f for dt, f in factors.items() if f},
+        lambda dt, row: [*_table_refs(meas, "gemv", lambda r: DType(r["dtype"]) == dt and r["m"] == 1
+                                      and r["k"] == row[0]), *main_rows],
+        lambda row: f"K={row[0]:g}", high=MAX_STREAM_FACTOR, clamp=True)
+    return fit.model_copy(update={"weight_stream_k": weight_stream_k, "flags": flags.flags})
 
 
 #: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
