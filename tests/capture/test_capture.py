@@ -6,7 +6,6 @@ import gzip
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,15 +123,15 @@ def test_names_join_the_op_graph(family: str, captures: dict[str, Any]) -> None:
     assert not missing, f"graph modules absent from the {family} capture: {sorted(missing)}"
 
 
+@pytest.mark.slow
 def test_single_real_sized_llama_layer(tmp_path: Path) -> None:
-    """Llama-3.2-1B, one decoder layer (full 128256-token lm_head), 256-token prefill, on CPU."""
+    """Llama-3.2-1B, one decoder layer (full 128256-token lm_head), 256-token prefill, on CPU.
+
+    Its time is a benchmark (bench/), not a pass/fail criterion: a loaded machine is slow, not wrong."""
     from layerscope.capture import capture
 
-    start = time.perf_counter()
     result = capture("meta-llama/Llama-3.2-1B", layers=1, prompt_len=256, warmup=1, iterations=1,
                      out=tmp_path / "llama.json.gz")
-    elapsed = time.perf_counter() - start
-    assert elapsed < 30, f"single-layer capture took {elapsed:.1f} s"
     assert (result.layers, result.total_layers, result.weights) == (1, 16, "random")
     # Exact parameter count of the built model = layerscope.model's count for a 1-layer spec.
     config = json.loads(Path(_catalog_config("meta-llama--Llama-3.2-1B")).read_text())

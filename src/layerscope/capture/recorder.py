@@ -137,8 +137,14 @@ def _activation(module: Any, ctx: _Ctx, args: tuple[Any, ...], kwargs: dict[str,
                    _by_role(x), shapes={"x": (rows, width)}, dtypes={"x": _dt(x)})]
 
 
+#: Keywords under which an attention module receives the KV cache: ``cache`` in transformers 5,
+#: ``past_key_values`` / ``past_key_value`` in 4.x.
+ATTENTION_CACHE_KWARGS: tuple[str, ...] = ("cache", "past_key_values", "past_key_value")
+
+
 def _cached_tokens(module: Any, kwargs: dict[str, Any]) -> int:
-    cache = kwargs.get("past_key_values", kwargs.get("past_key_value"))
+    """Tokens already in the layer's KV cache when the attention module is called."""
+    cache = next((kwargs[k] for k in ATTENTION_CACHE_KWARGS if kwargs.get(k) is not None), None)
     layer_idx = getattr(module, "layer_idx", None)
     if cache is None or layer_idx is None or not hasattr(cache, "get_seq_length"):
         return 0

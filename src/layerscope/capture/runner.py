@@ -45,6 +45,25 @@ def _make_cache(transformers: Any, model: Any, plan: RunPlan) -> Any:
     return transformers.DynamicCache(config=model.config)
 
 
+#: The forward keyword of the KV cache: transformers 5 calls it ``cache`` (its ``past_key_values``
+#: is a deprecated alias that warns), 4.x ``past_key_values``; the first the model takes wins.
+CACHE_KWARGS: tuple[str, ...] = ("cache", "past_key_values")
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name under which ``model.forward`` takes its KV cache (see :data:`CACHE_KWARGS`)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return next((name for name in CACHE_KWARGS if name in params), CACHE_KWARGS[-1])
+
+
+def returned_cache(out: Any) -> Any:
+    """The KV cache a forward returned: ``out.cache`` (transformers 5) or ``out.past_key_values``."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 def _forward_kwargs(model: Any) -> dict[str, Any]:
     """Keyword arguments every forward gets: ``logits_to_keep=1`` where the model takes it.
 
@@ -80,20 +99,20 @@ def _one_iteration(torch: Any, transformers: Any, model: Any, input_ids: Any, pl
     cache = _make_cache(transformers, model, plan)
     device = plan.device
     extra = _forward_kwargs(model)
+    cache_key = cache_kwarg(model)
     # input_ids: [B, S]
     annotator.phase = "prefill"
     with span(PREFILL_RANGE):
         positions = torch.arange(plan.prompt_len, device=device)
-        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions,
-                    **extra)
+        out = model(input_ids=input_ids, use_cache=True, cache_position=positions, **{cache_key: cache}, **extra)
         token = _sample(out.logits, span)  # [B, 1]
         _sync(torch, device)
     annotator.phase = "decode"
     for step in range(plan.decode_steps):
         with span(step_range(step)):
             positions = torch.tensor([plan.prompt_len + step], device=device)
-            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True,
-                        cache_position=positions, **extra)
+            out = model(input_ids=token, use_cache=True, cache_position=positions,
+                        **{cache_key: returned_cache(out)}, **extra)
             token = _sample(out.logits, span)
             _sync(torch, device)
 

@@ -60,7 +60,8 @@ def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple
     k = moe.num_experts_per_tok
     ops: list[Op] = []
     router_name = f"{mlp}.{mods.router}"
-    router = linear(ctx, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router")
+    router = linear(ctx, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router",
+                    weight_dtype=moe.router_weight_dtype)
     ops.append(router)
     topk_name = f"{mlp}.topk"
     # transformers 5 routes inside the router module (``Qwen3MoeTopKRouter``, ``MixtralTopKRouter``,

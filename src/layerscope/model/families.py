@@ -20,6 +20,7 @@ from typing import Any
 
 from layerscope.errors import ConfigError
 from layerscope.model.spec import LayerAttention, MLASpec, ModuleNames, MoESpec
+from layerscope.units import DType
 
 log = logging.getLogger(__name__)
 
@@ -356,6 +357,8 @@ def parse_deepseek(f: Fields) -> dict[str, Any]:
             layer_freq=f.get_int("moe_layer_freq", default=1),
             # DeepSeek-V3 auxiliary-loss-free balancing (arXiv 2412.19437 §2.1.2) adds a bias per expert.
             router_correction_bias=f.get_str("topk_method", default="") == "noaux_tc",
+            # transformers 5's DeepseekV2/V3TopkRouter keeps its weight in float32 whatever the model's dtype.
+            router_weight_dtype=DType.FP32,
         ),
         modules=ModuleNames(q_proj=None if q_lora_rank else "q_proj", k_proj=None, v_proj=None),
     )

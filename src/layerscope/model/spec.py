@@ -116,6 +116,10 @@ class MoESpec(BaseModel):
     ``e_score_correction_bias``, a checkpoint weight of ``num_experts`` values per MoE layer)."""
     dense_layers: tuple[int, ...] = ()
     """Layers that keep a dense MLP although the pattern makes them MoE (Qwen3-MoE ``mlp_only_layers``)."""
+    router_weight_dtype: DType | None = None
+    """The router's weight dtype where the model keeps it apart from the other weights (DeepSeek-V2/V3 in
+    transformers 5: ``DeepseekV3TopkRouter.weight`` is float32, its logits ``F.linear`` of float32 casts);
+    None: the model's weight dtype."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:

@@ -11,6 +11,7 @@ all-reduces) are not operators a run can be traced for and are left out (:data:`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from layerscope.errors import GraphError
@@ -66,7 +67,11 @@ def _gemm(op: Op, ctx: BuildContext) -> OpCall:
     assert op.gemm is not None
     g = op.gemm
     category = "moe_router" if op.kind == "router" else "gemm"
-    return _call(ctx, "gemm", category, {"N": g.n, "K": g.k}, {"M": g.m * g.batch})
+    call = _call(ctx, "gemm", category, {"N": g.n, "K": g.k}, {"M": g.m * g.batch})
+    # A weight kept in its own dtype (DeepSeek's float32 router) is the op's weight tensor's dtype.
+    wdt = op.inputs[1].dtype
+    return call if wdt == ctx.weight_dtype else replace(
+        call, dtypes_by_role={**call.dtypes_by_role, "weight": dtype_name(wdt)})
 
 
 def _norm(op: Op, ctx: BuildContext) -> OpCall:
