@@ -1,13 +1,19 @@
-"""Chrome Trace Event JSON of schedules (layerscope/trace/chrome_writer.py, trace/writers.py)."""
+"""Chrome Trace Event JSON of schedules (layerscope/trace/chrome_writer.py, trace/writers.py).
+
+Read back as JSON here, and by the real Perfetto trace processor (the ``perfetto_oracle``
+fixture, tests/oracle.py), checked against the schedule and against our SQL engine."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from layerscope.analysis.engine import TraceDB
 from layerscope.errors import OutputError, TraceError
 from layerscope.schedule import ScheduleProblem, schedule
 from layerscope.trace.writers import TraceMetadata, trace_format, write_schedule_trace
@@ -107,3 +113,57 @@ def test_minimal_metadata_and_escaping(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="metadata has 2 ops but the schedule has 1"):
         write_schedule_trace(schedule(ScheduleProblem.from_dependencies([[]], [0], [0], [0], 1e9), 1), meta,
                              tmp_path / "x.json")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, timed, sched, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    path = write_schedule_trace(sched, timed, tmp_path / f"t{suffix}")
+    trace = perfetto_oracle.load(path)
+    assert trace.errors() == []
+    g = timed.graph
+    # µs with three decimals in the file: trace_processor's ns must be the schedule's exactly.
+    rows = trace.query("SELECT s.name, s.ts, s.dur, s.depth, s.category, t.name AS thread FROM slice s "
+                       "JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)")
+    assert len(rows) == len(g.ops)
+    assert {r["name"]: (r["ts"], r["dur"], r["depth"], r["category"], r["thread"]) for r in rows} == {
+        op.name: (int(sched.start_ns[i]), int(sched.end_ns[i] - sched.start_ns[i]), 0, op.kind,
+                  f"engine {sched.engine[i]}") for i, op in enumerate(g.ops)}
+    # The s/f pairs bind to the producer's and the consumer's slices (by time on their threads).
+    flows = trace.query("SELECT o.name AS src, i.name AS dst FROM flow f JOIN slice o ON f.slice_out = o.id "
+                        "JOIN slice i ON f.slice_in = i.id")
+    assert sorted((r["src"], r["dst"]) for r in flows) == sorted(
+        (g.ops[j].name, op.name) for i, op in enumerate(g.ops) for j in g.dependencies[i])
+    args: dict[str, dict[str, Any]] = defaultdict(dict)
+    for r in trace.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
+                         "JOIN args a USING (arg_set_id)"):
+        args[r["name"]][r["key"]] = r["int_value"] if r["string_value"] is None else r["string_value"]
+    for i, op in enumerate(g.ops):
+        a = args[op.name]
+        assert (a["args.flops"], a["args.weight_bytes"], a["args.bound"]) == (op.flops, op.weight_bytes,
+                                                                              timed.bound[i])
+        deps = [a.get(f"args.dependencies[{k}]") for k in range(len(g.dependencies[i]) + 1)]
+        assert deps == [g.ops[j].name for j in g.dependencies[i]] + [None]
+    counters = trace.query("SELECT t.name, COUNT(*) AS n, MAX(c.value) AS peak FROM counter c "
+                           "JOIN counter_track t ON c.track_id = t.id GROUP BY t.name ORDER BY t.name")
+    bt, bv = sched.engines_busy()
+    assert [(r["name"], r["n"]) for r in counters] == [("engines busy", len(bt)),
+                                                       ("memory bandwidth GB/s", len(sched.bandwidth_time_ns))]
+    assert counters[0]["peak"] == bv.max()
+    assert counters[1]["peak"] == pytest.approx(sched.bandwidth_bytes_per_s.max() / 1e9)
+    with TraceDB(path, use_cache=False) as db:
+        assert trace.disagreements(db.records) == []
+
+
+def test_real_trace_processor_reads_escaped_names(perfetto_oracle: Any, tmp_path: Path) -> None:
+    p = ScheduleProblem.from_dependencies([[], [0]], [1.234e-6, 1e-9], [0, 0], [0, 0], 1e9)
+    # (no control characters: trace_processor keeps "\\n" in a JSON name as backslash and n)
+    meta = TraceMetadata.minimal(['a"quoted"\\name', "b\u00e9/\u4e2d"], ["gemm", "norm"], 'proc "x"')
+    path = write_schedule_trace(schedule(p, 1), meta, tmp_path / "m.json")
+    trace = perfetto_oracle.load(path)
+    assert trace.errors() == []
+    assert trace.query("SELECT name, ts, dur, category FROM slice ORDER BY ts") == [
+        {"name": 'a"quoted"\\name', "ts": 0, "dur": 1234, "category": "gemm"},
+        {"name": "b\u00e9/\u4e2d", "ts": 1234, "dur": 1, "category": "norm"}]
+    assert trace.query("SELECT name FROM process WHERE pid = 1") == [{"name": 'proc "x" · 1 engines (list)'}]
+    with TraceDB(path, use_cache=False) as db:
+        assert trace.disagreements(db.records) == []
