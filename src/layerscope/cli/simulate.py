@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,31 +64,52 @@ def simulate_cmd(
         _open(result.trace_path)
 
 
-def open_cmd(trace: Path = typer.Argument(..., help="Trace file to open in ui.perfetto.dev.")) -> None:
-    """Serve TRACE once from 127.0.0.1 and open it in ui.perfetto.dev."""
-    _open(trace)
+def open_cmd(
+    trace: Path = typer.Argument(..., help="Trace file to open in ui.perfetto.dev."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: what is served, where (path, "
+                                 "bytes, url, port, ui_url), as soon as it is served."),
+    no_browser: bool = typer.Option(False, "--no-browser", help="Do not start a browser; open ui_url yourself."),
+    timeout_s: float | None = typer.Option(None, "--timeout", help="Stop serving after this many seconds "
+                                           "(exit 1 if the trace was not fetched). Default: until fetched."),
+) -> None:
+    """Serve TRACE once from 127.0.0.1 and open it in ui.perfetto.dev.
+
+    Exit 0 once the UI fetched the trace; 1 if --timeout passed first; 130 on Ctrl-C."""
+    from layerscope.errors import TraceError
+
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise TraceError(f"--timeout: {timeout_s!r} is not allowed; give seconds, a finite number > 0")
+    if not _open(trace, as_json=as_json, browser=not no_browser, timeout_s=timeout_s):
+        raise typer.Exit(1)
 
 
-def _open(path: Path) -> None:
-    from layerscope.trace.serve import open_in_perfetto
+def _open(path: Path, *, as_json: bool = False, browser: bool = True, timeout_s: float | None = None) -> bool:
+    """Serve ``path`` to the Perfetto UI until it was fetched (True) or ``timeout_s`` passed (False)."""
+    from layerscope.trace.serve import TraceServer, open_in_perfetto
 
-    def ready(url: str) -> None:
-        typer.echo(f"Serving {path} once for ui.perfetto.dev (Ctrl-C to stop):\n  {url}", err=True)
+    def ready(server: TraceServer) -> None:
+        if as_json:
+            from layerscope.cli.common import print_json
 
-    url, fetched = open_in_perfetto(path, on_ready=ready)
+            print_json(server.describe())  # flushed: a script reads the URL while the file is served
+        typer.echo(f"Serving {path} once for ui.perfetto.dev (Ctrl-C to stop):\n  {server.ui_url}", err=True)
+
+    url, fetched = open_in_perfetto(path, on_ready=ready, timeout_s=timeout_s,
+                                    open_browser=None if browser else (lambda _url: False))
     typer.echo("trace sent to the Perfetto UI" if fetched else f"not fetched; open {url}", err=True)
+    return fetched
 
 
 def _render(result: Any) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console, fmt_time_s
+    from layerscope.cli.common import console, esc, fmt_time_s
 
     con = console()
     s = result.schedule
     con.print(
-        f"[bold]{result.model}[/] on [bold]{result.hardware}[/] · {result.problem.name} · "
-        f"{result.problem.n} ops · cost {result.timed.cost_model} · policy {s.policy} · "
+        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {esc(result.problem.name)} · "
+        f"{result.problem.n} ops · cost {esc(result.timed.cost_model)} · policy {esc(s.policy)} · "
         f"bandwidth {'shared' if s.share_bandwidth else 'per engine'}"
     )
     t = Table(title="engine sweep" if len(result.sweep.rows) > 1 else "schedule")
@@ -100,4 +122,4 @@ def _render(result: Any) -> None:
     con.print(t)
     con.print(f"engines used: {result.sweep.engines_used} (smallest count within 2% of the best makespan)")
     if result.trace_path is not None:
-        con.print(f"trace: {result.trace_path} ({s.engines.count} engines)")
+        con.print(f"trace: {esc(result.trace_path)} ({s.engines.count} engines)")

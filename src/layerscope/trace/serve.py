@@ -5,6 +5,10 @@ then fetches it cross-origin, so the file is served with CORS for the UI's origi
 Private Network Access header Chrome asks for when a public page reads from loopback). The server
 listens on a free port of 127.0.0.1, serves nothing but that one file (requests from any other
 web origin get 403), and stops once the file was sent in full (or when the caller interrupts it).
+
+A request must also name the server itself in its ``Host`` header (``127.0.0.1``, ``localhost`` or
+``[::1]`` with its port): a web page that points its own host name at 127.0.0.1 (DNS rebinding)
+sends that name, and gets 421 and no trace bytes.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from layerscope.errors import TraceError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PERFETTO_UI_ORIGIN", "TraceServer", "open_in_perfetto"]
+__all__ = ["LOOPBACK_HOSTS", "PERFETTO_UI_ORIGIN", "TraceServer", "open_in_perfetto"]
 
 PERFETTO_UI_ORIGIN = "https://ui.perfetto.dev"
+
+#: The names a request may call the server by (with its port): loopback only.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
 class TraceServer:
@@ -43,12 +50,23 @@ class TraceServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.info("serve: " + format, *args)
 
+            def _host_ok(self) -> bool:
+                """Whether the Host header names this server on loopback; else answers 421."""
+                host = (self.headers.get("Host") or "").strip().lower()
+                if host in server.allowed_hosts:
+                    return True
+                # Misdirected Request: the request was meant for another host name.
+                self.send_error(421)
+                return False
+
             def _cors(self) -> None:
                 if self.headers.get("Origin") == server.origin:
                     self.send_header("Access-Control-Allow-Origin", server.origin)
                     self.send_header("Vary", "Origin")
 
             def do_OPTIONS(self) -> None:
+                if not self._host_ok():
+                    return
                 self.send_response(204)
                 self._cors()
                 if self.headers.get("Origin") == server.origin:
@@ -59,6 +77,8 @@ class TraceServer:
                 self.end_headers()
 
             def do_GET(self) -> None:
+                if not self._host_ok():
+                    return
                 origin = self.headers.get("Origin")
                 if origin is not None and origin != server.origin:
                     # Another web page must neither read the trace nor end the serving.
@@ -82,6 +102,8 @@ class TraceServer:
         self._httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        #: ``Host`` header values accepted (lower case): the loopback names with this server's port.
+        self.allowed_hosts = frozenset(f"{name}:{self.port}" for name in LOOPBACK_HOSTS)
 
     @property
     def port(self) -> int:
@@ -96,6 +118,11 @@ class TraceServer:
     def ui_url(self) -> str:
         """The Perfetto UI address that opens the served file."""
         return f"{self.origin}/#!/?url={self.url}"
+
+    def describe(self) -> dict[str, object]:
+        """What is served, where: the file (absolute path, bytes), its URL and port, the UI address."""
+        return {"path": str(self.path.resolve()), "bytes": self.path.stat().st_size, "url": self.url,
+                "port": self.port, "ui_url": self.ui_url, "origin": self.origin}
 
     def start(self) -> TraceServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
@@ -130,12 +157,12 @@ def open_in_perfetto(
     path: str | os.PathLike[str],
     *,
     open_browser: Callable[[str], bool] | None = None,
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[TraceServer], None] | None = None,
     timeout_s: float | None = None,
 ) -> tuple[str, bool]:
     """Serve ``path`` once and point the Perfetto UI at it.
 
-    ``on_ready(ui_url)`` is called when the server listens (the CLI prints the URL there);
+    ``on_ready(server)`` is called when the server listens (the CLI prints its URL there);
     ``open_browser(ui_url)`` (default: :func:`webbrowser.open`) returns whether a browser opened.
     Blocks until the UI fetched the file, ``timeout_s`` passed, or KeyboardInterrupt (re-raised
     after the server stopped). Returns ``(ui_url, fetched)``.
@@ -147,7 +174,7 @@ def open_in_perfetto(
     with TraceServer(path) as srv:
         url = srv.ui_url
         if on_ready is not None:
-            on_ready(url)
+            on_ready(srv)
         opened = bool(open_browser(url))
         log.info("browser %s", "opened" if opened else "not available")
         fetched = srv.wait(timeout_s)
