@@ -65,10 +65,11 @@ def test_bundled_csv_two_devices() -> None:
     assert nvl.engines.count == 32 and nvl.engines.clock_hz == 2.5e9
     assert nvl.engines.macs_per_cycle == {DType.FP16: 2048}
     assert nvl.peak_flops(DType.FP16) == pytest.approx(327.68e12)
-    assert nvl.memory_bandwidth_bytes_per_s == 342e9
+    assert nvl.memory_bandwidth_bytes_per_s == 342 * 2**30  # the design notebook's sheet: binary units
     assert [lv.name for lv in nvl.memory] == ["l3", "dram"]
+    assert nvl.level("l3").capacity_bytes == 36 * 2**20
     assert math.isinf(nvl.memory_capacity_bytes)
-    assert nvl.sources["engines.clock_hz"].startswith("layerscope hardware brief")
+    assert nvl.sources["engines.clock_hz"].startswith("design notebook device sheet")
     assert "assumption" in nvl.sources["engines.vector_flops_per_s"]
     assert nvl.engines.vector_flops_per_s == pytest.approx(327.68e12 / 16)
 
@@ -206,11 +207,39 @@ def test_wrong_dimension_unit_is_rejected(tmp_path: Path) -> None:
     assert "unknown unit 'GHz'" in _error(_write_csv(tmp_path / "dim.csv", rows))
 
 
-def test_missing_unit_is_an_error(tmp_path: Path) -> None:
-    rows = [list(r) for r in BASE]
-    rows[4] = ["Bandwidth", "342", "30"]
-    message = _error(_write_csv(tmp_path / "nounit.csv", rows))
-    assert "'342' has no unit" in message and "row 'Bandwidth'" in message
+def test_plain_numbers_are_base_units(tmp_path: Path) -> None:
+    rows = [["", "A"], ["Num_Cores", "32"], ["Frequency", "2.5e9"], ["MACs_per_cycle", "2048"],
+            ["Bandwidth", "367219703808"], ["L3_cache_capacity", 37748736], ["Memory_capacity", "16e9"],
+            ["Vector_flops", "2e13"], ["Launch_overhead", "4e-6"], ["Peak_flops_fp8", "6.5e14"]]
+    spec = load_hardware(_write_csv(tmp_path / "plain.csv", rows))
+    assert spec.engines.clock_hz == 2.5e9
+    assert spec.memory_bandwidth_bytes_per_s == 342 * 2**30
+    assert spec.level("l3").capacity_bytes == 36 * 2**20
+    assert spec.memory_capacity_bytes == 16e9
+    assert spec.engines.vector_flops_per_s == 2e13
+    assert spec.launch_overhead_s == 4e-6
+    assert spec.engines.peak_flops_per_s[DType.FP8] == 6.5e14
+
+
+@pytest.mark.parametrize("row, cell, shown", [
+    ("Bandwidth", "342", "342 B/s"),  # meant as GB/s
+    ("Frequency", "2.5", "2.5 Hz"),  # meant as GHz
+    ("L3_cache_capacity", "36", "36 B"),  # meant as MB
+    ("Vector_flops", "20", "20 FLOP/s"),  # meant as TFLOP/s
+    ("Launch_overhead", "4", "4 s"),  # meant as us
+])
+def test_implausible_plain_number_says_it_was_read_in_base_units(
+        row: str, cell: str, shown: str, tmp_path: Path) -> None:
+    rows = [[r[0], r[1]] for r in BASE if r[0].split(" ")[0] != row] + [[row, cell]]
+    message = _error(_write_csv(tmp_path / "plain.csv", rows))
+    assert f"a plain number is in base units, so '{cell}' is {shown}" in message
+    assert f"row '{row}', column 'NVL-AX'" in message and "write the unit" in message
+
+
+def test_a_unit_in_the_row_name_makes_small_numbers_fine(tmp_path: Path) -> None:
+    rows = [*BASE[:4], ["Bandwidth (GB/s)", "342", "30000"], BASE[5], ["Launch_overhead (us)", "4", "2"]]
+    spec = load_hardware(_write_csv(tmp_path / "named.csv", rows), device="NVL-AX")
+    assert spec.memory_bandwidth_bytes_per_s == 342e9 and spec.launch_overhead_s == pytest.approx(4e-6)
 
 
 def test_missing_frequency_row_is_named(tmp_path: Path) -> None:

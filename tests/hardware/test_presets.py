@@ -27,9 +27,10 @@ DATASHEET = {
     "mi300x": (1307.4e12, 5.3e12, 192e9, 304, 163.4e12),
     "tpu-v5e": (197e12, 819e9, 16e9, 1, None),
     "server-cpu": (96 * 2.4e9 * 2 * 32, 460.8e9, None, 96, 96 * 2.4e9 * 2 * 16),
-    # Spreadsheet accelerators: peak = cores * clock * 2 * MACs/cycle/core.
-    "nvl-ax": (32 * 2.5e9 * 2048 * 2, 342e9, math.inf, 32, None),
-    "jgs": (192 * 1.5e9 * 8192 * 2, 30e12, math.inf, 192, None),
+    # Spreadsheet accelerators (../shared/data/seed-hardware-sheet.csv, base units, binary prefixes):
+    # peak = cores * clock * 2 * MACs/cycle/core; JGS's MACs are fp32, so bf16 runs at that rate.
+    "nvl-ax": (32 * 2.5e9 * 2048 * 2, 342 * 2**30, math.inf, 32, None),
+    "jgs": (192 * 1.5e9 * 8192 * 2, 30 * 2**40, math.inf, 192, None),
 }
 
 FP8 = {"h100-sxm": 1979e12, "h100-pcie": 1513e12, "h200": 1979e12, "b200": 4500e12, "l40s": 733e12,
@@ -65,13 +66,15 @@ def test_preset_peaks_equal_the_datasheet(name: str) -> None:
 
 def test_nvl_ax_and_jgs_peaks_follow_from_macs() -> None:
     nvl = load_hardware("NVL-AX")
-    assert nvl.engines.peak_flops_per_s[DType.FP16] == pytest.approx(327.68e12, rel=1e-12)
+    assert nvl.engines.peak_flops_per_s == {DType.FP16: pytest.approx(327.68e12, rel=1e-12)}
     assert nvl.peak_flops(DType.BF16) == pytest.approx(327.68e12, rel=1e-12)  # bf16 shares fp16
-    assert nvl.level("l3").capacity_bytes == 36e6
+    assert nvl.level("l3").capacity_bytes == 36 * 2**20
     jgs = load_hardware("jgs")
-    assert jgs.peak_flops(DType.FP16) == pytest.approx(192 * 1.5e9 * 8192 * 2, rel=1e-12)
-    assert jgs.level("l3").capacity_bytes == 120e6
-    assert jgs.memory_bandwidth_bytes_per_s == 30e12
+    assert jgs.engines.macs_per_cycle == {DType.FP32: 8192}  # the design notebook: JGS MACs are fp32
+    assert jgs.engines.peak_flops_per_s == {DType.FP32: pytest.approx(192 * 1.5e9 * 8192 * 2, rel=1e-12)}
+    assert jgs.resolve_flops(DType.FP16).dtype == DType.FP32  # 16-bit work runs on the fp32 MACs
+    assert jgs.level("l3").capacity_bytes == 120 * 2**20
+    assert jgs.memory_bandwidth_bytes_per_s == 30 * 2**40
 
 
 def test_sparse_figures_are_not_used() -> None:

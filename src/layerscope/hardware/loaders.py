@@ -5,21 +5,35 @@ preset name. YAML/JSON hold a :class:`HardwareSpec` as nested mappings (numbers 
 as strings, ``"3.35 TB/s"``, for fields whose name ends in ``_hz``, ``_bytes``, ``_bytes_per_s``,
 ``_flops_per_s`` or ``_s``).
 
-Spreadsheets (CSV, XLSX) have one column per device and the row names in the first column::
+Spreadsheets (CSV, XLSX) have one column per device and the row names in the first column
+(the header row's first cell may be empty). Plain numbers are in base units, as the design
+notebook's device sheet writes them (``tests/data/hardware/seed-hardware-sheet.csv``)::
 
-    Parameter,          NVL-AX,    JGS,       Source
-    Num_Cores,          32,        192,       …
-    Frequency (GHz),    2.5,       1.5,       …
-    MACs_per_cycle,     2048,      8192,      …
-    Bandwidth,          342 GB/s,  30 TB/s,   …
-    L3_cache_capacity,  36 MB,     120 MB,    …
+    ,                   NVL-AX,         JGS
+    Num_Cores,          32,             192
+    Frequency,          2500000000.0,   1500000000.0
+    MACs_per_cycle,     2048,           8192
+    Bandwidth,          367219703808,   32985348833280
+    L3_cache_capacity,  37748736,       125829120
 
-A unit may sit in the row name (``Frequency (GHz)``), in the cell (``2.5 GHz``) or in an
-optional ``Unit`` column; the cell's own unit wins. Decimal prefixes are powers of 1000
-(``MB`` = 1e6 bytes), ``KiB``/``MiB``/``GiB`` powers of 1024. An optional ``Source`` column gives
-each row's citation. The known rows are listed in :data:`SHEET_ROWS`; unknown rows are logged
-and ignored. What a sheet does not say is filled with labelled assumptions (see
-:func:`spec_from_sheet_column`), each recorded in ``HardwareSpec.sources``.
+The base unit of a row is the one its name says (:data:`SHEET_ROWS`, :data:`BASE_UNITS`): Hz
+(``Frequency``), bytes (``*_capacity``), bytes/s (``Bandwidth``, ``*_bandwidth``), FLOP/s
+(``*_flops``, ``Peak_flops_<dtype>``), MACs per cycle per core (``MACs_per_cycle``), seconds
+(``Launch_overhead``, ``Interconnect_latency``), a fraction in (0, 1] (``*_efficiency``). A unit may
+instead sit in the row name (``Frequency (GHz)``), in the cell (``2.5 GHz``) or in an optional
+``Unit`` column; the cell's own unit wins. Decimal prefixes are powers of 1000 (``MB`` = 1e6
+bytes), ``KiB``/``MiB``/``GiB`` powers of 1024. A plain number that is implausible in its base unit
+(a clock below 1 MHz, a bandwidth or FLOP rate below 1e6 per second, a capacity below 1 KiB, an
+overhead above 1 s: ``Bandwidth, 342`` meant as GB/s) is refused with a message saying so
+(:data:`PLAIN_NUMBER_RANGE`). An optional ``Source`` column gives each row's citation. The known rows
+are listed in :data:`SHEET_ROWS`; unknown rows are logged and ignored. What a sheet does not say is
+filled with labelled assumptions (see :func:`spec_from_sheet_column`), each recorded in
+``HardwareSpec.sources``.
+
+What is read is bounded (:data:`MAX_TEXT_FILE_BYTES`, :data:`MAX_XLSX_UNPACKED_BYTES`,
+:data:`MAX_SHEET_ROWS`, :data:`MAX_NESTING`, :data:`MAX_YAML_ALIAS_NODES`: a YAML alias bomb is refused
+before it is expanded) and values quoted in errors are shortened
+(:func:`layerscope.hardware.quantities.quote`).
 """
 
 from __future__ import annotations
@@ -33,17 +47,35 @@ import logging
 import math
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
+from xml.etree.ElementTree import ParseError
 
 from layerscope.errors import HardwareSpecError, WorkloadError
-from layerscope.hardware.quantities import Dimension, parse_quantity
+from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, quote, split_number
 from layerscope.hardware.spec import HardwareKind, HardwareSpec, MemoryLevel
 from layerscope.units import DType, atomic_write, parse_dtype
 
 logger = logging.getLogger(__name__)
+
+#: Largest YAML/JSON/CSV hardware file read: presets are a few KB, a calibrated spec tens of KB.
+MAX_TEXT_FILE_BYTES = 4 * 2**20
+#: Largest XLSX file, and the most its zip members may unpack to (a zip bomb is refused unread).
+MAX_XLSX_FILE_BYTES = 16 * 2**20
+MAX_XLSX_UNPACKED_BYTES = 64 * 2**20
+#: Most rows and device columns a spreadsheet may have.
+MAX_SHEET_ROWS = 1000
+MAX_SHEET_COLUMNS = 256
+#: Deepest nesting of mappings/lists in a YAML/JSON spec (a spec nests 5 levels).
+MAX_NESTING = 64
+#: Most YAML values that aliases may stand for, expanded (a spec needs no alias at all; a few small
+#: ones are let through, a "billion laughs" is not).
+MAX_YAML_ALIAS_NODES = 10_000
+#: Longest cell read as a number.
+MAX_NUMBER_CHARS = 100
 
 # -- spreadsheet model --------------------------------------------------------------------
 
@@ -140,6 +172,9 @@ class Sheet:
     devices: list[str]
     rows: dict[str, SheetRow]
     """Keyed by ``SheetRowSpec.name`` (plus ``_<dtype>`` for per-dtype rows)."""
+    ignored: list[str] = field(default_factory=list)
+    """A note per unknown row, logged once a spec is read from the sheet (a sheet that
+    fails reports only its error)."""
 
 
 def _row_spec(label: str, origin: str, ref: str) -> tuple[SheetRowSpec, DType | None, str] | None:
@@ -165,7 +200,7 @@ def _row_spec(label: str, origin: str, ref: str) -> tuple[SheetRowSpec, DType | 
             except WorkloadError:
                 known = ", ".join(d.value for d in DType)
                 raise HardwareSpecError(
-                    f"{origin}: {ref}: row {label!r} names unknown dtype {suffix!r}; known: {known}"
+                    f"{origin}: {ref}: row {quote(label)} names unknown dtype {quote(suffix)}; known: {known}"
                 ) from None
         if dtype is None:
             if prefix == "macs_per_cycle":
@@ -183,6 +218,8 @@ def sheet_from_grid(grid: Sequence[Sequence[Any]], origin: str,
     rows = [(i, list(r)) for i, r in enumerate(grid) if any(_text(v) for v in r)]
     if not rows:
         raise HardwareSpecError(f"{origin}: the sheet is empty")
+    if len(rows) > MAX_SHEET_ROWS:
+        raise HardwareSpecError(f"{origin}: {len(rows)} rows, more than the {MAX_SHEET_ROWS} a hardware sheet may have")
     header_index, header = rows[0]
     devices: dict[int, str] = {}
     unit_col = source_col = None
@@ -196,13 +233,17 @@ def sheet_from_grid(grid: Sequence[Sequence[Any]], origin: str,
             source_col = col
         elif any(_norm(text) == _norm(d) for d in devices.values()):
             raise HardwareSpecError(
-                f"{origin}: {ref(header_index, col)}: device column {text!r} appears twice"
+                f"{origin}: {ref(header_index, col)}: device column {quote(text)} appears twice"
             )
         else:
             devices[col] = text
+    if len(devices) > MAX_SHEET_COLUMNS:
+        raise HardwareSpecError(
+            f"{origin}: {len(devices)} device columns, more than the {MAX_SHEET_COLUMNS} a hardware sheet may have"
+        )
     if not devices:
         raise HardwareSpecError(
-            f"{origin}: no device columns in the header row {[_text(v) for v in header]!r}; "
+            f"{origin}: no device columns in the header row {quote([_text(v) for v in header])}; "
             "expected the row names in the first column and one column per device"
         )
     sheet = Sheet(origin, list(devices.values()), {})
@@ -212,7 +253,7 @@ def sheet_from_grid(grid: Sequence[Sequence[Any]], origin: str,
             raise HardwareSpecError(f"{origin}: {ref(index, 0)}: a row with values has no name")
         found = _row_spec(label, origin, ref(index, 0))
         if found is None:
-            logger.warning("%s: %s: ignoring unknown row %r", origin, ref(index, 0), label)
+            sheet.ignored.append(f"{ref(index, 0)}: ignoring unknown row {quote(label)}")
             continue
         spec, dtype, unit = found
         if unit_col is not None and unit_col < len(values) and _text(values[unit_col]):
@@ -224,7 +265,7 @@ def sheet_from_grid(grid: Sequence[Sequence[Any]], origin: str,
             row.cells[device] = Cell(value, ref(index, col))
         if spec.name in sheet.rows:
             raise HardwareSpecError(
-                f"{origin}: {ref(index, 0)}: row {label!r} repeats row {sheet.rows[spec.name].label!r}"
+                f"{origin}: {ref(index, 0)}: row {quote(label)} repeats row {quote(sheet.rows[spec.name].label)}"
             )
         sheet.rows[spec.name] = row
     return sheet
@@ -236,15 +277,17 @@ def _text(value: Any) -> str:
 
 def pick_device(sheet: Sheet, device: str | None) -> str:
     """The device column named ``device`` (case/dash-insensitive), or the only one."""
-    columns = ", ".join(repr(d) for d in sheet.devices)
+    columns = ", ".join(quote(d) for d in sheet.devices)
     if device is None:
         if len(sheet.devices) == 1:
             return sheet.devices[0]
-        raise HardwareSpecError(f"{sheet.origin}: the sheet has several devices; pick one of: {columns}")
+        raise HardwareSpecError(
+            f"{sheet.origin}: the sheet has several devices; pick one of: {columns} (--device-column)"
+        )
     for name in sheet.devices:
         if _norm(name) == _norm(device):
             return name
-    raise HardwareSpecError(f"{sheet.origin}: no device column {device!r}; columns: {columns}")
+    raise HardwareSpecError(f"{sheet.origin}: no device column {quote(device)}; columns: {columns}")
 
 
 class _Column:
@@ -257,7 +300,7 @@ class _Column:
 
     def _where(self, row: SheetRow) -> str:
         cell = row.cells[self.device]
-        return f"{self.sheet.origin}: {cell.ref} (row {row.label!r}, column {self.device!r})"
+        return f"{self.sheet.origin}: {cell.ref} (row {quote(row.label)}, column {quote(self.device)})"
 
     def has(self, name: str) -> bool:
         row = self.sheet.rows.get(name)
@@ -267,15 +310,21 @@ class _Column:
         if name in self.sheet.rows:
             return HardwareSpecError(f"{self._where(self.sheet.rows[name])}: required value is empty")
         return HardwareSpecError(
-            f"{self.sheet.origin}: missing required row {name!r} (device {self.device!r}); "
-            f"rows present: {', '.join(r.label for r in self.sheet.rows.values()) or 'none'}"
+            f"{self.sheet.origin}: missing required row {name!r} (device {quote(self.device)}); "
+            f"rows present: {', '.join(quote(r.label) for r in self.sheet.rows.values()) or 'none'}"
         )
 
     def number(self, name: str, field_path: str) -> float:
+        """The row's value in this column, in the base unit of its dimension; a finite number, > 0
+        (>= 0 for times, in (0, 1] for fractions), and plausible when written without a unit."""
         row = self.sheet.rows[name]
         cell = row.cells[self.device]
         dimension = row.spec.dimension
         assert dimension is not None, name
+        if isinstance(cell.value, str) and len(cell.value) > MAX_NUMBER_CHARS:
+            raise HardwareSpecError(
+                f"{self._where(row)}: {quote(cell.value)} is {len(cell.value)} characters long, not a number"
+            )
         try:
             if isinstance(cell.value, str | bool):
                 value = parse_quantity(cell.value, dimension, row.unit)
@@ -283,19 +332,61 @@ class _Column:
                 value = parse_quantity(float(cell.value), dimension, row.unit)
         except (TypeError, ValueError) as exc:
             raise HardwareSpecError(f"{self._where(row)}: {exc}") from None
-        if dimension == "fraction" and not 0 < value <= 1:
-            raise HardwareSpecError(f"{self._where(row)}: {cell.value!r} must be in (0, 1] (or 0–100 %)")
-        if dimension not in ("fraction",) and not (math.isfinite(value) and value >= 0):
-            raise HardwareSpecError(f"{self._where(row)}: {cell.value!r} must be a finite number >= 0")
-        where = f"{self.sheet.origin}: row {row.label!r}, column {self.device!r}"
+        if dimension == "fraction":
+            if not 0 < value <= 1:
+                raise HardwareSpecError(f"{self._where(row)}: {quote(cell.value)} must be in (0, 1] (or 0–100 %)")
+        elif dimension == "s":
+            if not value >= 0:
+                raise HardwareSpecError(f"{self._where(row)}: {quote(cell.value)} must be a finite number >= 0")
+        elif not value > 0:
+            raise HardwareSpecError(f"{self._where(row)}: {quote(cell.value)} must be a finite number > 0")
+        if _is_plain(cell.value) and not row.unit:
+            self._check_plausible(row, value)
+        where = f"{self.sheet.origin}: row {quote(row.label)}, column {quote(self.device)}"
         self.sources[field_path] = row.source or where
         return value
+
+    def _check_plausible(self, row: SheetRow, value: float) -> None:
+        """Refuse a plain number that is implausible in its base unit (a unit was left out)."""
+        assert row.spec.dimension is not None
+        bounds = PLAIN_NUMBER_RANGE.get(row.spec.dimension)
+        if bounds is None or bounds[0] <= value <= bounds[1]:
+            return
+        unit = BASE_UNITS[row.spec.dimension]
+        low, high = bounds
+        raise HardwareSpecError(
+            f"{self._where(row)}: a plain number is in base units, so {quote(row.cells[self.device].value)} is "
+            f"{value:g} {unit}, outside the plausible {low:g}–{high:g} {unit}; write the unit in the cell "
+            f"or the row name (e.g. '{_PLAIN_EXAMPLE[row.spec.dimension]}')"
+        )
 
     def text(self, name: str) -> str:
         return _text(self.sheet.rows[name].cells[self.device].value)
 
     def rows_by_dtype(self, prefix: str) -> list[SheetRow]:
         return [r for r in self.sheet.rows.values() if r.dtype is not None and r.spec.name.startswith(prefix)]
+
+
+PLAIN_NUMBER_RANGE: dict[Dimension, tuple[float, float]] = {
+    "hz": (1e6, 1e12),
+    "bytes": (1024.0, 1e18),
+    "bytes_per_s": (1e6, 1e18),
+    "flops_per_s": (1e6, 1e21),
+    "s": (0.0, 1.0),
+}
+"""Per dimension, the range a number written without any unit must fall in (base units); outside
+it the unit was almost surely left out (``Frequency, 2.5`` meant as GHz)."""
+_PLAIN_EXAMPLE: dict[Dimension, str] = {
+    "hz": "2.5 GHz", "bytes": "36 MiB", "bytes_per_s": "342 GB/s", "flops_per_s": "300 TFLOP/s", "s": "4 us",
+}
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether a cell holds a number without a unit of its own (``2500000000.0``, ``"2.5e9"``)."""
+    if not isinstance(value, str):
+        return True
+    split = split_number(value)
+    return split is not None and not split[1].strip()
 
 
 # Assumptions for figures a sheet leaves out; each one is recorded as the field's source.
@@ -322,7 +413,7 @@ def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
     count_f = col.number("Num_Cores", "engines.count")
     if count_f != int(count_f) or count_f < 1:
         row = sheet.rows["Num_Cores"]
-        raise HardwareSpecError(f"{col._where(row)}: {row.cells[device].value!r} must be a whole number >= 1")
+        raise HardwareSpecError(f"{col._where(row)}: {quote(row.cells[device].value)} must be a whole number >= 1")
     count = int(count_f)
     clock_hz = col.number("Frequency", "engines.clock_hz")
 
@@ -354,8 +445,8 @@ def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
             col.sources[path] = f"derived: Num_Cores x Frequency x 2 x MACs_per_cycle ({macs_source})"
     if not macs and not peaks:
         raise HardwareSpecError(
-            f"{sheet.origin}: device {device!r} needs a MACs_per_cycle or Peak_flops_<dtype> row; "
-            f"rows present: {', '.join(r.label for r in sheet.rows.values())}"
+            f"{sheet.origin}: device {quote(device)} needs a MACs_per_cycle or Peak_flops_<dtype> row; "
+            f"rows present: {', '.join(quote(r.label) for r in sheet.rows.values())}"
         )
 
     if col.has("Vector_flops"):
@@ -430,14 +521,14 @@ def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
         "efficiency": efficiency,
         "sources": col.sources,
     }
-    return HardwareSpec.from_dict(data, origin=f"{sheet.origin}, column {device!r}")
+    return HardwareSpec.from_dict(data, origin=f"{sheet.origin}, column {quote(device)}")
 
 
 def _kind(col: _Column) -> str:
     kind = col.text("Kind").lower()
     allowed = get_args(HardwareKind)
     if kind not in allowed:
-        raise HardwareSpecError(f"{col._where(col.sheet.rows['Kind'])}: kind {kind!r} not one of {allowed}")
+        raise HardwareSpecError(f"{col._where(col.sheet.rows['Kind'])}: kind {quote(kind)} not one of {allowed}")
     return kind
 
 
@@ -456,13 +547,61 @@ def _sixteen_bit_peak(
 # -- readers ------------------------------------------------------------------------------
 
 
-def _csv_sheet(path: Path) -> Sheet:
+def _read_bytes(path: Path, limit: int) -> bytes:
+    """The file's bytes, refusing one larger than ``limit``."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
-    grid = list(csv.reader(io.StringIO(text)))
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise HardwareSpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise HardwareSpecError(
+            f"{path}: larger than {limit // 2**20} MiB, the most a hardware file may be; is this a hardware spec?"
+        )
+    return data
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text (a byte-order mark is dropped), at most :data:`MAX_TEXT_FILE_BYTES`."""
+    data = _read_bytes(path, MAX_TEXT_FILE_BYTES)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise HardwareSpecError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8 (spreadsheets: 'CSV UTF-8')"
+        ) from None
+
+
+def _csv_sheet(path: Path) -> Sheet:
+    text = _read_text(path)
+    try:
+        grid = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise HardwareSpecError(f"{path}: not a readable CSV sheet: {exc}") from None
     return sheet_from_grid(grid, str(path), lambda r, c: f"line {r + 1}, column {c + 1}")
+
+
+def _check_xlsx_package(path: Path) -> None:
+    """Refuse an XLSX that is too large, not a zip, or that unpacks to more than
+    :data:`MAX_XLSX_UNPACKED_BYTES` (a zip bomb), before openpyxl reads it."""
+    data = _read_bytes(path, MAX_XLSX_FILE_BYTES)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            unpacked = sum(member.file_size for member in package.infolist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read as XLSX (not a zip package: {exc})") from None
+    if unpacked > MAX_XLSX_UNPACKED_BYTES:
+        raise HardwareSpecError(
+            f"{path}: unpacks to {unpacked / 2**20:.0f} MiB, more than the "
+            f"{MAX_XLSX_UNPACKED_BYTES // 2**20} MiB a hardware sheet may"
+        )
+
+
+# What openpyxl raises on a zip that is not a well-formed workbook: it reports a malformed
+# package with whatever its XML or zip layer hit.
+_XLSX_ERRORS = (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, IndexError, AttributeError,
+                ParseError, zlib.error, EOFError)
 
 
 def _xlsx_sheet(path: Path) -> Sheet:
@@ -470,18 +609,24 @@ def _xlsx_sheet(path: Path) -> Sheet:
     from openpyxl.utils import get_column_letter
     from openpyxl.utils.exceptions import InvalidFileException
 
+    _check_xlsx_package(path)
     try:
         workbook = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    except (OSError, InvalidFileException, zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise HardwareSpecError(f"{path}: cannot read as XLSX: {exc}") from None
-    try:
-        worksheet = workbook.worksheets[0]
-        title = worksheet.title
-        grid = [list(row) for row in worksheet.iter_rows(values_only=True)]
-    finally:
-        workbook.close()
+        try:
+            if not workbook.worksheets:
+                raise HardwareSpecError(f"{path}: the workbook has no worksheet")
+            worksheet = workbook.worksheets[0]
+            title = worksheet.title
+            # One row and column beyond the limits, so that sheet_from_grid sees a sheet is too big;
+            # the declared dimension of a sheet is not trusted (a crafted one pads every row).
+            grid = [list(row) for row in worksheet.iter_rows(
+                max_row=MAX_SHEET_ROWS + 1, max_col=MAX_SHEET_COLUMNS + 2, values_only=True)]
+        finally:
+            workbook.close()
+    except (InvalidFileException, *_XLSX_ERRORS) as exc:
+        raise HardwareSpecError(f"{path}: cannot read as XLSX: {quote(str(exc))}") from None
     return sheet_from_grid(
-        grid, str(path), lambda r, c: f"sheet {title!r} cell {get_column_letter(c + 1)}{r + 1}"
+        grid, str(path), lambda r, c: f"sheet {quote(title)} cell {get_column_letter(c + 1)}{r + 1}"
     )
 
 
@@ -503,16 +648,10 @@ def _with_units(value: Any, key: str, origin: str, path: str) -> Any:
     if isinstance(value, str) and key.endswith(_SUFFIXES):
         dimension = next(d for s, d in _DIMENSION_BY_SUFFIX.items() if key.endswith(s))
         try:
-            return parse_quantity(value, dimension, _bare_unit(dimension))
+            return parse_quantity(value, dimension)
         except ValueError as exc:
-            raise HardwareSpecError(f"{origin}: field {path!r}: {exc}") from None
+            raise HardwareSpecError(f"{origin}: field {quote(path)}: {exc}") from None
     return value
-
-
-def _bare_unit(dimension: Dimension) -> str:
-    """Unit of a bare number in YAML/JSON: the base unit the field name says."""
-    units = {"hz": "Hz", "bytes": "B", "bytes_per_s": "B/s", "flops_per_s": "FLOP/s", "s": "s"}
-    return units.get(dimension, "")
 
 
 def _mapping_spec(data: Any, origin: str) -> HardwareSpec:
@@ -523,36 +662,112 @@ def _mapping_spec(data: Any, origin: str) -> HardwareSpec:
     return HardwareSpec.from_dict(_with_units(data, "", origin, ""), origin=origin)
 
 
+def _check_yaml_events(events: Iterable[Any], origin: str) -> None:
+    """Refuse YAML nested deeper than :data:`MAX_NESTING`, with a recursive alias, or whose aliases
+    stand for more than :data:`MAX_YAML_ALIAS_NODES` values in all, expanded ("billion laughs"), from
+    the event stream, before anything is built."""
+    import yaml
+
+    expanded: dict[str, int] = {}  # anchor -> nodes of the anchored value, aliases expanded
+    open_anchors: set[str] = set()
+    stack: list[tuple[str | None, list[int]]] = []  # open collections: (anchor, [nodes so far])
+    total = 0
+    for event in events:
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_NESTING:
+                raise HardwareSpecError(f"{origin}: nested deeper than {MAX_NESTING} levels")
+            stack.append((event.anchor, [1]))
+            if event.anchor:
+                open_anchors.add(event.anchor)
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, (nodes,) = stack.pop()
+            if anchor:
+                expanded[anchor] = nodes
+                open_anchors.discard(anchor)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes = 1
+            if event.anchor:
+                expanded[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor = event.anchor or ""
+            if anchor in open_anchors:
+                raise HardwareSpecError(f"{origin}: alias {quote(anchor)} refers to a value that contains it")
+            nodes = expanded.get(anchor, 1)  # an undefined anchor is the composer's error
+            total += nodes
+            if total > MAX_YAML_ALIAS_NODES:
+                raise HardwareSpecError(
+                    f"{origin}: aliases expand to more than {MAX_YAML_ALIAS_NODES} values; a hardware spec "
+                    "needs none (a YAML alias bomb?)"
+                )
+        else:
+            continue
+        if stack:
+            stack[-1][1][0] += nodes
+
+
 def _load_yaml(path: Path, device: str | None) -> HardwareSpec:
     import yaml
 
+    _refuse_device(path, device)
+    text = _read_text(path)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
+        _check_yaml_events(yaml.parse(text, Loader=loader), str(path))
+        data = yaml.load(text, Loader=loader)  # a safe loader, checked above
     except yaml.YAMLError as exc:
         raise HardwareSpecError(f"{path}: invalid YAML: {exc}") from None
     return _mapping_spec(data, str(path))
 
 
+def _check_nesting(data: Any, origin: str) -> None:
+    """Refuse data nested deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    pending: list[tuple[Any, int]] = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_NESTING:
+                raise HardwareSpecError(f"{origin}: nested deeper than {MAX_NESTING} levels")
+            children = value.values() if isinstance(value, dict) else value
+            pending.extend((child, depth + 1) for child in children)
+
+
 def _load_json(path: Path, device: str | None) -> HardwareSpec:
+    _refuse_device(path, device)
+    text = _read_text(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HardwareSpecError(f"{path}: cannot read: {exc}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HardwareSpecError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise HardwareSpecError(f"{path}: nested deeper than {MAX_NESTING} levels") from None
+    _check_nesting(data, str(path))
     return _mapping_spec(data, str(path))
 
 
+def _sheet_spec(sheet: Sheet, device: str | None) -> HardwareSpec:
+    """The spec of the picked column; the unknown rows are logged once it is read."""
+    spec = spec_from_sheet_column(sheet, pick_device(sheet, device))
+    for row in sheet.ignored:
+        logger.warning("%s: %s", sheet.origin, row)
+    return spec
+
+
 def _load_csv(path: Path, device: str | None) -> HardwareSpec:
-    sheet = _csv_sheet(path)
-    return spec_from_sheet_column(sheet, pick_device(sheet, device))
+    return _sheet_spec(_csv_sheet(path), device)
 
 
 def _load_xlsx(path: Path, device: str | None) -> HardwareSpec:
-    sheet = _xlsx_sheet(path)
-    return spec_from_sheet_column(sheet, pick_device(sheet, device))
+    return _sheet_spec(_xlsx_sheet(path), device)
+
+
+def _refuse_device(source: str | Path, device: str | None) -> None:
+    """A device column only picks a column of a spreadsheet; refuse one given for anything else."""
+    if device is not None:
+        raise HardwareSpecError(
+            f"{source}: a device column ({quote(device)}) picks a column of a spreadsheet "
+            f"({', '.join(sorted(SHEET_READERS))}); this is not one"
+        )
 
 
 Loader = Callable[[Path, str | None], HardwareSpec]
@@ -565,7 +780,8 @@ LOADERS: dict[str, Loader] = {
     ".xlsx": _load_xlsx,
     ".xlsm": _load_xlsx,
 }
-"""File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column."""
+"""File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column
+(and is refused for YAML/JSON)."""
 
 SHEET_READERS: dict[str, Callable[[Path], Sheet]] = {
     ".csv": _csv_sheet,
@@ -575,15 +791,26 @@ SHEET_READERS: dict[str, Callable[[Path], Sheet]] = {
 """Spreadsheet suffix → reader, for listing the devices of a sheet."""
 
 
+def _check_is_file(file: Path) -> None:
+    if file.is_dir():
+        raise HardwareSpecError(f"{file}: is a directory; give a hardware file ({', '.join(sorted(LOADERS))}) "
+                                "or a preset name")
+    if not file.exists():
+        raise HardwareSpecError(f"{file}: no such file")
+    if not file.is_file():
+        raise HardwareSpecError(f"{file}: not a regular file")
+
+
 def load_hardware_file(path: str | Path, device: str | None = None) -> HardwareSpec:
     """Load a spec file by its suffix (see :data:`LOADERS`)."""
     file = Path(path)
     loader = LOADERS.get(file.suffix.lower())
     if loader is None:
+        if file.is_dir():
+            _check_is_file(file)
         known = ", ".join(sorted(LOADERS))
-        raise HardwareSpecError(f"{file}: unknown hardware file type {file.suffix!r}; known: {known}")
-    if not file.is_file():
-        raise HardwareSpecError(f"{file}: no such file")
+        raise HardwareSpecError(f"{file}: unknown hardware file type {quote(file.suffix)}; known: {known}")
+    _check_is_file(file)
     return loader(file, device)
 
 
@@ -593,6 +820,7 @@ def sheet_devices(path: str | Path) -> list[str]:
     reader = SHEET_READERS.get(file.suffix.lower())
     if reader is None:
         raise HardwareSpecError(f"{file}: not a spreadsheet; known: {', '.join(sorted(SHEET_READERS))}")
+    _check_is_file(file)
     return reader(file).devices
 
 
@@ -601,7 +829,7 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
 
     A path that exists, or that ends in a known suffix, is read as a file; anything else is
     looked up among the presets (:func:`layerscope.hardware.presets.list_presets`). ``device``
-    picks the column of a multi-device spreadsheet.
+    picks the column of a multi-device spreadsheet (and is refused for anything else).
     """
     from layerscope.hardware.presets import find_preset, load_preset, preset_names
 
@@ -610,11 +838,12 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
         return load_hardware_file(path, device)
     preset = find_preset(str(source))
     if preset is not None:
+        _refuse_device(f"preset {preset!r}", device)
         return load_preset(preset)
-    if path.is_file():
-        return load_hardware_file(path, device)  # raises: unknown file type
+    if path.exists():
+        return load_hardware_file(path, device)  # raises: a directory, or an unknown file type
     raise HardwareSpecError(
-        f"unknown hardware {str(source)!r}: not a file and not a preset; presets: "
+        f"unknown hardware {quote(str(source))}: not a file and not a preset; presets: "
         f"{', '.join(preset_names())}; files: {', '.join(sorted(LOADERS))}"
     )
 
@@ -657,7 +886,13 @@ def dump_hardware_yaml(spec: HardwareSpec) -> str:
     """YAML text that :func:`load_hardware` reads back into an equal spec."""
     import yaml
 
-    return yaml.safe_dump(hardware_to_dict(spec), sort_keys=False, allow_unicode=True, width=110)
+    class _NoAliases(yaml.SafeDumper):
+        """Writes every value out: the loader bounds aliases, and a spec needs none."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump(hardware_to_dict(spec), Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=110)
 
 
 def dump_hardware_json(spec: HardwareSpec) -> str:

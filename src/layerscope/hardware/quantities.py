@@ -3,14 +3,16 @@
 Decimal vs binary: ``KB``/``MB``/``GB``/``TB`` are powers of 1000 (as vendors print memory
 bandwidth and HBM capacity); only the IEC names ``KiB``/``MiB``/``GiB``/``TiB`` are powers of
 1024. A lower-case ``b`` in a rate (``Gbps``, ``Gb/s``) means bits and is divided by 8; every
-other unit is matched case-insensitively (``mb`` is a megabyte).
+other unit is matched case-insensitively (``mb`` is a megabyte). A number without a unit is in the
+base unit of its dimension (:data:`BASE_UNITS`): ``2500000000`` Hz, ``367219703808`` B/s.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+import reprlib
+from typing import Any, Literal
 
 Dimension = Literal["count", "fraction", "hz", "bytes", "bytes_per_s", "flops_per_s", "s"]
 
@@ -43,13 +45,40 @@ def _unit_table() -> dict[Dimension, dict[str, float]]:
     return table
 
 
+BASE_UNITS: dict[Dimension, str] = {
+    "count": "", "fraction": "", "hz": "Hz", "bytes": "B", "bytes_per_s": "B/s", "flops_per_s": "FLOP/s", "s": "s",
+}
+"""The unit of a bare number, per dimension (``count`` and ``fraction`` have none)."""
+
 UNITS: dict[Dimension, dict[str, float]] = _unit_table()
 """Per dimension, lower-cased unit name → factor to the base unit (Hz, B, B/s, FLOP/s, s)."""
 
 # Bit rates, matched case-sensitively before the case-insensitive byte table.
 _BIT_RATE = re.compile(r"^([kKMGT]?)b(?:ps|/s)$")
 
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+#: Longest quoted value in an error message: a cell or YAML value can be megabytes long.
+MAX_QUOTED_CHARS = 60
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = MAX_QUOTED_CHARS
+_QUOTE.maxother = MAX_QUOTED_CHARS
+_QUOTE.maxlevel = 2
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 3
+
+
+def quote(value: Any) -> str:
+    """``repr(value)`` for an error message, bounded: long strings and large or deep containers are
+    elided (``'9999…9999'``, ``[[…], …]``) without walking all of them, so quoting a huge or
+    alias-expanded value costs little and prints a short line."""
+    text = _QUOTE.repr(value)
+    return text if len(text) <= 2 * MAX_QUOTED_CHARS else text[: 2 * MAX_QUOTED_CHARS - 1] + "…"
+
+
+# Matched against stripped text with a greedy tail: a lazy tail before trailing spaces backtracks
+# quadratically on a long cell.
+_NUMBER = re.compile(r"([-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*)", re.DOTALL)
 
 
 def allowed_units(dimension: Dimension) -> str:
@@ -78,7 +107,7 @@ def unit_factor(unit: str, dimension: Dimension) -> float | None:
 
 def split_number(text: str) -> tuple[float, str] | None:
     """``"2.5 GHz"`` → ``(2.5, "GHz")``; ``"1,935"`` → ``(1935.0, "")``; None when no number leads."""
-    match = _NUMBER.match(text)
+    match = _NUMBER.fullmatch(text.strip())
     if not match:
         return None
     try:
@@ -89,31 +118,30 @@ def split_number(text: str) -> tuple[float, str] | None:
 
 
 def parse_quantity(text: str | float | int, dimension: Dimension, default_unit: str = "") -> float:
-    """``text`` in the base unit of ``dimension``; ``default_unit`` applies to a bare number.
+    """``text`` in the base unit of ``dimension`` (:data:`BASE_UNITS`).
 
-    Raises ValueError with a message saying what was wrong and what is allowed.
+    The unit is the one written after the number, else ``default_unit``, else the base unit itself
+    (a bare ``2500000000`` is 2.5 GHz). Raises ValueError with a message saying what was wrong and
+    what is allowed; the value is quoted shortened (:func:`quote`).
     """
     if isinstance(text, bool):
         raise ValueError(f"expected a number, got {text!r}")
     if isinstance(text, int | float):
         value, unit = float(text), ""
     else:
+        if text.strip().lower() in _NON_FINITE:
+            raise ValueError(f"{quote(text)} is not a finite number")
         split = split_number(text)
         if split is None:
-            raise ValueError(f"not a number: {text!r}; expected e.g. '2.5' or '2.5 {_example(dimension)}'")
+            raise ValueError(f"not a number: {quote(text)}; expected e.g. '2.5' or '2.5 {_example(dimension)}'")
         value, unit = split
     unit = unit or default_unit
-    if not unit and dimension not in ("count", "fraction"):
-        raise ValueError(
-            f"{text!r} has no unit; give one in the cell, the row name or a unit column "
-            f"({allowed_units(dimension)})"
-        )
-    factor = unit_factor(unit, dimension)
+    factor = unit_factor(unit, dimension) if unit else 1.0
     if factor is None:
-        raise ValueError(f"unknown unit {unit!r} in {text!r}; allowed: {allowed_units(dimension)}")
+        raise ValueError(f"unknown unit {quote(unit)} in {quote(text)}; allowed: {allowed_units(dimension)}")
     result = value * factor
     if not math.isfinite(result):
-        raise ValueError(f"{text!r} is not finite")
+        raise ValueError(f"{quote(text)} is not a finite number")
     return result
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.calibration import CalibrationRecord
+from layerscope.hardware.quantities import quote
 from layerscope.units import DType, parse_dtype
 
 HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
@@ -36,6 +37,8 @@ TableT = TypeVar("TableT", RowsTable, ShapesTable)
 #: main-memory bandwidth means the bandwidth or the table is wrong.
 MAX_STREAM_FACTOR = 4.0
 _UNCALIBRATED = "assumption: ideal (1.0); no calibration data for this figure"
+#: Most engines a chip may have: a wafer-scale chip has under a million cores; more is a typo.
+MAX_ENGINES = 10_000_000
 
 
 def _dtype_keys(value: Any, field: str) -> Any:
@@ -70,19 +73,19 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    count: int = Field(gt=0)
+    count: int = Field(gt=0, le=MAX_ENGINES)
     """Number of identical engines: SMs (NVIDIA), CUs (AMD), cores (CPU, NPU), TensorCores (TPU)."""
-    clock_hz: float = Field(gt=0)
+    clock_hz: float = Field(gt=0, allow_inf_nan=False)
     """Clock at which the peak figures hold (boost clock for GPUs)."""
     macs_per_cycle: dict[DType, float] = Field(default_factory=dict)
     """Dense matrix-unit multiply-accumulates per cycle of *one* engine, per dtype (optional)."""
     peak_flops_per_s: dict[DType, float] = Field(default_factory=dict)
     """Dense matrix-unit peak of the whole chip per dtype. Entries missing here but present in
     ``macs_per_cycle`` are derived as ``count * clock_hz * 2 * macs``."""
-    tf32_flops_per_s: float | None = Field(default=None, gt=0)
+    tf32_flops_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dense TF32 tensor-core peak of the whole chip (NVIDIA/AMD); the fp32 matmul path when
     TF32 is allowed. None where the chip has no TF32 mode."""
-    vector_flops_per_s: float = Field(gt=0)
+    vector_flops_per_s: float = Field(gt=0, allow_inf_nan=False)
     """Non-tensor (CUDA core / SIMD / VPU) FP32 peak of the whole chip, FMA counted as 2 FLOPs."""
 
     @field_validator("macs_per_cycle", "peak_flops_per_s", mode="before")
@@ -132,7 +135,7 @@ class MemoryLevel(BaseModel):
     capacity_bytes: float = Field(gt=0)
     """Capacity; per engine when ``per_engine``, otherwise of the whole chip. ``inf`` when not
     published (spreadsheet accelerators without a memory-capacity row)."""
-    bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    bandwidth_bytes_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Peak bandwidth of the whole chip to this level (summed over engines for a per-engine
     level); None when the vendor does not publish it (most caches). Required for main memory."""
     per_engine: bool = False
@@ -146,9 +149,9 @@ class InterconnectSpec(BaseModel):
 
     name: str = Field(min_length=1)
     """Link name (``nvlink4``, ``pcie5-x16``, ``ici``, ``xgmi``)."""
-    bandwidth_bytes_per_s: float = Field(gt=0)
+    bandwidth_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
     """Aggregate bandwidth of one chip *per direction* (half the 'bidirectional' datasheet figure)."""
-    latency_s: float = Field(ge=0)
+    latency_s: float = Field(ge=0, allow_inf_nan=False)
     """One-hop latency of a small message."""
 
 
@@ -317,10 +320,10 @@ class ColdCost(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    reuse_bytes: float = Field(gt=0)
-    kernel_s: float = Field(ge=0)
+    reuse_bytes: float = Field(gt=0, allow_inf_nan=False)
+    kernel_s: float = Field(ge=0, allow_inf_nan=False)
     """Per kernel: dispatch and launch with the interpreter's and dispatcher's state that far evicted."""
-    module_call_s: float = Field(ge=0)
+    module_call_s: float = Field(ge=0, allow_inf_nan=False)
     """Per ``nn.Module`` call: its own Python (``__call__``, the ``forward`` body) at that distance."""
 
 
@@ -333,8 +336,8 @@ class FreshPages(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min_bytes: float = Field(gt=0)
-    s_per_byte: float = Field(ge=0)
+    min_bytes: float = Field(gt=0, allow_inf_nan=False)
+    s_per_byte: float = Field(ge=0, allow_inf_nan=False)
 
 
 class ExecutionSpec(BaseModel):
@@ -358,11 +361,11 @@ class ExecutionSpec(BaseModel):
     kernels: ExecutionKernels = "fused"
     activations_in_cache: bool = False
     cold_outputs: bool = False
-    module_call_s: float = Field(default=0.0, ge=0)
+    module_call_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Python time of one ``nn.Module`` call inside a model (``hf-eager``: each op pays it per module
     call its time includes, ``cost.execution.HF_EAGER_MODULE_CALLS``); 0 for fused engines, which run
     no Python per op. ``layerscope calibrate`` measures it on CPUs."""
-    grouped_mm_group_s: float = Field(default=0.0, ge=0)
+    grouped_mm_group_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Host time per expert group of one ``torch._grouped_mm`` call (``hf-eager`` MoE experts, two calls
     per op, ``cost.execution.hf_eager_grouped_mm_groups``): PyTorch's CPU kernel loops over every group,
     an empty one too, with an ``mm`` and its views each. 0 where the grouped GEMM is one kernel (CUDA)
@@ -439,7 +442,7 @@ class HardwareSpec(BaseModel):
     """Memory levels ordered from the closest to the engines out to main memory (the last)."""
     interconnect: InterconnectSpec | None = None
     """Chip-to-chip link; None for a chip that is not meant to be used in groups."""
-    launch_overhead_s: float = Field(default=0.0, ge=0)
+    launch_overhead_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Fixed host-side cost per kernel/op (launch latency), added to every op's time."""
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
@@ -585,12 +588,21 @@ class HardwareSpec(BaseModel):
         return self.sources.get(field)
 
 
+#: Most bad fields listed in one message; the rest are counted.
+MAX_LISTED_ERRORS = 8
+
+
 def format_validation_error(exc: ValidationError, origin: str) -> str:
-    """One message listing every bad field of ``exc`` with its value, prefixed by ``origin``."""
+    """One message listing the bad fields of ``exc`` with their values (shortened, :func:`quote`),
+    prefixed by ``origin``; beyond :data:`MAX_LISTED_ERRORS` fields only their number is given."""
     parts = []
-    for error in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    for error in errors[:MAX_LISTED_ERRORS]:
         loc = ".".join(str(p) for p in error["loc"]) or "(top level)"
         value = error.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{…}"
-        parts.append(f"field {loc!r}: {error['msg']} (got {shown})")
+        shown = quote(value) if not isinstance(value, dict) else "{…}"
+        message = error["msg"] if len(error["msg"]) <= 200 else error["msg"][:199] + "…"
+        parts.append(f"field {quote(loc)}: {message} (got {shown})")
+    if len(errors) > MAX_LISTED_ERRORS:
+        parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
     return f"{origin}: " + "; ".join(parts)
