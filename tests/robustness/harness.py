@@ -11,22 +11,33 @@ breaks the contract (an empty list is a pass):
 - no ``Traceback`` anywhere in the output;
 - no file in the case's folder changed (bytes, mtime, mode), vanished or appeared (hidden
   ``.NAME.*.tmp`` temporaries included);
-- it finished within the case's time bound.
+- it finished within the case's time bound: at most :data:`CPU_LIMIT_S` seconds of CPU (its own
+  and its children's: a bound that holds on a loaded machine) and never killed at the wall-clock
+  limit :data:`WALL_LIMIT_S` (a hang: a FIFO read, a lock).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
-#: Seconds a case may run: a bad input is refused quickly, never after a hang or a memory blow-up.
-TIME_LIMIT_S = float(os.environ.get("LAYERSCOPE_ROBUSTNESS_TIME_LIMIT_S", "30"))
+#: CPU seconds a case may use: a bad input is refused quickly, never after a blow-up (a bomb, an
+#: unbounded loop). Refusing costs about one second (the interpreter and the CLI's imports).
+CPU_LIMIT_S = float(os.environ.get("LAYERSCOPE_ROBUSTNESS_CPU_LIMIT_S", "30"))
+
+#: Wall-clock seconds after which a case is killed: a hang spends no CPU. Generous, because CI
+#: machines are shared (the CPU bound is the one that measures the work).
+WALL_LIMIT_S = float(os.environ.get("LAYERSCOPE_ROBUSTNESS_WALL_LIMIT_S", "120"))
 
 #: Longest accepted error line: the CLI cuts messages at 500 characters (``error: `` and the cut
 #: marker come on top).
@@ -70,11 +81,13 @@ class Case:
     filled by another file, for instance."""
     stdout_forbid: tuple[str, ...] = ()
     """Text that must not reach stdout (a leaked /etc/passwd line)."""
+    stdout_expect: tuple[str, ...] = ()
+    """Positive controls: text stdout must contain, as it is (data printed literally)."""
     stdout_json: bool = False
     """Positive controls: stdout is one JSON document."""
     root_skip: bool = False
     """Meaningless as root (file modes do not stop root's writes): skipped when euid is 0."""
-    timeout_s: float = TIME_LIMIT_S
+    cpu_limit_s: float = CPU_LIMIT_S
 
 
 @dataclass(frozen=True)
@@ -124,20 +137,23 @@ def snapshot_changes(before: Snapshot, after: Snapshot, allowed_new: tuple[str, 
 
 @dataclass
 class Outcome:
-    """What one run did: exit code (None when it was killed at the time bound), output, seconds, file changes."""
+    """What one run did: exit code (None when killed at the wall-clock limit), output, seconds, file changes."""
 
     returncode: int | None
     stdout: str
     stderr: str
     seconds: float
+    """Wall-clock seconds."""
     changes: list[str]
     missing: list[str]
+    cpu_seconds: float = 0.0
+    """User + system CPU seconds of the process and the children it waited for."""
 
     def summary(self) -> str:
         """Exit code and the first stderr line, for reports."""
         lines = self.stderr.strip().splitlines()
         first = lines[0] if lines else "(no stderr)"
-        code = "timeout" if self.returncode is None else f"exit {self.returncode}"
+        code = "killed (hang)" if self.returncode is None else f"exit {self.returncode}"
         extra = f" (+{len(lines) - 1} more stderr lines)" if len(lines) > 1 else ""
         return f"{code}: {first[:300]}{extra}"
 
@@ -161,6 +177,64 @@ def expand(argv: tuple[str, ...], work: Path) -> list[str]:
     return [arg.replace("{d}", str(work)) for arg in argv]
 
 
+@dataclass(frozen=True)
+class Run:
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    cpu_seconds: float
+
+
+def run_process(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, wall_limit_s: float) -> Run:
+    """Run ``argv`` to its end (killed, with its process group, after ``wall_limit_s``); measure its CPU.
+
+    ``os.wait4`` gives the child's resource usage, which ``subprocess.run`` drops; whatever the
+    child left running in its group is killed when it exits, so the pipes close."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    chunks: dict[str, bytes] = {}
+
+    def drain(name: str, stream: IO[bytes]) -> None:
+        chunks[name] = stream.read()
+
+    def feed(stream: IO[bytes]) -> None:
+        with contextlib.suppress(BrokenPipeError):  # it exited before reading it all: nothing to feed
+            stream.write(stdin)
+        with contextlib.suppress(BrokenPipeError):
+            stream.close()
+
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    helpers = [threading.Thread(target=drain, args=("out", proc.stdout)),
+               threading.Thread(target=drain, args=("err", proc.stderr)),
+               threading.Thread(target=feed, args=(proc.stdin,))]
+    for helper in helpers:
+        helper.start()
+    killed = threading.Event()
+
+    def on_wall_limit() -> None:
+        killed.set()
+        kill_group_of(proc.pid)
+
+    timer = threading.Timer(wall_limit_s, on_wall_limit)
+    timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    kill_group_of(proc.pid)
+    for helper in helpers:
+        helper.join()
+    return Run(None if killed.is_set() else proc.returncode, chunks.get("out", b""), chunks.get("err", b""),
+               time.monotonic() - start, usage.ru_utime + usage.ru_stime)
+
+
+def kill_group_of(pgid: int) -> None:
+    """SIGKILL the process group ``pgid`` if anything is left in it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def run_case(case: Case, folder: Path, command: list[str]) -> Outcome:
     """Run ``case`` in ``folder/work`` (created here) with a Parquet cache in ``folder/cache``."""
     work = folder / "work"
@@ -168,23 +242,13 @@ def run_case(case: Case, folder: Path, command: list[str]) -> Outcome:
     make_files(case, work)
     env = {**os.environ, "LAYERSCOPE_CACHE_DIR": str(folder / "cache"), "NO_COLOR": "1", "COLUMNS": "200"}
     for argv in case.before:
-        subprocess.run([*command, *expand(argv, work)], cwd=work, env=env, capture_output=True,
-                       timeout=case.timeout_s, stdin=subprocess.DEVNULL)
+        run_process([*command, *expand(argv, work)], work, env, b"", WALL_LIMIT_S)
     before = snapshot(work)
-    start = time.monotonic()
-    try:
-        done = subprocess.run([*command, *expand(case.argv, work)], cwd=work, env=env, capture_output=True,
-                              input=case.stdin.encode(), timeout=case.timeout_s)
-        returncode: int | None = done.returncode
-        stdout, stderr = done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode = None
-        stdout, stderr = exc.stdout or b"", exc.stderr or b""
-    seconds = time.monotonic() - start
+    done = run_process([*command, *expand(case.argv, work)], work, env, case.stdin.encode(), WALL_LIMIT_S)
     after = snapshot(work)
     missing = [rel for rel in case.creates if rel not in after]
-    return Outcome(returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"), seconds,
-                   snapshot_changes(before, after, case.creates), missing)
+    return Outcome(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
+                   done.seconds, snapshot_changes(before, after, case.creates), missing, done.cpu_seconds)
 
 
 @dataclass
@@ -203,11 +267,11 @@ def violations(case: Case, outcome: Outcome) -> list[str]:
     """Every way ``outcome`` breaks the contract of ``case`` (empty: it keeps it)."""
     problems: list[str] = []
     if outcome.returncode is None:
-        problems.append(f"still running after {case.timeout_s:.0f} s (killed)")
+        problems.append(f"still running after {outcome.seconds:.0f} s of wall-clock time (killed: a hang)")
     elif outcome.returncode != case.code:
         problems.append(f"exit code {outcome.returncode}, expected {case.code}")
-    if outcome.returncode is not None and outcome.seconds > case.timeout_s:
-        problems.append(f"took {outcome.seconds:.1f} s, bound {case.timeout_s:.0f} s")
+    if outcome.cpu_seconds > case.cpu_limit_s:
+        problems.append(f"used {outcome.cpu_seconds:.1f} s of CPU, bound {case.cpu_limit_s:.0f} s")
     if "Traceback" in outcome.stdout or "Traceback" in outcome.stderr:
         problems.append("a Traceback was printed")
     if case.code == USER_ERROR:
@@ -229,6 +293,9 @@ def violations(case: Case, outcome: Outcome) -> list[str]:
             json.loads(outcome.stdout)
         except ValueError as exc:
             problems.append(f"stdout is not one JSON document ({exc})")
+    for text in case.stdout_expect:
+        if text not in outcome.stdout:
+            problems.append(f"stdout does not contain {text!r}")
     for text in case.stdout_forbid:
         if text in outcome.stdout:
             problems.append(f"stdout contains {text!r}")

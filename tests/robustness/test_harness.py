@@ -29,7 +29,7 @@ def test_a_kept_contract_has_no_violations() -> None:
     (outcome(returncode=0), "exit code 0"),
     (outcome(returncode=1), "exit code 1"),
     (outcome(returncode=None), "still running"),
-    (outcome(seconds=99.0), "took 99.0 s"),
+    (Outcome(2, "", GOOD_LINE, 5.0, [], [], cpu_seconds=99.0), "used 99.0 s of CPU"),
     (outcome(stderr=""), "0 lines"),
     (outcome(stderr=GOOD_LINE + "warning: more\n"), "2 lines"),
     (outcome(stderr="Traceback (most recent call last):\n"), "Traceback"),
