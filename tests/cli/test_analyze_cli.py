@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,3 +66,176 @@ def test_compare_commands(run_cli: Callable[..., object], tmp_path: Path) -> Non
     assert json.loads(sim.stdout)["summary"]["median_abs_error"] == 0.0
     assert run_cli("compare", a).returncode == 2
     assert run_cli("compare", a, "--sim", a).returncode == 2
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+CPU = str(DATA / "cpu-only.json.gz")
+COUNT = "SELECT COUNT(*) AS n FROM slice"
+
+
+def _error_line(out: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2 with one ``error:`` line on stderr that says each of ``needles``; nothing on stdout."""
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("error: "), out.stderr
+    for needle in needles:
+        assert needle in out.stderr
+    assert out.stdout == ""
+
+
+def test_query_json_flag_is_format_json(run_cli: Run) -> None:
+    sql = "SELECT name, dur FROM slice ORDER BY ts, id LIMIT 3"
+    flag, fmt = run_cli("query", CPU, sql, "--json"), run_cli("query", CPU, sql, "--format", "json")
+    assert flag.returncode == 0 and flag.stdout == fmt.stdout and len(json.loads(flag.stdout)) == 3
+    _error_line(run_cli("query", CPU, sql, "--json", "--format", "csv"), "--json", "--format csv")
+    # two columns of one name are both kept
+    assert json.loads(run_cli("query", CPU, "SELECT 1 AS a, 2 AS a", "--json").stdout) == [{"a": 1, "a_1": 2}]
+
+
+def test_query_reads_sql_from_a_pipe(run_cli: Run, tmp_path: Path) -> None:
+    piped = run_cli("query", CPU, "--format", "csv", input=f"{COUNT}\n")
+    assert piped.returncode == 0 and piped.stdout.splitlines() == ['"n"', "18"], piped.stderr
+    dash = run_cli("query", CPU, "--file", "-", "--format", "csv", input=COUNT)
+    assert dash.returncode == 0 and dash.stdout == piped.stdout, dash.stderr
+    _error_line(run_cli("query", CPU, "SELECT 1", "--file", "-", input=COUNT), "not both")
+
+
+@pytest.mark.parametrize(("args", "stdin", "needle"), [
+    (["", "--no-cache"], None, "the SQL argument is empty"),
+    (["  \n\t "], None, "the SQL argument is empty"),
+    ([], "", "standard input is empty"),
+    ([], "   \n", "standard input is empty"),
+    (["--file", "-"], "", "standard input is empty"),
+])
+def test_empty_sql_is_refused(run_cli: Run, args: list[str], stdin: str | None, needle: str) -> None:
+    _error_line(run_cli("query", CPU, *args, input=stdin), needle)
+
+
+def test_sql_files_that_are_not_text(run_cli: Run, tmp_path: Path) -> None:
+    latin = tmp_path / "latin1.sql"
+    latin.write_bytes("SELECT 'café' AS x".encode("latin-1"))
+    _error_line(run_cli("query", CPU, "--file", str(latin)), repr(str(latin)), "not UTF-8")
+    _error_line(run_cli("query", CPU, "--file", str(tmp_path)), repr(str(tmp_path)))
+    _error_line(run_cli("query", CPU, "--file", str(tmp_path / "none.sql")), "none.sql", "No such file")
+    # a UTF-8 file with a byte-order mark is fine
+    bom = tmp_path / "bom.sql"
+    bom.write_bytes("\ufeffSELECT 'café' AS x".encode())
+    assert json.loads(run_cli("query", CPU, "--file", str(bom), "--json").stdout) == [{"x": "café"}]
+
+
+def test_query_results_of_any_type(run_cli: Run) -> None:
+    sql = ("SELECT TIMESTAMP '2020-01-02 03:04:05' AS t, 1.5::DECIMAL(10, 2) AS d, [1, 2] AS l, {'a': 1} AS s, "
+           "'ab'::BLOB AS b, 'inf'::DOUBLE AS big")
+    out = run_cli("query", CPU, sql, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"t": "2020-01-02T03:04:05", "d": 1.5, "l": [1, 2], "s": {"a": 1}, "b": "ab",
+                                       "big": None}]
+    csv = run_cli("query", CPU, sql, "--format", "csv")
+    assert csv.returncode == 0, csv.stderr
+    assert csv.stdout.splitlines()[1] == '2020-01-02 03:04:05.000000,1.50,"[1, 2]","{""a"": 1}","""ab""",inf'
+
+
+@pytest.mark.parametrize("command", [["analyze", CPU], ["compare", CPU, CPU]])
+@pytest.mark.parametrize("rows", ["-3", "0"])
+def test_rows_must_be_positive(run_cli: Run, command: list[str], rows: str) -> None:
+    _error_line(run_cli(*command, "--rows", rows), f"--rows: {rows} is not allowed")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+def test_threshold_must_be_a_duration(run_cli: Run, value: str) -> None:
+    _error_line(run_cli("analyze", CPU, "--threshold-ms", value), "--threshold-ms:", "finite number >= 0")
+
+
+def test_csv_never_overwrites_the_input(run_cli: Run, tmp_path: Path) -> None:
+    trace = tmp_path / "in.json.gz"
+    trace.write_bytes((DATA / "cpu-only.json.gz").read_bytes())
+    before = trace.read_bytes()
+    _error_line(run_cli("analyze", str(trace), "--csv", str(trace)), "is the input trace")
+    _error_line(run_cli("analyze", str(trace), "--csv", str(tmp_path / ".." / tmp_path.name / "in.json.gz")),
+                "is the input trace")
+    assert trace.read_bytes() == before
+    # another file is not a directory either, and stays as it was
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep")
+    _error_line(run_cli("analyze", str(trace), "--csv", str(notes)), "exists and is not a directory")
+    assert notes.read_text() == "keep"
+    _error_line(run_cli("analyze", str(trace), "--csv", "/proc/layerscope-csv"), "/proc/layerscope-csv")
+    ok = run_cli("analyze", str(trace), "--csv", str(tmp_path / "reports"), "--json")
+    assert ok.returncode == 0 and (tmp_path / "reports" / "top_ops.csv").is_file(), ok.stderr
+    assert trace.read_bytes() == before
+
+
+#: Names that rich would read as markup or emoji codes.
+MARKUP_NAMES = ["[/bold]", "[red]x[/red]", ":x:", "[link=file:///etc/passwd]y[/link]", "end\\"]
+
+
+def _markup_trace(path: Path, category: str = "kernel", scale: float = 1.0) -> Path:
+    events = []
+    for i, name in enumerate(MARKUP_NAMES):
+        events.append({"ph": "X", "cat": category, "name": name, "pid": 1, "tid": 2, "ts": 10 * i,
+                       "dur": (i + 1) * scale})
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": 10 * i,
+                       "dur": (i + 2) * scale})
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def _literally(stdout: str) -> None:
+    for name in MARKUP_NAMES:
+        assert name in stdout, (name, stdout)
+    assert "❌" not in stdout
+
+
+def test_names_print_literally(run_cli: Run, tmp_path: Path) -> None:
+    trace = str(_markup_trace(tmp_path / "markup.json"))
+    other = str(_markup_trace(tmp_path / "other.json", scale=2.0))
+    query = run_cli("query", trace, "SELECT DISTINCT name, name AS \"[bold]col[/bold]\" FROM slice")
+    assert query.returncode == 0, query.stderr
+    _literally(query.stdout)
+    assert "[bold]col[/bold]" in query.stdout
+    analyze = run_cli("analyze", trace)
+    assert analyze.returncode == 0, analyze.stderr
+    _literally(analyze.stdout)
+    compare = run_cli("compare", trace, other)
+    assert compare.returncode == 0, compare.stderr
+    _literally(compare.stdout)
+    sim = str(_markup_trace(tmp_path / "sim.json", category="gemm"))
+    sim_real = run_cli("compare", "--sim", sim, "--real", other)
+    assert sim_real.returncode == 0, sim_real.stderr
+    _literally(sim_real.stdout)
+
+
+def _capture_like(path: Path) -> Path:
+    """A layerscope capture as compare tells one: its ``layerscope`` object and its ``prefill`` range."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "prefill", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "user_annotation", "name": "layers.0.mlp", "pid": 1, "tid": 1, "ts": 1, "dur": 50}]
+    path.write_text(json.dumps({"traceEvents": events, "layerscope": {"model": "tiny"}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from layerscope.trace.simulate import simulate
+
+    out = tmp_path_factory.mktemp("sim")
+    return {suffix: simulate("llama-3.2-1b", "h100-sxm", engines=1, out=out / f"sim{suffix}").trace_path
+            for suffix in (".json.gz", ".pftrace")}
+
+
+@pytest.mark.parametrize("suffix", [".json.gz", ".pftrace"])
+def test_compare_refuses_swapped_traces(run_cli: Run, tmp_path: Path, simulated: dict[str, Path],
+                                        suffix: str) -> None:
+    sim = str(simulated[suffix])
+    capture = str(_capture_like(tmp_path / "captured.json"))
+    _error_line(run_cli("compare", "--sim", capture, "--real", sim), "look swapped",
+                f"--sim {sim!r} --real {capture!r}", "is a layerscope capture")
+    # a trace from elsewhere given as --sim, the simulation as --real: swapped too
+    _error_line(run_cli("compare", "--sim", CPU, "--real", sim), "look swapped", "not a layerscope simulation")
+    # a capture is not a simulation, whatever --real is
+    _error_line(run_cli("compare", "--sim", capture, "--real", capture), "is a layerscope capture")
+
+
+def test_compare_with_nothing_joined_is_an_error(run_cli: Run, simulated: dict[str, Path]) -> None:
+    sim = str(simulated[".json.gz"])
+    _error_line(run_cli("compare", "--sim", sim, "--real", CPU), "no op of the simulated trace", "0 in both")
+    _error_line(run_cli("compare", "--sim", sim, "--real", str(simulated[".pftrace"])),
+                "is itself a layerscope simulation")

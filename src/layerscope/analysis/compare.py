@@ -252,29 +252,77 @@ def compare_sim_real(sim: Source, real: Source, *, iterations: int | None = None
         raise AnalysisError(f"phase: unknown phase {phase!r}; known: {', '.join(COMPARABLE_PHASES)}")
     db_s, close_s = _open(sim, use_cache)
     try:
+        sim_is_simulation, sim_is_capture = _is_simulation(db_s), _is_capture(db_s)
         sim_ops, sim_phase = _simulated_ops(db_s)
     finally:
         if close_s:
             db_s.close()
     db_r, close_r = _open(real, use_cache)
     try:
+        real_is_simulation = _is_simulation(db_r)
+        if real_is_simulation and not sim_is_simulation:
+            what = "a layerscope capture" if sim_is_capture else "not a layerscope simulation"
+            raise AnalysisError(
+                f"--sim and --real look swapped: the real trace {_label(real)} is a layerscope simulation and the "
+                f"simulated trace {_label(sim)} is {what}; give --sim {_label(real)} --real {_label(sim)}")
+        if sim_is_capture:
+            raise AnalysisError(f"the simulated trace {_label(sim)} is a layerscope capture (its prefill / "
+                                "decode_step ranges); --sim takes a trace of layerscope simulate --out")
         # A capture's phase ranges are on its CPU thread on either device; a CUDA one has kernels too.
-        is_capture = bool(db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'user_annotation' "
-                                      "AND name = 'prefill'"))
+        is_capture = _is_capture(db_r)
         device = "cuda" if db_r.scalar("SELECT COUNT(*) FROM slice WHERE category = 'kernel'") else "cpu"
         if is_capture:
             from layerscope.analysis.validate import captured_times
 
             measured = captured_times(db_r, device=device)
         else:
-            return _compare_by_name(sim_ops, db_r, iterations)
+            return _joined_something(_compare_by_name(sim_ops, db_r, iterations), sim, real, real_is_simulation)
     finally:
         if close_r:
             db_r.close()
     if iterations is not None:
         raise AnalysisError(f"iterations: the real trace is a layerscope capture of {measured.iterations} recorded "
                             "iterations, which it says itself; --iterations is for other traces")
-    return _compare_capture(sim_ops, phase or sim_phase, measured, _capture_metadata(real))
+    return _joined_something(_compare_capture(sim_ops, phase or sim_phase, measured, _capture_metadata(real)),
+                             sim, real, real_is_simulation)
+
+
+#: The process a layerscope simulation's trace draws its engines in: ``<graph> · N engines (<policy>)``
+#: (``trace.chrome_writer.process_title``, used by the protobuf writer too).
+_SIM_PROCESS = re.compile(r" · \d+ engines? \([^()]*\)$")
+
+
+def _is_simulation(db: TraceDB) -> bool:
+    """Whether ``db`` is a trace layerscope ``simulate`` wrote (its JSON says so in ``otherData``; both
+    formats name the process after the simulated graph and its engines)."""
+    other = db.metadata.get("otherData")
+    if isinstance(other, dict) and other.get("generator") == "layerscope":
+        return True
+    names = db.records("SELECT name FROM process WHERE name IS NOT NULL")
+    return any(_SIM_PROCESS.search(str(r["name"])) for r in names)
+
+
+def _is_capture(db: TraceDB) -> bool:
+    """Whether ``db`` is a layerscope capture: its ``layerscope`` metadata object, or its ``prefill`` range."""
+    if isinstance(db.metadata.get("layerscope"), dict):
+        return True
+    return bool(db.scalar("SELECT COUNT(*) FROM slice WHERE category = 'user_annotation' AND name = 'prefill'"))
+
+
+def _label(source: Source) -> str:
+    return repr(str(source)) if isinstance(source, (str, os.PathLike)) else f"({type(source).__name__})"
+
+
+def _joined_something(result: SimRealComparison, sim: Source, real: Source,
+                      real_is_simulation: bool) -> SimRealComparison:
+    """``result``, unless no op was joined: then there is nothing to compare, and that is an error."""
+    if result.ops.num_rows:
+        return result
+    hint = (f"; the real trace {_label(real)} is itself a layerscope simulation" if real_is_simulation else
+            "; the real trace needs user_annotation ranges named after the ops (layerscope capture writes them)")
+    raise AnalysisError(
+        f"no op of the simulated trace {_label(sim)} matches one of the real trace {_label(real)} "
+        f"({len(result.only_sim)} simulated, {len(result.only_real)} measured, 0 in both){hint}")
 
 
 def _compare_capture(sim_ops: list[tuple[str | None, PredictedOp]], phase: str | None, measured: CapturedTimes,

@@ -12,9 +12,10 @@ overlapping slices (nested CPU ops, kernels on concurrent streams) count once; `
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from layerscope.analysis.engine import TraceDB
 from layerscope.analysis.kernel_names import CATEGORIES, classify, decode_kernel
+from layerscope.errors import AnalysisError, OutputError
 from layerscope.workload.steps import PHASE_RANGE_RE
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -53,13 +55,22 @@ def top_ops(db: TraceDB, limit: int = 50) -> pa.Table:
         FROM slice WHERE dur >= 0 GROUP BY name ORDER BY total_ms DESC, name LIMIT {int(limit)}""")
 
 
+def check_threshold_ms(threshold_ms: float, field: str = "threshold_ms") -> float:
+    """``threshold_ms`` if it is a finite duration ≥ 0, else :class:`AnalysisError` naming ``field``."""
+    if not isinstance(threshold_ms, (int, float)) or not math.isfinite(threshold_ms) or threshold_ms < 0:
+        raise AnalysisError(f"{field}: {threshold_ms!r} is not allowed; give a duration in milliseconds, "
+                            "a finite number >= 0")
+    return float(threshold_ms)
+
+
 def major_events(db: TraceDB, threshold_ms: float = 100.0) -> pa.Table:
     """Slices longer than ``threshold_ms``, in time order, with their depth and thread."""
+    threshold_ns = check_threshold_ms(threshold_ms) * 1e6
     return db.query(f"""
         SELECT s.id, (s.ts - (SELECT MIN(ts) FROM slice)) / 1e6 AS start_ms, s.dur / 1e6 AS dur_ms,
                s.name, s.category, s.depth, t.name AS thread, t.tid
         FROM slice s LEFT JOIN thread_track tt ON s.track_id = tt.id LEFT JOIN thread t USING (utid)
-        WHERE s.dur > {float(threshold_ms) * 1e6} ORDER BY s.ts, s.depth""")
+        WHERE s.dur > {threshold_ns!r} ORDER BY s.ts, s.depth""")
 
 
 def small_frequent_ops(db: TraceDB, max_mean_us: float = 10.0, min_count: int = 100,
@@ -326,6 +337,7 @@ REPORTS: dict[str, Callable[..., pa.Table]] = {
 
 def analyze(db: TraceDB, threshold_ms: float = 100.0) -> dict[str, pa.Table]:
     """Run every report of :data:`REPORTS`; ``threshold_ms`` is for ``major_events``."""
+    check_threshold_ms(threshold_ms)
     out: dict[str, pa.Table] = {}
     for name, report in REPORTS.items():
         out[name] = report(db, threshold_ms) if name == "major_events" else report(db)
@@ -339,18 +351,46 @@ def analyze_trace(path: str | os.PathLike[str], threshold_ms: float = 100.0, *,
         return analyze(db, threshold_ms)
 
 
-def write_csv_dir(tables: dict[str, pa.Table], directory: str | os.PathLike[str]) -> list[Path]:
-    """Write each table as ``<directory>/<name>.csv`` (atomically); returns the paths."""
+def check_csv_dir(directory: str | os.PathLike[str],
+                  inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
+    """``directory`` if the report CSVs can go there: a directory, or a path where one can be made,
+    that is none of ``inputs`` (the traces read). Raises :class:`OutputError` otherwise."""
+    out_dir = Path(directory)
+    for source in inputs:
+        try:
+            same = out_dir.exists() and out_dir.samefile(source)
+        except OSError:
+            same = False
+        if same or out_dir.resolve() == Path(source).resolve():
+            raise OutputError(f"CSV directory {str(out_dir)!r} is the input trace {str(source)!r}; "
+                              "give a directory for the report CSVs")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"CSV directory {str(out_dir)!r} exists and is not a directory; give a directory "
+                          "for the report CSVs")
+    return out_dir
+
+
+def write_csv_dir(tables: dict[str, pa.Table], directory: str | os.PathLike[str],
+                  inputs: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+    """Write each table as ``<directory>/<name>.csv`` (atomically; the directory is made if needed);
+    returns the paths. Refuses (:class:`OutputError`) a directory that is an input or an existing
+    file, and any CSV that would overwrite one of ``inputs``."""
     import pyarrow.csv as pacsv
 
     from layerscope.units import atomic_write
 
-    out_dir = Path(directory)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_csv_dir(directory, inputs)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot make the CSV directory {str(out_dir)!r}: {exc.strerror}") from None
     paths = []
     for name, table in tables.items():
         path = out_dir / f"{name}.csv"
-        with atomic_write(path, "wb") as handle:
-            pacsv.write_csv(table, handle)
+        try:
+            with atomic_write(path, "wb", inputs=tuple(inputs)) as handle:
+                pacsv.write_csv(table, handle)
+        except OSError as exc:
+            raise OutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         paths.append(path)
     return paths

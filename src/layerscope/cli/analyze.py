@@ -15,40 +15,127 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
 
 
+#: The most SQL read from a file or standard input (a recipe is a few KiB; this bounds a wrong file).
+MAX_SQL_BYTES = 16 * 1024 * 1024
+
+
 def query_cmd(
     trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace."),
-    sql: str | None = typer.Argument(None, help="SQL over trace_processor-style tables (slice, thread …)."),
-    file: Path | None = typer.Option(None, "--file", "-f", help="Read the SQL from this file."),
+    sql: str | None = typer.Argument(
+        None, help="SQL over trace_processor-style tables (slice, thread …); without it, read from standard input."),
+    file: Path | None = typer.Option(None, "--file", "-f", help="Read the SQL from this file ('-': standard input)."),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as one JSON array (as --format json)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
 ) -> None:
-    """Run SQL on a trace (tables named and shaped like Perfetto trace_processor's)."""
+    """Run SQL on a trace (tables named and shaped like Perfetto trace_processor's).
+
+    The SQL sees the trace's tables only: it cannot read or write files, attach databases or load
+    extensions."""
     from layerscope.errors import AnalysisError
 
     if fmt not in ("table", "csv", "json"):
         raise AnalysisError(f"--format: {fmt!r} is not allowed; use table, csv or json")
-    if (sql is None) == (file is None):
-        raise AnalysisError("give the SQL either as an argument or with --file, not both or neither")
-    if file is not None:
-        try:
-            sql = file.read_text()
-        except OSError as exc:
-            raise AnalysisError(f"--file {str(file)!r}: {exc.strerror}") from None
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise AnalysisError(f"--json prints JSON; it cannot be combined with --format {fmt}")
+        fmt = "json"
+    text = _read_sql(sql, file)
     from layerscope.analysis.engine import run_query
 
-    table = run_query(trace, sql or "", use_cache=not no_cache)
+    table = run_query(trace, text, use_cache=not no_cache)
     if fmt == "json":
         from layerscope.cli.common import print_json
 
-        print_json(table.to_pylist())
+        print_json(_unique_names(table).to_pylist())
     elif fmt == "csv":
         import pyarrow.csv as pacsv
 
         sink = sys.stdout.buffer
-        pacsv.write_csv(table, sink)
+        pacsv.write_csv(_csv_ready(table), sink)
         sink.flush()
     else:
         _print_table(table, title=None)
+
+
+def _read_sql(sql: str | None, file: Path | None) -> str:
+    """The SQL text: the argument, the ``--file`` (``-`` is standard input), or piped standard input."""
+    from layerscope.errors import AnalysisError
+
+    if sql is not None and file is not None:
+        raise AnalysisError("give the SQL either as an argument or with --file, not both")
+    if sql is not None:
+        where, text = "the SQL argument", sql
+    elif file is not None and str(file) != "-":
+        where = f"--file {str(file)!r}"
+        try:
+            with file.open("rb") as handle:
+                data = handle.read(MAX_SQL_BYTES + 1)
+        except OSError as exc:
+            raise AnalysisError(f"{where}: cannot read it: {exc.strerror}") from None
+        text = _decode_sql(data, where)
+    else:
+        stdin = sys.stdin
+        if file is None and (stdin is None or stdin.isatty()):
+            raise AnalysisError("no SQL: give it as an argument, with --file PATH, or on standard input "
+                                "(echo 'SELECT …' | layerscope query TRACE)")
+        where = "the SQL on standard input"
+        if stdin is None:
+            raise AnalysisError(f"{where}: there is no standard input")
+        data = stdin.buffer.read(MAX_SQL_BYTES + 1)
+        text = _decode_sql(data, where)
+    if not text.strip():
+        raise AnalysisError(f"{where} is empty; give a query such as 'SELECT name, dur FROM slice LIMIT 10'")
+    return text
+
+
+def _decode_sql(data: bytes, where: str) -> str:
+    from layerscope.errors import AnalysisError
+
+    if len(data) > MAX_SQL_BYTES:
+        raise AnalysisError(f"{where} is larger than {MAX_SQL_BYTES // (1024 * 1024)} MiB; that is not a query")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def _csv_ready(table: Any) -> Any:
+    """``table`` with the columns a CSV cannot hold (lists, structs, maps, blobs, intervals) as JSON text."""
+    import pyarrow as pa
+
+    from layerscope.cli.common import to_json_text
+
+    plain = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+             pa.types.is_large_string, pa.types.is_decimal, pa.types.is_date, pa.types.is_timestamp,
+             pa.types.is_time, pa.types.is_null)
+    for i, column in enumerate(table.schema):
+        if not any(test(column.type) for test in plain):
+            values = [None if v is None else to_json_text(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, column.name, pa.array(values, pa.string()))
+    return table
+
+
+def _unique_names(table: Any) -> Any:
+    """``table`` with repeated column names made unique (``a``, ``a_1`` as DuckDB names them), so
+    that every column is a key of the JSON rows."""
+    seen: set[str] = set()
+    names = []
+    for name in table.column_names:
+        unique, k = name, 0
+        while unique in seen:
+            k += 1
+            unique = f"{name}_{k}"
+        seen.add(unique)
+        names.append(unique)
+    return table.rename_columns(names)
+
+
+def _check_rows(rows: int) -> None:
+    from layerscope.errors import AnalysisError
+
+    if rows < 1:
+        raise AnalysisError(f"--rows: {rows} is not allowed; give the number of rows to show per table (at least 1)")
 
 
 def analyze_cmd(
@@ -60,11 +147,15 @@ def analyze_cmd(
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
 ) -> None:
     """Reports: top ops, major events, launch overhead, memcpy, attention, categories, GPU idle."""
-    from layerscope.analysis.reports import analyze_trace, write_csv_dir
+    from layerscope.analysis.reports import analyze_trace, check_csv_dir, check_threshold_ms, write_csv_dir
 
+    _check_rows(rows)
+    check_threshold_ms(threshold_ms, "--threshold-ms")
+    if csv_dir is not None:
+        check_csv_dir(csv_dir, inputs=(trace,))  # before the analysis: a bad --csv fails fast
     tables = analyze_trace(trace, threshold_ms, use_cache=not no_cache)
     if csv_dir is not None:
-        write_csv_dir(tables, csv_dir)
+        write_csv_dir(tables, csv_dir, inputs=(trace,))
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -91,6 +182,7 @@ def compare_cmd(
     """Compare two traces (A B), or predicted vs measured op times (--sim S --real R)."""
     from layerscope.errors import AnalysisError
 
+    _check_rows(rows)
     if sim is not None or real is not None:
         if sim is None or real is None or a is not None or b is not None:
             raise AnalysisError("give both --sim and --real (and no positional traces)")
@@ -106,7 +198,7 @@ def compare_cmd(
         how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
         _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
                      title=f"predicted vs measured ({result.ops.num_rows} ops, {how})")
-        from layerscope.cli.common import console
+        from layerscope.cli.common import console, esc
 
         s = result.summary()
         forward = ("" if s["forward_error"] is None else
@@ -116,7 +208,7 @@ def compare_cmd(
                         f"{_pct(s['p90_abs_error'])} · iterations {s['iterations']} · only in sim {s['only_sim']}"
                         f" · only in real {s['only_real']}")
         for note in result.notes:
-            console().print(f"note: {note}")
+            console().print(f"note: {esc(note)}")
         return
     if a is None or b is None:
         raise AnalysisError("give two traces A B, or --sim S --real R")
@@ -147,13 +239,15 @@ def _cell(value: Any) -> str:
 
 
 def _print_table(table: Any, title: str | None) -> None:
+    """``table`` (a pyarrow Table) as a rich table; names and values print literally (no markup)."""
     from rich.table import Table
 
-    from layerscope.cli.common import console
+    from layerscope.cli.common import console, text
 
-    out = Table(title=title)
+    out = Table(title=None if title is None else text(title))
     for name in table.column_names:
-        out.add_column(name, overflow="fold")
-    for row in table.to_pylist():
-        out.add_row(*(_cell(v) for v in row.values()))
+        out.add_column(text(name), overflow="fold")
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    for row in zip(*columns, strict=True):  # by position: SQL may give two columns one name
+        out.add_row(*(text(_cell(v)) for v in row))
     console().print(out)

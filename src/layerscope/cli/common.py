@@ -1,10 +1,18 @@
-"""Helpers shared by the command modules: JSON output and rich tables."""
+"""Helpers shared by the command modules: JSON output and rich tables.
+
+Text from data (trace event names, SQL results, model and file names) must print as it is: the
+console never turns ``:x:`` into an emoji, and markup (``[bold]``) is for a command's own styling
+only. Data goes into a markup string through :func:`esc`, or into a table as :func:`text`.
+"""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import math
 import sys
+import uuid
 from typing import Any
 
 
@@ -17,7 +25,25 @@ def _default(value: Any) -> Any:
         return value.value
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
+    # what SQL results hold besides numbers and strings (DuckDB's TIMESTAMP, DECIMAL, UUID, BLOB …)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "backslashreplace")
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def to_json_text(obj: Any, indent: int | None = None) -> str:
+    """``obj`` as strict JSON text (NaN/inf become null); the types :func:`print_json` knows."""
+    return json.dumps(_clean(obj), default=_default, indent=indent, allow_nan=False)
 
 
 def _clean(value: Any) -> Any:
@@ -32,15 +58,33 @@ def _clean(value: Any) -> Any:
 
 def print_json(obj: Any) -> None:
     """Print ``obj`` as JSON on stdout (NaN/inf become null, so the output is strict JSON)."""
-    sys.stdout.write(json.dumps(_clean(obj), default=_default, indent=2, allow_nan=False) + "\n")
+    sys.stdout.write(to_json_text(obj, indent=2) + "\n")
+    sys.stdout.flush()
 
 
 def console() -> Any:
-    """A rich console; when output is not a terminal, wide enough that tables don't wrap."""
+    """A rich console; when output is not a terminal, wide enough that tables don't wrap.
+
+    Emoji codes are never replaced (an op named ``:x:`` prints as ``:x:``); markup is on, for the
+    command's own styling: pass data through :func:`esc` or :func:`text`."""
     from rich.console import Console
 
-    con = Console()
-    return con if con.is_terminal else Console(width=200)
+    con = Console(emoji=False)
+    return con if con.is_terminal else Console(width=200, emoji=False)
+
+
+def esc(value: Any) -> str:
+    """``value`` as a string that rich markup prints literally (``[/bold]`` stays ``[/bold]``)."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
+def text(value: Any, style: str = "") -> Any:
+    """``value`` as a :class:`rich.text.Text`: printed literally (no markup, no emoji), in ``style``."""
+    from rich.text import Text
+
+    return Text(str(value), style=style)
 
 
 def fmt_si(value: float, unit: str = "") -> str:
