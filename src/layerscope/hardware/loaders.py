@@ -644,7 +644,7 @@ def _with_units(value: Any, key: str, origin: str, path: str) -> Any:
                 _with_units(v, key if inherit else str(k), origin, f"{path}.{k}" if path else str(k))
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [_with_units(v, key, origin, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_with_units(v, key, origin, f"{path}.{i}") for i, v in enumerate(value)]
     if isinstance(value, str) and key.endswith(_SUFFIXES):
         dimension = next(d for s, d in _DIMENSION_BY_SUFFIX.items() if key.endswith(s))
         try:

@@ -56,7 +56,7 @@ UNITS: dict[Dimension, dict[str, float]] = _unit_table()
 # Bit rates, matched case-sensitively before the case-insensitive byte table.
 _BIT_RATE = re.compile(r"^([kKMGT]?)b(?:ps|/s)$")
 
-_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+_NON_FINITE = re.compile(r"[-+]?(?:nan|inf(?:inity)?)(?![a-z])", re.IGNORECASE)
 
 #: Longest quoted value in an error message: a cell or YAML value can be megabytes long.
 MAX_QUOTED_CHARS = 60
@@ -129,7 +129,7 @@ def parse_quantity(text: str | float | int, dimension: Dimension, default_unit: 
     if isinstance(text, int | float):
         value, unit = float(text), ""
     else:
-        if text.strip().lower() in _NON_FINITE:
+        if _NON_FINITE.match(text.strip()):
             raise ValueError(f"{quote(text)} is not a finite number")
         split = split_number(text)
         if split is None:
