@@ -9,8 +9,10 @@ from __future__ import annotations
 import enum
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
 
@@ -112,37 +114,144 @@ def s_to_ns(seconds: float) -> int:
     return round(seconds * NS_PER_S)
 
 
-@contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb",
-                 inputs: tuple[str | os.PathLike[str], ...] = ()) -> Iterator[IO]:  # type: ignore[type-arg]
-    """Write ``path`` through a temporary file in the same directory, renamed on success.
+#: Inputs the running command has read (see :func:`reading_inputs`); None outside such a scope.
+_INPUTS_READ: ContextVar[set[Path] | None] = ContextVar("layerscope_inputs_read", default=None)
 
-    Refuses to write over any of ``inputs`` (the files the output was computed from), and to
-    write into a directory that does not exist. On an exception the temporary file is removed
-    and ``path`` is left as it was.
-    """
+#: A temporary of a killed writer is removed when it is older than this and its writer's pid is gone
+#: (or its name carries no pid: temporaries of older releases).
+STALE_TEMP_S = 600.0
+
+
+@contextmanager
+def reading_inputs() -> Iterator[set[Path]]:
+    """A scope (one CLI command) within which every input a loader reads is remembered
+    (:func:`note_input`), so that every writer refuses to write over any of them."""
+    token = _INPUTS_READ.set(set())
+    try:
+        yield _INPUTS_READ.get() or set()
+    finally:
+        _INPUTS_READ.reset(token)
+
+
+def note_input(path: str | os.PathLike[str]) -> None:
+    """Remember ``path`` (a file or a directory) as an input of the running command, if inside
+    :func:`reading_inputs`; outside one, writers see only the ``inputs`` they are given."""
+    seen = _INPUTS_READ.get()
+    if seen is not None:
+        with suppress(OSError, RuntimeError):
+            seen.add(Path(path).resolve())
+
+
+def check_output(path: str | os.PathLike[str], inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+    """The guard every writer passes first; returns the resolved output path.
+
+    Refuses (:class:`OutputError`) an output whose directory does not exist, that is a directory,
+    that resolves (``..``, symlinks, hard links) to one of ``inputs`` or of the inputs the command has
+    read (:func:`note_input`), or that is an existing file inside an input directory (a model
+    directory's ``config.json``)."""
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"output directory {str(parent)!r} does not exist")
     if target.is_dir():
         raise OutputError(f"output path {str(target)!r} is a directory")
-    for src in inputs:
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise OutputError(f"output path {str(target)!r} cannot be resolved: {exc}") from None
+    candidates = {Path(p) for p in inputs} | (_INPUTS_READ.get() or set())
+    exists = target.exists()
+    for src in candidates:
         try:
-            if target.exists() and Path(src).exists() and target.samefile(src):
-                raise OutputError(f"refusing to overwrite the input file {str(src)!r} with an output")
+            src_resolved = src.resolve()
+        except (OSError, RuntimeError):
+            continue
+        same = resolved == src_resolved or (exists and src.exists() and target.samefile(src))
+        if same:
+            raise OutputError(f"refusing to overwrite the input {str(src)!r} with an output ({str(target)!r})")
+        if exists and src_resolved.is_dir() and src_resolved in resolved.parents:
+            raise OutputError(f"refusing to overwrite {str(target)!r}: it is inside the input directory "
+                              f"{str(src)!r}")
+    return resolved
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}."
+
+
+def remove_stale_temporaries(directory: Path, name: str) -> list[Path]:
+    """Remove ``.NAME.*.tmp`` files in ``directory`` left by writers that were killed
+    (:func:`atomic_write`'s temporaries, ``.NAME.<pid>.<random>.tmp``): those whose pid is not running,
+    and, for names without a pid, those older than :data:`STALE_TEMP_S`. Returns what was removed."""
+    removed: list[Path] = []
+    prefix = _temp_prefix(name)
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+            continue
+        middle = entry.name[len(prefix):-len(".tmp")]
+        pid_text = middle.split(".", 1)[0]
+        try:
+            if pid_text.isdigit() and "." in middle:
+                if _pid_alive(int(pid_text)):
+                    continue
+            elif now - entry.stat().st_mtime < STALE_TEMP_S:
+                continue
+            entry.unlink()
+            removed.append(entry)
         except OSError:
             continue
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
-    # mkstemp creates 0600 files; outputs get the permissions a plain open() would give them.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
     try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb",
+                 inputs: tuple[str | os.PathLike[str], ...] = ()) -> Iterator[IO]:  # type: ignore[type-arg]
+    """Write ``path`` through a temporary file in the same directory, renamed on success.
+
+    Passes :func:`check_output` first (never over an input, only into an existing directory).
+    The temporary is ``.NAME.<pid>.<random>.tmp``; stale ones of killed writers are removed
+    (:func:`remove_stale_temporaries`). On an exception the temporary file is removed and ``path``
+    is left as it was; a file system that refuses the write (read-only, ``/proc``, full) is an
+    :class:`OutputError` naming the path.
+    """
+    check_output(path, inputs)
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    remove_stale_temporaries(parent, target.name)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(target.name)}{os.getpid()}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+    try:
+        # mkstemp creates 0600 files; outputs get the permissions a plain open() would give them.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, mode) as handle:
             yield handle
         os.replace(tmp, target)
+    except OSError as exc:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
     except BaseException:
-        with suppress(FileNotFoundError):
+        with suppress(OSError):
             os.unlink(tmp)
         raise

@@ -134,12 +134,20 @@ def _check_positions(spec: ModelSpec | None, tokens: int) -> None:
 
 
 def _model_spec(config: dict[str, Any], name: str) -> ModelSpec | None:
-    """The ``ModelSpec`` of ``config`` if layerscope.model can parse it, else ``None``."""
+    """The ``ModelSpec`` of ``config`` if layerscope.model can parse it, else ``None`` (a model type
+    layerscope does not know is still captured, with default module names). A config of a known family
+    that layerscope refuses (a zero hidden size, heads that do not divide it) is refused here too:
+    transformers would build a model of it that computes nothing meaningful, or fail deep inside torch."""
     from layerscope.model import model_spec_from_dict
+    from layerscope.model.families import FAMILIES
 
     try:
         return model_spec_from_dict(config, name)
     except LayerscopeError as exc:
+        text_config = config.get("text_config")
+        types = {config.get("model_type"), text_config.get("model_type") if isinstance(text_config, dict) else None}
+        if any(isinstance(t, str) and t in FAMILIES for t in types):
+            raise CaptureError(str(exc)) from None
         logger.info("no ModelSpec for %s (%s); module names use the default base-model prefixes", name, exc)
         return None
 

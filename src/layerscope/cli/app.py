@@ -14,6 +14,7 @@ import sys
 import typer
 
 from layerscope.errors import LayerscopeError
+from layerscope.units import reading_inputs
 
 #: Command modules of this package, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -83,7 +84,9 @@ def main() -> None:
     try:
         # Without standalone mode click *returns* a command's exit code (typer.Exit(1) included)
         # instead of exiting with it: pass it on, or every "gaps found" exit would become 0.
-        code = app(standalone_mode=False)
+        # Every input a loader reads is remembered, so no writer of this command overwrites one.
+        with reading_inputs():
+            code = app(standalone_mode=False)
     except LayerscopeError as exc:
         typer.echo(error_line(str(exc)), err=True)
         raise SystemExit(2) from None

@@ -43,6 +43,8 @@ def estimate_cmd(
         act_dtype=act_dtype, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel, cost_model=cost,
         attention=attention, layer=layer,
     )
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if csv_path is not None:
         from layerscope.cost.run import write_ops_csv
 

@@ -24,7 +24,7 @@ from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
-from layerscope.workload import ForwardPass, Workload
+from layerscope.workload import ForwardPass, Workload, context_warnings
 
 AttentionView = Literal["fused", "unfused"]
 
@@ -130,6 +130,8 @@ class Estimate:
     memory: MemoryFootprint
     memory_capacity_bytes: float
     phase_times_s: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    """What the user should know about the inputs (a context beyond the model's trained length)."""
 
     @cached_property
     def ops(self) -> tuple[OpEstimate, ...]:
@@ -174,6 +176,7 @@ class Estimate:
             "e2e_s": self.e2e_s,
             "output_tokens_per_s": self.output_tokens_per_s,
             "phase_times_s": self.phase_times_s,
+            "warnings": list(self.warnings),
             "memory_bytes": self.memory.as_dict(),
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
@@ -349,6 +352,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         from layerscope.errors import WorkloadError
 
         raise WorkloadError(f"layer: {layer} is out of range; {spec.name} has layers 0..{spec.num_layers - 1}")
+    notes = context_warnings(spec, workload)
     model_fn = get_cost_model(cost_model)
     scope = "model" if layer is None else f"layer {layer}"
     parts: list[PhaseOps] = []
@@ -403,4 +407,5 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         memory=memory_footprint(spec, workload, graphs),
         memory_capacity_bytes=hardware.memory_capacity_bytes,
         phase_times_s=phase_times,
+        warnings=tuple(notes),
     )

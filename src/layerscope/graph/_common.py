@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from layerscope.graph.ops import GemmShape, Op, TensorSpec
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
+from layerscope.workload.workload import check_tensor_parallel
 
 #: Element type used for integer index tensors (token ids, expert ids): int32 is 4 bytes like fp32,
 #: and :class:`DType` has no int32 member.
@@ -80,7 +81,9 @@ class BuildContext:
 
 def make_context(spec: ModelSpec, groups: tuple[Group, ...], weight_dtype: DType, act_dtype: DType,
                  kv_dtype: DType, tp: int) -> BuildContext:
-    """Build the context of one pass; per-device widths round up when not divisible by ``tp``."""
+    """Build the context of one pass; FFN widths round up when not divisible by ``tp`` (heads must
+    divide: :func:`layerscope.workload.check_tensor_parallel`)."""
+    check_tensor_parallel(spec, tp)
     tokens = sum(g.count * g.new for g in groups)
     return BuildContext(
         spec=spec,

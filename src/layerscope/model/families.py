@@ -40,6 +40,22 @@ _ACTIVATIONS = {
 }
 
 
+#: Largest integer a config field may hold: every size derived from a config (tokens × widths × layers)
+#: stays inside int64.
+MAX_CONFIG_INT = 2**40
+#: Most decoder layers a config may declare (the largest published decoder has 126); the builders make
+#: per-layer tuples, so a huge count would exhaust memory before any check.
+MAX_LAYERS = 2**14
+#: Keys under which the families spell the decoder layer count.
+LAYER_COUNT_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages that quote a config value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @dataclass(frozen=True)
 class Fields:
     """Typed, validated access to one config dict (the text config of multimodal models)."""
@@ -66,9 +82,12 @@ class Fields:
     def get_int(self, *keys: str, default: Any = _MISSING) -> int:
         key, value = self._raw(keys, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            if not (isinstance(value, float) and value.is_integer()):
+                raise ConfigError(f"{key}: expected an integer, got {_short(value)}")
+            value = int(value)
+        limit = MAX_LAYERS if key in LAYER_COUNT_KEYS else MAX_CONFIG_INT
+        if abs(value) > limit:
+            raise ConfigError(f"{key}: {value} is out of range (at most {limit})")
         return value
 
     def opt_int(self, *keys: str) -> int | None:
@@ -77,19 +96,19 @@ class Fields:
     def get_float(self, *keys: str, default: Any = _MISSING) -> float:
         key, value = self._raw(keys, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
+            raise ConfigError(f"{key}: expected a number, got {_short(value)}")
         return float(value)
 
     def get_bool(self, *keys: str, default: Any = _MISSING) -> bool:
         key, value = self._raw(keys, default)
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            raise ConfigError(f"{key}: expected true or false, got {_short(value)}")
         return value
 
     def get_str(self, *keys: str, default: Any = _MISSING) -> str:
         key, value = self._raw(keys, default)
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {_short(value)}")
         return value
 
     def int_list(self, key: str) -> list[int] | None:
@@ -97,7 +116,7 @@ class Fields:
         if value is None:
             return None
         if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise ConfigError(f"{key}: expected a list of integers, got {value!r}")
+            raise ConfigError(f"{key}: expected a list of integers, got {_short(value)}")
         return list(value)
 
 
@@ -161,7 +180,7 @@ def _layer_types(f: Fields, num_layers: int) -> tuple[LayerAttention, ...] | Non
         return None
     if not isinstance(value, list) or len(value) != num_layers or any(v not in _LAYER_TYPES for v in value):
         raise ConfigError(
-            f"layer_types: expected {num_layers} entries from {sorted(_LAYER_TYPES)}, got {value!r}"
+            f"layer_types: expected {num_layers} entries from {sorted(_LAYER_TYPES)}, got {_short(value)}"
         )
     return tuple(_LAYER_TYPES[v] for v in value)
 

@@ -21,6 +21,7 @@ from layerscope.model.catalog import catalog_names, find_catalog_entry, read_cat
 from layerscope.model.families import DEFAULT_ARCHITECTURES, FAMILIES, Fields, parse_generic
 from layerscope.model.quantization import weight_dtypes
 from layerscope.model.spec import ModelSpec
+from layerscope.units import note_input
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,18 @@ def hf_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+#: Largest config file read: real ``config.json`` files are a few KiB (a Llama 4 one with its vision
+#: tower ~10 KiB); anything this large is not a model config.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
 def _parse_json(text: str, where: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: not a model config (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -52,9 +60,14 @@ def _parse_json(text: str, where: str) -> dict[str, Any]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {size} bytes is not a model config (at most {MAX_CONFIG_BYTES} bytes)")
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a JSON config (not UTF-8 text: byte {exc.start})") from None
     return _parse_json(text, str(path))
 
 
@@ -108,6 +121,8 @@ def load_model_spec(source: str | Path) -> ModelSpec:
     Never touches the network; raises :class:`ConfigError` saying where it looked.
     """
     path = Path(source).expanduser()
+    if path.exists():
+        note_input(path)  # a file, or a folder whose files are all inputs (units.check_output)
     if path.is_file():
         return model_spec_from_dict(_load_dir_config(path), str(source))
     if path.is_dir():

@@ -6,7 +6,10 @@ from layerscope.workload.workload import (
     Phase,
     SequenceGroup,
     Workload,
+    check_tensor_parallel,
+    context_warnings,
     make_workload,
 )
 
-__all__ = ["PHASES", "ForwardPass", "Phase", "SequenceGroup", "Workload", "make_workload"]
+__all__ = ["PHASES", "ForwardPass", "Phase", "SequenceGroup", "Workload", "check_tensor_parallel",
+           "context_warnings", "make_workload"]

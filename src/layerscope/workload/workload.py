@@ -15,12 +15,15 @@ already in the KV cache. Every phase is expressed this way:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from layerscope.errors import WorkloadError
 from layerscope.units import DType, parse_dtype
+
+if TYPE_CHECKING:
+    from layerscope.model.spec import ModelSpec
 
 Phase = Literal["prefill", "decode", "chunked", "generate"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode", "chunked", "generate")
@@ -58,28 +61,35 @@ class ForwardPass(BaseModel):
         return sum(g.count for g in self.groups)
 
 
+#: Bounds that keep every derived count (tokens × widths, FLOPs) inside the int64 arrays the cost
+#: models use: far beyond any real deployment (2^24 sequences a pass, 2^31 tokens a sequence).
+MAX_BATCH = 2**24
+MAX_TOKENS = 2**31
+MAX_DEVICES = 2**16
+
+
 class Workload(BaseModel):
     """A phase with its batch, lengths, dtypes and parallelism."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     phase: Phase = "decode"
-    batch_size: int = Field(default=1, gt=0)
+    batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Sequences per pass (decode sequences alongside the chunk in ``chunked``)."""
-    input_len: int = Field(default=512, gt=0)
+    input_len: int = Field(default=512, gt=0, le=MAX_TOKENS)
     """Prompt tokens (prefill, generate)."""
-    output_len: int = Field(default=128, gt=0)
+    output_len: int = Field(default=128, gt=0, le=MAX_TOKENS)
     """Generated tokens (generate)."""
-    context_len: int = Field(default=1024, ge=0)
+    context_len: int = Field(default=1024, ge=0, le=MAX_TOKENS)
     """Tokens already in the KV cache of each decode sequence (decode, chunked)."""
-    chunk_size: int = Field(default=512, gt=0)
+    chunk_size: int = Field(default=512, gt=0, le=MAX_TOKENS)
     """Prompt tokens processed per pass in ``chunked``."""
-    prefill_offset: int = Field(default=0, ge=0)
+    prefill_offset: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Prompt tokens of the chunked request already processed before this chunk."""
     weight_dtype: DType = DType.BF16
     act_dtype: DType = DType.BF16
     kv_dtype: DType = DType.BF16
-    tensor_parallel: int = Field(default=1, gt=0)
+    tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Devices a layer is split across (Megatron-style: heads and FFN columns divided)."""
 
     @model_validator(mode="before")
@@ -173,3 +183,40 @@ def _format_validation(exc: object) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "workload"
         parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(parts)
+
+
+def check_tensor_parallel(spec: ModelSpec, tensor_parallel: int) -> None:
+    """Refuse a tensor-parallel degree the model's heads cannot be split by.
+
+    Megatron-LM's attention split (Shoeybi et al. 2019, arXiv 1909.08053 §3) gives each device
+    ``heads / tp`` query heads, so ``tp`` must divide the query heads; KV heads are split the same
+    way, or replicated when there are fewer than ``tp`` of them, which needs ``tp`` to be a multiple
+    of the KV heads (vLLM's ``QKVParallelLinear``). MLA models split their heads only."""
+    tp = tensor_parallel
+    if tp == 1:
+        return
+    heads, kv_heads = spec.num_attention_heads, spec.num_kv_heads
+    if heads % tp:
+        raise WorkloadError(f"tensor_parallel={tp} does not divide the {heads} attention heads of {spec.name} "
+                            f"(use a divisor of {heads})")
+    if spec.mla is None and kv_heads % tp and tp % kv_heads:
+        raise WorkloadError(f"tensor_parallel={tp} cannot split or replicate the {kv_heads} KV heads of "
+                            f"{spec.name}: it must divide them or be a multiple of them")
+
+
+def context_warnings(spec: ModelSpec, workload: Workload) -> list[str]:
+    """What is wrong with running ``workload`` on ``spec`` without being impossible; raises
+    :class:`WorkloadError` for what is impossible.
+
+    A model with learned positions (GPT-2, OPT) has no embedding past ``max_position_embeddings``:
+    a longer context is refused. A RoPE model computes one, but was trained up to that length: the
+    estimate is made and a warning says so."""
+    longest = workload.max_context_len()
+    limit = spec.max_position_embeddings
+    if longest <= limit:
+        return []
+    if spec.position == "learned":
+        raise WorkloadError(f"the longest context, {longest} tokens, exceeds the {limit} learned positions of "
+                            f"{spec.name} (max_position_embeddings)")
+    return [f"the longest context, {longest} tokens, exceeds {spec.name}'s max_position_embeddings ({limit}): "
+            "the model was not trained that long; estimated anyway"]
