@@ -7,7 +7,7 @@ as strings, ``"3.35 TB/s"``, for fields whose name ends in ``_hz``, ``_bytes``, 
 
 Spreadsheets (CSV, XLSX) have one column per device and the row names in the first column
 (the header row's first cell may be empty). Plain numbers are in base units, as the design
-notebook's device sheet writes them (``tests/data/hardware/seed-hardware-sheet.csv``)::
+notebook's device sheet writes them (``examples/seed-hardware-sheet.csv``)::
 
     ,                   NVL-AX,         JGS
     Num_Cores,          32,             192
