@@ -28,6 +28,9 @@ def field(case_id: str, key: str, value: object, folder: str | None = None) -> C
     return estimate_cfg(case_id, content, key)
 
 
+KV_HEADS = "num_key_value_heads|num_kv_heads"
+"""The config's key, or the spec's name for it."""
+
 CASES: list[Case] = [
     # Positive controls: a real config as a file and as a checkpoint directory.
     Case("model-ok-file", ("estimate", "--model", "cfg.json", "--json"), {"cfg.json": config_text()},
@@ -78,9 +81,9 @@ CASES: list[Case] = [
     field("num_attention_heads-negative", "num_attention_heads", -32),
     estimate_cfg("heads-not-dividing-hidden", config_with(drop=("head_dim",), num_attention_heads=30,
                                                           num_key_value_heads=30), "num_attention_heads"),
-    field("num_key_value_heads-not-dividing", "num_key_value_heads", 5),
-    field("num_key_value_heads-above-heads", "num_key_value_heads", 64),
-    field("num_key_value_heads-0", "num_key_value_heads", 0),
+    estimate_cfg("num_key_value_heads-not-dividing", config_with(num_key_value_heads=5), KV_HEADS),
+    estimate_cfg("num_key_value_heads-above-heads", config_with(num_key_value_heads=64), KV_HEADS),
+    estimate_cfg("num_key_value_heads-0", config_with(num_key_value_heads=0), KV_HEADS),
     field("vocab_size-0", "vocab_size", 0),
     field("vocab_size-negative", "vocab_size", -1),
     field("intermediate_size-0", "intermediate_size", 0),
@@ -129,8 +132,8 @@ CASES: list[Case] = [
     Case("model-capture-alias-typo", ("capture", "--model", "gpt22", "--out", "t.json.gz"), {}, ("gpt2",)),
     Case("model-validate-hidden_size-0", ("validate", "--model", "cfg.json", "--hardware", "h100-sxm", "--out", "v"),
          {"cfg.json": config_with(hidden_size=0)}, ("hidden_size",)),
-    Case("model-verify-unknown-model", ("verify", "--traces", "recs", "--model", "llama-3.2-1bb"), {"recs": DIR},
-         ("llama-3.2-1b",)),
+    Case("model-verify-unknown-model", ("verify", "--traces", "wl", "--model", "llama-3.2-1bb"), {}, ("llama-3.2-1b",),
+         before=(("workloads", "--from-graph", "--model", "llama-3.2-1b", "--layers", "1", "--out", "wl"),)),
     Case("model-demo-unknown-model", ("demo", "--model", "llama-3.2-1bb", "--hardware", "h100-sxm", "--out", "d"),
          {}, ("llama-3.2-1b",)),
 ]

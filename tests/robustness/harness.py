@@ -70,7 +70,8 @@ class Case:
     files: Mapping[str, Content] = field(default_factory=dict)
     """Relative path → content, made before the run (parents created)."""
     expect: tuple[str, ...] = ()
-    """Substrings the error line must contain (case-insensitive): the option, the file, the field."""
+    """Substrings the error line must contain (case-insensitive, ``_`` as ``-``; ``a|b``: either): the
+    option, the file, the field."""
     code: int = USER_ERROR
     """Expected exit code: 2 for a bad input, 0 for a positive control."""
     creates: tuple[str, ...] = ()
@@ -251,6 +252,11 @@ def run_case(case: Case, folder: Path, command: list[str]) -> Outcome:
                    done.seconds, snapshot_changes(before, after, case.creates), missing, done.cpu_seconds)
 
 
+def loose(text: str) -> str:
+    """``text`` lower-cased with ``_`` read as ``-``: ``prompt_len`` names ``--prompt-len``."""
+    return text.lower().replace("_", "-")
+
+
 @dataclass
 class Corpus:
     """Outcomes of the selected cases, keyed by case id, and the wall time of the whole run."""
@@ -284,7 +290,7 @@ def violations(case: Case, outcome: Outcome) -> list[str]:
         if len(line) > MAX_LINE_CHARS:
             problems.append(f"error line is {len(line)} characters (at most {MAX_LINE_CHARS})")
         for text in case.expect:
-            if text.lower() not in line.lower():
+            if not any(loose(choice) in loose(line) for choice in text.split("|")):
                 problems.append(f"error line does not name {text!r}: {line[:300]!r}")
     elif case.stdout_json:
         import json
