@@ -166,11 +166,15 @@ typedef struct {
 
 /* 1: ordinary string byte; 0: '"', '\\', control byte or >= 0x80 (looked at one by one) */
 static uint8_t plain_byte[256];
+/* bytes json_depth stops at: inside a string '"' and '\\', outside these and the four brackets */
+static uint8_t string_stop[256], outside_stop[256];
 static uint8_t hex_value[256]; /* 0..15, 255 = not hex */
 
 static void init_tables(void) {
     for (int c = 0; c < 256; c++) {
         plain_byte[c] = (c >= 0x20 && c < 0x80 && c != '"' && c != '\\');
+        string_stop[c] = (c == '"' || c == '\\');
+        outside_stop[c] = (c == '"' || c == '\\' || c == '[' || c == ']' || c == '{' || c == '}');
         hex_value[c] = 255;
     }
     for (int c = '0'; c <= '9'; c++) hex_value[c] = (uint8_t)(c - '0');
@@ -992,11 +996,66 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(json_depth_doc,
+"json_depth(data, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over_at)\n\n"
+"One chunk of a JSON text, walked from the state the previous chunk left: depth (brackets [ and\n"
+"{ open outside strings; a closing one never takes it below 0), whether the chunk starts inside\n"
+"a string, and whether the byte before it ends an odd run of backslashes. A quote after an odd\n"
+"run of backslashes is escaped; every other quote opens or closes a string (on valid JSON,\n"
+"exactly the strings; a backslash outside a string is a syntax error to every parser). Returns\n"
+"the state at the chunk's end and over_at, the offset in the chunk of the bracket that opens\n"
+"level limit + 1 (the walk stops there), or -1. It bounds the nesting a parser will meet; it\n"
+"does not validate.");
+
+static PyObject *json_depth(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer data;
+    Py_ssize_t depth, limit, over = -1;
+    int in_string, escaped;
+    if (!PyArg_ParseTuple(args, "y*nppn", &data, &depth, &in_string, &escaped, &limit)) return NULL;
+    if (depth < 0 || limit < 0) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "json_depth: a negative depth or limit");
+        return NULL;
+    }
+    const uint8_t *base = (const uint8_t *)data.buf, *p = base, *end = base + data.len;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        const uint8_t *stop = in_string ? string_stop : outside_stop;
+        if (!stop[*p]) {
+            escaped = 0;
+            p++;
+            while (p < end && !stop[*p]) p++;
+            if (p >= end) break;
+        }
+        uint8_t c = *p++;
+        if (c == '\\') {
+            escaped = !escaped;
+            continue;
+        }
+        if (c == '"') {
+            if (!escaped) in_string = !in_string;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) {
+                over = p - 1 - base;
+                break;
+            }
+        } else if (depth > 0) {
+            depth--;
+        }
+        escaped = 0;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return Py_BuildValue("(nNNn)", depth, PyBool_FromLong(in_string), PyBool_FromLong(escaped), over);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"args_strings", args_strings, METH_VARARGS, args_strings_doc},
     {"args_contain", args_contain, METH_VARARGS, args_contain_doc},
     {"object_tail", object_tail, METH_VARARGS, object_tail_doc},
+    {"json_depth", json_depth, METH_VARARGS, json_depth_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -66,6 +66,7 @@ from layerscope.trace.chrome_reader import (
     _INFLATE,
     _LEADING,
     _WS,
+    DepthGuard,
     _chrome_scan,  # the C scanner (None where setup.py could not build it)
     _find_array_end,
     _loads_object,
@@ -79,6 +80,7 @@ from layerscope.trace.chrome_reader import (
     skipped_warnings,
     slice_table,
 )
+from layerscope.trace.readers import inflate_budget, too_big
 
 log = logging.getLogger(__name__)
 
@@ -187,13 +189,16 @@ def read_chrome_json_fast(path: Path) -> tuple[dict[str, pa.Table], dict[str, An
     """Tables, top-level metadata and warnings of the trace at ``path``, or ``None``.
 
     ``None`` means "use the DuckDB path": the file is too big to hold, or uses something this
-    path does not reproduce exactly (see the module docstring). Never raises for bad input.
+    path does not reproduce exactly (see the module docstring). Bad input raises only what no
+    path reads, as the DuckDB path would: :class:`TraceError` for JSON nested deeper than
+    :data:`~layerscope.trace.readers.MAX_JSON_DEPTH` or gzip inflating past its
+    :func:`~layerscope.trace.readers.inflate_budget`.
     """
     try:
         text = _read_text(path)
         if text is None:
             return None
-        return _parse(text)
+        return _parse(text, DepthGuard(path))
     except _Unsupported as exc:
         log.debug("%s: fast JSON path not used (%s)", path, exc)
         return None
@@ -222,18 +227,26 @@ def _read_text(path: Path) -> bytes | None:
         data = handle.read()
     if magic != b"\x1f\x8b":
         return data
+    budget = inflate_budget(path)
+    cap = min(MAX_TEXT_BYTES, budget[0])
     inflater = _INFLATE.decompressobj(31)
     try:
-        text = inflater.decompress(data, MAX_TEXT_BYTES + 1)
+        text = inflater.decompress(data, cap + 1)
     except _INFLATE.error:
         return None
-    if not inflater.eof or inflater.unused_data or len(text) > MAX_TEXT_BYTES:
+    if len(text) > budget[0]:
+        raise too_big(path, budget)  # as the DuckDB path would, without inflating it again
+    if not inflater.eof or inflater.unused_data or len(text) > cap:
         return None  # truncated, multi-member or trailing bytes, too big: the DuckDB path
     return text
 
 
-def _parse(text: bytes) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]:
-    """Locate the events array as the DuckDB path does, decode it, build the tables."""
+def _parse(text: bytes, guard: DepthGuard) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]:
+    """Locate the events array as the DuckDB path does, decode it, build the tables.
+
+    ``guard`` walks the text before any parser sees it: the events only where the C scanner
+    declined them (its columns prove them nested less than 259 levels).
+    """
     lead = _LEADING.match(text).end()  # type: ignore[union-attr]
     first = text[lead:lead + 1]
     metadata: dict[str, Any] = {}
@@ -250,22 +263,29 @@ def _parse(text: bytes) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]
             raise _Unsupported("traceEvents is not an array")
         bracket = opening.end() - 1
         start, top_level_array = bracket + 1, False
+        guard.feed(memoryview(text)[:start])
         header = _loads_object(text[lead:key].rstrip(_WS).rstrip(b",") + b"}")
         if header is not None:
             metadata.update(header)
     else:
         raise _Unsupported("not a JSON object or array")
+    if top_level_array:
+        guard.feed(memoryview(text)[:start])
     tail_offset = _tail_offset(text, start)
-    found = _find_array_end(text[tail_offset:], top_level_array)
+    found = _find_array_end(text[tail_offset:], top_level_array, array_start=tail_offset == start)
     if found is None:
         raise _Unsupported("events array not closed")
     end = tail_offset + found[0]
+    # the events are complete values (else no parser takes them): what follows them starts in
+    # the header's state (orjson parsed it above, but stops at 1024 levels on its own)
+    guard.at(end).feed(memoryview(text)[end:])
     metadata.update(found[1])
     quoted = _FRACTIONAL_TS.search(text, start, start + _FRACTION_PROBE_BYTES) is not None
     if quoted and text.find(b'"ts":', end) >= 0:
         raise _Unsupported("a 'ts' key after the events array would be quoted")
     columns: _Columns | None = _scan_columns(text, start, end, quoted)
     if columns is None:
+        guard.at(start).feed(memoryview(text)[start:end])  # before msgspec, which recurses per level
         events = _DECODERS[quoted].decode(memoryview(text)[start - 1:end + 1])
         columns = _DecodedColumns(events)
     if columns.n == 0:

@@ -48,12 +48,17 @@ string pid/tid gets a synthetic number and becomes the process/thread name; ``up
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import queue
 import re
+import shutil
+import stat
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -68,7 +73,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from layerscope.errors import TraceError
+from layerscope.trace.readers import MAX_JSON_DEPTH, inflate_budget, too_big
 from layerscope.trace.tables import SCHEMAS, TraceTables
+
+try:  # advisory locks (POSIX): how a stale ingest directory is told from a live one
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 try:  # the optional C scanner (setup.py builds it where a compiler is available)
     from layerscope.trace import _chrome_scan
@@ -117,11 +128,93 @@ _COLUMNS = "{" + ", ".join(f"{f}: 'VARCHAR'" for f in (*_FIELDS, "args")) + "}"
 # --------------------------------------------------------------------------- byte streaming
 
 
+def json_depth_numpy(data: Any, depth: int, in_string: bool, escaped: bool,
+                     limit: int) -> tuple[int, bool, bool, int]:
+    """``_chrome_scan.json_depth`` in numpy (for installs without the C scanner), same results.
+
+    A quote after an odd run of backslashes is escaped, every other quote toggles the string
+    state; brackets outside strings open and close levels (never below 0). Returns the state
+    after ``data`` and the offset of the bracket that opens level ``limit + 1`` (else -1).
+    """
+    a = np.frombuffer(data, dtype=np.uint8)
+    n = len(a)
+    if n == 0:
+        return depth, in_string, escaped, -1
+    slash = np.flatnonzero(a == 0x5C)
+    quotes = np.flatnonzero(a == 0x22)
+    # per quote, the parity of the backslash run just before it (carried in from the last chunk)
+    odd = np.zeros(len(quotes), dtype=bool)
+    run_end = np.zeros(0, dtype=np.int64)
+    run_len = np.zeros(0, dtype=np.int64)
+    if len(slash):
+        breaks = np.flatnonzero(np.diff(slash) != 1) + 1
+        run_start = slash[np.concatenate(([0], breaks))]
+        run_end = slash[np.concatenate((breaks - 1, [len(slash) - 1]))]
+        run_len = run_end - run_start + 1 + ((run_start == 0) & escaped)
+        k = np.searchsorted(run_end, quotes - 1)
+        hit = k < len(run_end)
+        hit[hit] = run_end[k[hit]] == quotes[hit] - 1
+        odd[hit] = run_len[k[hit]] % 2 == 1
+    elif escaped and len(quotes):
+        odd = quotes == 0
+    if escaped and len(quotes) and quotes[0] == 0 and not len(slash):
+        odd[0] = True
+    toggles = quotes[~odd]
+    brackets = np.flatnonzero(np.isin(a, np.frombuffer(b"[]{}", dtype=np.uint8)))
+    # inside a string before a bracket: an odd number of toggles before it (plus the carry)
+    inside = (np.searchsorted(toggles, brackets) % 2 == 1) ^ in_string
+    brackets = brackets[~inside]
+    opens = (a[brackets] == 0x5B) | (a[brackets] == 0x7B)
+    walk = depth + np.cumsum(np.where(opens, 1, -1))
+    # a floor at 0: subtract the lowest the walk went below it so far
+    level = walk - np.minimum(np.minimum.accumulate(walk), 0)
+    over = np.flatnonzero(opens & (level > limit))
+    if len(over):
+        return int(level[over[0]]), in_string, False, int(brackets[over[0]])
+    end_depth = int(level[-1]) if len(level) else depth
+    trailing = len(run_end) and run_end[-1] == n - 1
+    end_escaped = bool(trailing and run_len[-1] % 2 == 1)
+    return end_depth, bool((len(toggles) % 2 == 1) ^ in_string), end_escaped, -1
+
+
+#: The nesting walk: the C scanner's where built, else numpy's (the same results).
+json_depth = _chrome_scan.json_depth if _chrome_scan is not None else json_depth_numpy
+
+
+class DepthGuard:
+    """Refuses a JSON text nested deeper than :data:`~layerscope.trace.readers.MAX_JSON_DEPTH`,
+    fed chunk by chunk (or skipping spans known to be balanced); the error names the file."""
+
+    def __init__(self, source: Path, limit: int = MAX_JSON_DEPTH) -> None:
+        self.source = source
+        self.limit = limit
+        self.offset = 0
+        self.state = (0, False, False)
+
+    def feed(self, data: Any) -> None:
+        depth, in_string, escaped, over = json_depth(data, *self.state, self.limit)
+        if over >= 0:
+            raise TraceError(f"{str(self.source)!r}: JSON nested deeper than {self.limit} levels (level "
+                             f"{self.limit + 1} opens at byte {self.offset + over}); at most {self.limit} "
+                             "are read")
+        self.state = (depth, in_string, escaped)
+        self.offset += len(memoryview(data))
+
+    def at(self, offset: int) -> DepthGuard:
+        """A guard in this one's state at byte ``offset``: for a later span reached over complete
+        JSON values (which leave the state as it was)."""
+        guard = DepthGuard(self.source, self.limit)
+        guard.state, guard.offset = self.state, offset
+        return guard
+
+
 def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
     """Yield decompressed chunks; a truncated or corrupt gzip stream ends with a warning.
 
     A gzip file is read and inflated by a helper thread (zlib and isal release the GIL), so
-    inflating overlaps the consumer's work on the previous chunk.
+    inflating overlaps the consumer's work on the previous chunk; it inflates at most
+    :func:`~layerscope.trace.readers.inflate_budget` bytes (else :class:`TraceError`, raised
+    here) and at most one chunk at a time, so memory stays bounded whatever the ratio.
     """
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed in finally; generator
@@ -134,8 +227,10 @@ def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
             while chunk := handle.read(_CHUNK_BYTES):
                 yield chunk
             return
+        budget = inflate_budget(path)
         chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         stop = threading.Event()
+        failure: list[BaseException] = []
 
         def put(item: bytes | None) -> bool:
             while not stop.is_set():
@@ -148,9 +243,15 @@ def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
 
         def produce() -> None:
             try:
+                total = 0
                 for out in _inflate(handle, warnings):
+                    total += len(out)
+                    if total > budget[0]:
+                        raise too_big(path, budget)
                     if not put(out):
                         return
+            except BaseException as exc:  # re-raised by the consumer, in its thread
+                failure.append(exc)
             finally:
                 put(None)
 
@@ -159,6 +260,8 @@ def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
         try:
             while (item := chunks.get()) is not None:
                 yield item
+            if failure:
+                raise failure[0]
         finally:
             stop.set()
             worker.join()
@@ -167,35 +270,55 @@ def _stream(path: Path, warnings: list[str]) -> Iterator[bytes]:
 
 
 def _inflate(handle: Any, warnings: list[str]) -> Iterator[bytes]:
-    """Inflate a gzip stream (multi-member too) chunk by chunk; damage ends it with a warning."""
+    """Inflate a gzip stream (multi-member too) in pieces of at most ``_CHUNK_BYTES``; damage ends
+    it with a warning."""
     inflate = _INFLATE
     inflater = inflate.decompressobj(31)
+    first_member = True
+    pending = b""
+    full = False  # the last piece filled its limit: the inflater may hold more without input
     while True:
-        data = handle.read(_CHUNK_BYTES)
-        if not data:
-            if not inflater.eof:
-                warnings.append("gzip stream is truncated (no end marker); read what was there")
-            break
+        if not pending and not full:
+            pending = handle.read(_CHUNK_BYTES)
+            if not pending:
+                if not inflater.eof:
+                    warnings.append("gzip stream is truncated (no end marker); read what was there")
+                break
+        if inflater.eof:
+            # a concatenated (multi-member) gzip file: start a new member
+            inflater = inflate.decompressobj(31)
+            first_member = False
         try:
-            out = inflater.decompress(data)
+            out = inflater.decompress(pending, _CHUNK_BYTES)
         except (zlib.error, inflate.error) as exc:
-            warnings.append(f"gzip stream is corrupt ({exc}); read what came before")
+            if first_member:
+                warnings.append(f"gzip stream is corrupt ({exc}); read what came before")
             return
+        full = len(out) == _CHUNK_BYTES and not inflater.eof
+        pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
         if out:
             yield out
-        while inflater.eof and inflater.unused_data:
-            # a concatenated (multi-member) gzip file: start a new member
-            rest = inflater.unused_data
-            inflater = inflate.decompressobj(31)
-            try:
-                out = inflater.decompress(rest)
-            except (zlib.error, inflate.error):
-                return
-            if out:
-                yield out
-    tail = inflater.flush()
-    if tail:
-        yield tail
+
+
+def inflate_all(path: Path, data: bytes, warnings: list[str]) -> bytes:
+    """The inflated bytes of an in-memory gzip file (multi-member too), within its
+    :func:`~layerscope.trace.readers.inflate_budget` (else :class:`TraceError`); damage ends it
+    with a warning, as for a streamed file."""
+    budget = inflate_budget(path)
+    out: list[bytes] = []
+    total = 0
+    for piece in _inflate(io.BytesIO(data), warnings):
+        total += len(piece)
+        if total > budget[0]:
+            raise too_big(path, budget)
+        out.append(piece)
+    return b"".join(out)
+
+
+def _guarded(chunks: Iterator[bytes], guard: DepthGuard) -> Iterator[bytes]:
+    for chunk in chunks:
+        guard.feed(chunk)
+        yield chunk
 
 
 def _loads_object(text: bytes | bytearray) -> dict[str, Any] | None:
@@ -219,8 +342,12 @@ _REST_CLOSE = re.compile(rb"[ \t\r\n]*\}[ \t\r\n]*")
 _REST_COMMA = re.compile(rb"[ \t\r\n]*,(?=[ \t\r\n]*[\"}])")
 
 
-def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, Any]] | None:
+def _find_array_end(tail: bytes, top_level_array: bool, *,
+                    array_start: bool = False) -> tuple[int, dict[str, Any]] | None:
     """Position of the ``]`` closing the events array in ``tail`` and the fields after it.
+
+    ``array_start``: ``tail`` begins right after the array's ``[``, so a ``]`` with nothing but
+    whitespace before it closes an empty array (elsewhere nothing before it means "unknown").
 
     Candidates are ``]`` after which the rest of the document parses; trailing fields may hold
     arrays too (Kineto's ``"INFO": [...]``), so the leftmost candidate wins, preferring one that
@@ -234,7 +361,8 @@ def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, 
         pos = tail.rfind(b"]", 0, pos)
         if pos < 0:
             break
-        if _last_non_ws(tail, pos) in (b",", b":", b"{", b""):
+        before = _last_non_ws(tail, pos) or (b"[" if array_start else b"")
+        if before in (b",", b":", b"{", b""):
             continue
         if top_level_array:
             if _REST_EMPTY_OR_CLOSE.fullmatch(tail, pos + 1):
@@ -255,7 +383,7 @@ def _find_array_end(tail: bytes, top_level_array: bool) -> tuple[int, dict[str, 
                 found.append((pos, after))
     if not found:
         return None
-    objects = [f for f in found if _last_non_ws(tail, f[0]) in (b"}", b"[")]
+    objects = [f for f in found if (_last_non_ws(tail, f[0]) or (b"[" if array_start else b"")) in (b"}", b"[")]
     return min(objects or found, key=lambda f: f[0])
 
 
@@ -265,20 +393,28 @@ def _extract_events(path: Path, out_path: Path, warnings: list[str]) -> tuple[di
     Returns the top-level metadata and, when the array was cut short, file offsets of earlier
     event ends to retry from (empty when the array is complete).
     """
-    chunks = _stream(path, warnings)
-    buf = b""
+    chunks = _guarded(_stream(path, warnings), DepthGuard(path))
+    # the header grows in a bytearray (appends in place) and is searched only where it grew, so
+    # a long header (or a file of whitespace) costs linear time; leading whitespace is dropped
+    buf = bytearray()
+    skipped = 0
+    searched = 0
     start = -1
     top_level_array = False
     header = b""
     for chunk in chunks:
+        if not buf:
+            lead = _LEADING.match(chunk).end()  # type: ignore[union-attr]
+            skipped += lead
+            chunk = chunk[lead:]
         buf += chunk
-        lead = _LEADING.match(buf).end()  # type: ignore[union-attr]
-        first = buf[lead:lead + 1]
+        first = buf[:1]
         if first == b"[":
-            start, top_level_array = lead + 1, True
+            start, top_level_array = 1, True
             break
         if first == b"{":
-            key = buf.find(_EVENTS_KEY)
+            key = buf.find(_EVENTS_KEY, max(0, searched - len(_EVENTS_KEY)))
+            searched = len(buf) if key < 0 else key
             if key >= 0:
                 rest = buf[key + len(_EVENTS_KEY):]
                 stripped = rest.lstrip(_WS)
@@ -286,19 +422,22 @@ def _extract_events(path: Path, out_path: Path, warnings: list[str]) -> tuple[di
                     value = stripped[1:].lstrip(_WS)
                     if value[:1] == b"[":
                         start = len(buf) - len(value) + 1
-                        header = buf[lead:key]
+                        header = bytes(buf[:key])
                         break
                     if value:
                         raise TraceError(f"{str(path)!r}: 'traceEvents' is not an array")
                 elif stripped:
                     raise TraceError(f"{str(path)!r}: malformed JSON after 'traceEvents'")
         elif first:
-            raise TraceError(f"{str(path)!r} is not a JSON trace (starts with {buf[lead:lead + 16]!r}); "
+            raise TraceError(f"{str(path)!r} is not a JSON trace (starts with {bytes(buf[:16])!r}); "
                              "expected a Chrome/Kineto JSON object or array")
-        if len(buf) > _HEADER_LIMIT_BYTES:
+        if skipped + len(buf) > _HEADER_LIMIT_BYTES:
             raise TraceError(f"{str(path)!r}: no 'traceEvents' array in the first "
                              f"{_HEADER_LIMIT_BYTES >> 20} MiB")
     if start < 0:
+        damage = [w for w in warnings if w.startswith("gzip stream")]
+        if damage:
+            raise TraceError(f"{str(path)!r}: {damage[0].split(';')[0]}, and no trace before the damage")
         if not buf.strip(_WS):
             raise TraceError(f"{str(path)!r} is empty")
         raise TraceError(f"{str(path)!r} is not a Chrome/Kineto trace: no 'traceEvents' array")
@@ -314,7 +453,7 @@ def _extract_events(path: Path, out_path: Path, warnings: list[str]) -> tuple[di
     with open(out_path, "wb") as out:
         out.write(b"[")
         written = 1
-        first_body = buf[start:]
+        first_body = bytes(buf[start:])
         del buf
         while len(first_body) < _FRACTION_PROBE_BYTES:
             # look at the same first MiB of the array however the input was chunked (the fast
@@ -338,7 +477,7 @@ def _extract_events(path: Path, out_path: Path, warnings: list[str]) -> tuple[di
         tail = b"".join(pieces)
         del pieces
         tail_offset = written - len(tail)
-        found = _find_array_end(tail, top_level_array)
+        found = _find_array_end(tail, top_level_array, array_start=tail_offset == 1)
         if found is not None:
             pos, after = found
             metadata.update(after)
@@ -411,14 +550,14 @@ def _read_json(con: duckdb.DuckDBPyConnection, path: Path, fmt: str) -> None:
         [str(path)])
 
 
-def _tolerant_rewrite(events_path: Path, out_path: Path, warnings: list[str]) -> None:
+def _tolerant_rewrite(source: Path, events_path: Path, out_path: Path, warnings: list[str]) -> None:
     """Slow path for arrays DuckDB rejects (non-object items): orjson, then NDJSON."""
     try:
         events = orjson.loads(events_path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise TraceError(f"malformed JSON in traceEvents: {exc}") from None
+        raise TraceError(f"{str(source)!r}: malformed JSON in traceEvents: {exc}") from None
     if not isinstance(events, list):
-        raise TraceError("traceEvents is not an array")
+        raise TraceError(f"{str(source)!r}: traceEvents is not an array")
     skipped = 0
     with open(out_path, "wb") as out:
         for event in events:
@@ -440,7 +579,7 @@ def _tolerant_rewrite(events_path: Path, out_path: Path, warnings: list[str]) ->
         warnings.append(f"skipped {skipped} traceEvents items that are not JSON objects")
 
 
-def _load_raw(con: duckdb.DuckDBPyConnection, events_path: Path, candidates: list[int],
+def _load_raw(con: duckdb.DuckDBPyConnection, source: Path, events_path: Path, candidates: list[int],
               warnings: list[str]) -> None:
     tries = list(candidates[1:])
     while True:
@@ -455,11 +594,11 @@ def _load_raw(con: duckdb.DuckDBPyConnection, events_path: Path, candidates: lis
             log.info("DuckDB rejected the events array (%s); using the tolerant path", exc)
             break
     ndjson = events_path.with_suffix(".ndjson")
-    _tolerant_rewrite(events_path, ndjson, warnings)
+    _tolerant_rewrite(source, events_path, ndjson, warnings)
     try:
         _read_json(con, ndjson, "newline_delimited")
     except duckdb.Error as exc:
-        raise TraceError(f"cannot parse traceEvents: {exc}") from None
+        raise TraceError(f"{str(source)!r}: cannot parse traceEvents: {exc}") from None
 
 
 # --------------------------------------------------------------------------- processes and threads
@@ -1003,10 +1142,62 @@ def read_chrome_json(path: str | os.PathLike[str], *, fast: bool = True) -> Trac
     return TraceTables.from_tables(tables, metadata, warnings)
 
 
+#: The DuckDB path's temporary directories (the events copy, DuckDB's spill files) are
+#: ``<tmp>/layerscope-ingest-*``, each with a lock file its reader holds locked while it runs. A
+#: reader killed mid-ingest (kill -9, out of memory) cannot remove its directory; the kernel drops
+#: its lock, and the next reader removes it (:func:`remove_stale_ingest_dirs`).
+INGEST_PREFIX = "layerscope-ingest-"
+_LOCK_NAME = ".lock"
+#: A directory this young is never removed: its reader may be between creating and locking it.
+_STALE_AFTER_S = 60.0
+
+
+@contextlib.contextmanager
+def ingest_dir() -> Iterator[Path]:
+    """A fresh temporary directory for one ingest, locked while in use, removed afterwards
+    (after removing those that readers killed mid-ingest left behind)."""
+    remove_stale_ingest_dirs()
+    tmp = Path(tempfile.mkdtemp(prefix=INGEST_PREFIX))
+    try:
+        with open(tmp / _LOCK_NAME, "wb") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_ingest_dirs(root: Path | None = None) -> list[Path]:
+    """Remove this user's ingest directories under ``root`` (the system temporary directory)
+    whose reader is gone: lock file free (or never made) and older than a minute. Returns them."""
+    if fcntl is None or not hasattr(os, "getuid"):
+        return []  # no advisory locks: leave them (no way to tell a live reader's)
+    removed: list[Path] = []
+    for entry in Path(root or tempfile.gettempdir()).glob(INGEST_PREFIX + "*"):
+        try:
+            info = entry.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            lock_path = entry / _LOCK_NAME
+            made = lock_path.stat().st_mtime if lock_path.exists() else info.st_mtime
+            if time.time() - made < _STALE_AFTER_S:
+                continue
+            with open(lock_path, "ab") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its reader is alive
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue  # vanished meanwhile, or not ours to touch
+        removed.append(entry)
+    return removed
+
+
 def _read_with_duckdb(source: Path) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]:
     """The general path: events array to a temporary file, parsed by DuckDB, tables by SQL."""
     warnings: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="layerscope-") as tmp:
+    with ingest_dir() as tmp:
         events_path = Path(tmp) / "events.json"
         metadata, candidates = _extract_events(source, events_path, warnings)
         # a memory limit: DuckDB spills the raw events to the temporary directory beyond it,
@@ -1015,7 +1206,7 @@ def _read_with_duckdb(source: Path) -> tuple[dict[str, pa.Table], dict[str, Any]
         try:
             con.execute(f"SET temp_directory = '{tmp}'")
             con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
-            _load_raw(con, events_path, candidates, warnings)
+            _load_raw(con, source, events_path, candidates, warnings)
             events_path.unlink()
             tables = _build(con, warnings)
         except duckdb.Error as exc:

@@ -24,8 +24,9 @@ import orjson
 import pyarrow as pa
 
 from layerscope.errors import TraceError
-from layerscope.trace.chrome_reader import nest
+from layerscope.trace.chrome_reader import inflate_all, nest
 from layerscope.trace.protobuf_wire import as_double, as_signed, decode_fields, next_field
+from layerscope.trace.readers import MAX_PROTO_DEPTH
 from layerscope.trace.tables import SCHEMAS, TraceTables
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,18 @@ _fields = decode_fields
 iter_fields = decode_fields
 
 
-def _decode_annotation(buf: bytes, seq: _Sequence, missing: list[int] | None = None) -> tuple[str, Any]:
-    """``(name, value)`` of a DebugAnnotation; iids not (yet) interned are added to ``missing``."""
+class _TooDeep(Exception):
+    """Debug annotations nested deeper than :data:`~layerscope.trace.readers.MAX_PROTO_DEPTH`:
+    the whole trace is refused (not kept up to there, as a truncated one is)."""
+
+
+def _decode_annotation(buf: bytes, seq: _Sequence, missing: list[int] | None = None,
+                       depth: int = 1) -> tuple[str, Any]:
+    """``(name, value)`` of a DebugAnnotation; iids not (yet) interned are added to ``missing``.
+    ``depth``: its nesting (dict entries and array values are annotations inside one)."""
+    if depth > MAX_PROTO_DEPTH:
+        raise _TooDeep(f"debug annotations nested deeper than {MAX_PROTO_DEPTH} levels; at most "
+                       f"{MAX_PROTO_DEPTH} are read (protobuf's own limit)")
     name = ""
     value: Any = None
     arr: list[Any] = []
@@ -94,10 +105,10 @@ def _decode_annotation(buf: bytes, seq: _Sequence, missing: list[int] | None = N
         elif f == 7:
             value = hex(int(v))  # type: ignore[arg-type]
         elif f == 12 and isinstance(v, bytes):
-            arr.append(_decode_annotation(v, seq, missing)[1])
+            arr.append(_decode_annotation(v, seq, missing, depth + 1)[1])
             value = arr
         elif f == 11 and isinstance(v, bytes):
-            key, item = _decode_annotation(v, seq, missing)
+            key, item = _decode_annotation(v, seq, missing, depth + 1)
             entries[key] = item
             value = entries
     return name, value
@@ -110,14 +121,13 @@ def read_perfetto(path: str | os.PathLike[str]) -> TraceTables:
         data = source.read_bytes()
     except OSError as exc:
         raise TraceError(f"cannot open trace {str(source)!r}: {exc.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceError(f"{str(source)!r}: corrupt gzip: {exc}") from None
     warnings: list[str] = []
+    if data[:2] == b"\x1f\x8b":
+        data = inflate_all(source, data, warnings)
+        if not data and warnings:
+            raise TraceError(f"{str(source)!r}: {warnings[0].split(';')[0]}, and no trace before the damage")
+    if not data:
+        raise TraceError(f"{str(source)!r} is empty: a Perfetto trace holds at least one packet")
     reader = _Reader(warnings)
     pos, end = 0, len(data)
     try:
@@ -129,6 +139,8 @@ def read_perfetto(path: str | os.PathLike[str]) -> TraceTables:
             else:
                 raise TraceError(f"{str(source)!r} is not a Perfetto trace (top-level field {f}, "
                                  f"wire type {wt}; expected TracePacket = 1)")
+    except _TooDeep as exc:
+        raise TraceError(f"{str(source)!r}: {exc}") from None
     except TraceError as exc:
         if reader.packets == 0:
             raise TraceError(f"{str(source)!r}: not a readable Perfetto trace: {exc}") from None
