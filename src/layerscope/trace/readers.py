@@ -8,7 +8,7 @@ Limits every reader applies to what a file may ask of this machine (a trace over
 with a :class:`TraceError` naming the file, never read into a traceback or a full disk):
 
 * gzip input inflates to at most :func:`inflate_budget` bytes: ``LAYERSCOPE_MAX_TRACE_MB``
-  (default 4096 MiB: 10x what the in-memory JSON path holds, ~12M Kineto events), and beyond
+  (default 4096 MiB: ~10x what the in-memory JSON path holds, ~12M Kineto events), and beyond
   the first 64 MiB at most ``LAYERSCOPE_MAX_GZIP_RATIO`` (default 100) times the file's size
   on disk. Trace JSON compresses 7-21:1 (tests/data/traces); 100:1 is Apache POI's bound for
   zip bombs (``ZipSecureFile``), and a gzip of whitespace inflates 1000:1.
@@ -40,7 +40,7 @@ DEFAULT_MAX_GZIP_RATIO = 100
 RATIO_FLOOR_BYTES = 64 << 20
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, path: Path) -> int:
     text = os.environ.get(name)
     if text is None or not text.strip():
         return default
@@ -49,14 +49,14 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise TraceError(f"{name}={text!r}: expected a whole number of at least 1")
+        raise TraceError(f"{str(path)!r}: cannot apply {name}={text!r}: expected a whole number of at least 1")
     return value
 
 
 def inflate_budget(path: Path) -> tuple[int, str]:
     """Bytes a gzip trace at ``path`` may inflate to, and why that many (for the error)."""
-    limit = _env_int("LAYERSCOPE_MAX_TRACE_MB", DEFAULT_MAX_TRACE_MB) << 20
-    ratio = _env_int("LAYERSCOPE_MAX_GZIP_RATIO", DEFAULT_MAX_GZIP_RATIO)
+    limit = _env_int("LAYERSCOPE_MAX_TRACE_MB", DEFAULT_MAX_TRACE_MB, path) << 20
+    ratio = _env_int("LAYERSCOPE_MAX_GZIP_RATIO", DEFAULT_MAX_GZIP_RATIO, path)
     try:
         on_disk = path.stat().st_size
     except OSError:
