@@ -7,6 +7,7 @@ from .harness import Case
 from .inputs import DIR
 
 HUGE = "100000000000000000000000"
+TP = "tp|tensor_parallel"
 
 
 def est(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
@@ -43,23 +44,24 @@ CASES: list[Case] = [
     est("batch-word", "--batch", "many", expect=("--batch",)),
     est("batch-float", "--batch", "1.5", expect=("--batch",)),
     est("batch-missing-value", "--batch", expect=("--batch",)),
-    est("input-beyond-max-positions", "--phase", "prefill", "--input", "200000", expect=("position",)),
+    *(Case(f"args-estimate-warns-{case_id}", ("estimate", *args), code=0, stderr_expect=("max_position_embeddings",))
+      for case_id, args in (("input-beyond-max-positions", ("--phase", "prefill", "--input", "200000")),
+                            ("generate-beyond-max-positions", ("--phase", "generate", "--input", "131000",
+                                                               "--output", "1000")),
+                            ("context-beyond-max-positions", ("--context", "10000000")))),
     est("input-huge", "--phase", "prefill", "--input", HUGE, expect=("input",)),
     est("input-zero", "--phase", "prefill", "--input", "0", expect=("input",)),
     est("input-negative", "--phase", "prefill", "--input", "-512", expect=("input",)),
     est("output-negative", "--phase", "generate", "--output", "-1", expect=("output",)),
     est("output-huge", "--phase", "generate", "--output", HUGE, expect=("output",)),
-    est("generate-beyond-max-positions", "--phase", "generate", "--input", "131000", "--output", "1000",
-        expect=("position",)),
     est("context-negative", "--context", "-1", expect=("context",)),
-    est("context-beyond-max-positions", "--context", "10000000", expect=("position",)),
     est("chunk-zero", "--phase", "chunked", "--chunk", "0", expect=("chunk",)),
     est("chunk-negative", "--phase", "chunked", "--chunk", "-512", expect=("chunk",)),
     # estimate: parallelism, layers, names.
-    est("tp-3-on-32-heads", "--tp", "3", expect=("tp",)),
-    est("tp-zero", "--tp", "0", expect=("tp",)),
-    est("tp-negative", "--tp", "-2", expect=("tp",)),
-    est("tp-huge", "--tp", HUGE, expect=("tp",)),
+    est("tp-3-on-32-heads", "--tp", "3", expect=(TP,)),
+    est("tp-zero", "--tp", "0", expect=(TP,)),
+    est("tp-negative", "--tp", "-2", expect=(TP,)),
+    est("tp-huge", "--tp", HUGE, expect=(TP,)),
     est("layer-out-of-range", "--layer", "16", expect=("layer",)),
     est("layer-negative", "--layer", "-1", expect=("layer",)),
     est("top-negative", "--top", "-3", expect=("top",)),
@@ -95,11 +97,13 @@ CASES: list[Case] = [
     sim("weight-dtype-unknown", "--weight-dtype", "fp7", expect=("fp7",)),
     sim("open-without-out", "--open", expect=("--out",)),
     # workloads --from-graph.
-    wl("tp-3-on-32-heads", "--tp", "3", expect=("tp",)),
-    wl("tp-zero", "--tp", "0", expect=("tp",)),
+    wl("tp-3-on-32-heads", "--tp", "3", expect=(TP,)),
+    wl("tp-zero", "--tp", "0", expect=(TP,)),
     wl("batch-zero", "--batch", "0", expect=("batch",)),
     wl("prompt-len-zero", "--prompt-len", "0", expect=("prompt-len",)),
-    wl("prompt-len-beyond-max", "--prompt-len", "200000", expect=("position",)),
+    Case("args-workloads-warns-prompt-len-beyond-max", ("workloads", "--from-graph", "--model", "llama-3.2-1b",
+                                                        "--layers", "1", "--prompt-len", "200000", "--out", "wl"),
+         code=0, creates=("wl",), stderr_expect=("max_position_embeddings",)),
     wl("layers-zero", "--layers", "0", expect=("layers",)),
     wl("decode-steps-negative", "--decode-steps", "-1", expect=("decode-steps",)),
     wl("mla-form-unknown", "--mla-form", "folded", expect=("folded",)),

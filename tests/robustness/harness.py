@@ -82,6 +82,8 @@ class Case:
     filled by another file, for instance."""
     stdout_forbid: tuple[str, ...] = ()
     """Text that must not reach stdout (a leaked /etc/passwd line)."""
+    stderr_expect: tuple[str, ...] = ()
+    """Positive controls: warnings stderr must contain (a truncated trace read as far as it goes)."""
     stdout_expect: tuple[str, ...] = ()
     """Positive controls: text stdout must contain, as it is (data printed literally)."""
     stdout_json: bool = False
@@ -299,6 +301,9 @@ def violations(case: Case, outcome: Outcome) -> list[str]:
             json.loads(outcome.stdout)
         except ValueError as exc:
             problems.append(f"stdout is not one JSON document ({exc})")
+    if case.code != USER_ERROR:
+        problems += [f"stderr does not contain {text!r}" for text in case.stderr_expect
+                     if not any(loose(choice) in loose(outcome.stderr) for choice in text.split("|"))]
     for text in case.stdout_expect:
         if text not in outcome.stdout:
             problems.append(f"stdout does not contain {text!r}")
