@@ -73,6 +73,32 @@ def test_sim_vs_real_bad_iterations(tmp_path: Path) -> None:
         compare_sim_real(sim, sim, iterations=0, use_cache=False)
 
 
+def test_sim_vs_real_with_nothing_joined_is_an_error(tmp_path: Path) -> None:
+    sim = write_trace(tmp_path / "sim.json", _sim_events(1.0))
+    other = write_trace(tmp_path / "other.json", [{"ph": "X", "cat": "user_annotation", "name": "unrelated",
+                                                  "pid": 1, "tid": 1, "ts": 0, "dur": 5}])
+    with pytest.raises(AnalysisError, match=r"no op of the simulated trace .* \(7 simulated, 0 measured, 0 in both\)"):
+        compare_sim_real(sim, other, use_cache=False)
+
+
+def test_swapped_sim_and_real_are_refused(tmp_path: Path) -> None:
+    from layerscope.trace.simulate import simulate
+
+    simulated = simulate("llama-3.2-1b", "h100-sxm", engines=1, out=tmp_path / "sim.pftrace").trace_path
+    capture = write_trace(tmp_path / "captured.json", [
+        {"ph": "X", "cat": "user_annotation", "name": "prefill", "pid": 1, "tid": 1, "ts": 0, "dur": 100}],
+        layerscope={"model": "tiny"})
+    kineto = write_trace(tmp_path / "real.json", annotated_events())
+    for sim in (capture, kineto):
+        with pytest.raises(AnalysisError, match="look swapped"):
+            compare_sim_real(sim, simulated, use_cache=False)
+    with pytest.raises(AnalysisError, match="is a layerscope capture"):
+        compare_sim_real(capture, kineto, use_cache=False)
+    # a simulation against a simulation is joined by name (and here nothing matches: no annotations)
+    with pytest.raises(AnalysisError, match="is itself a layerscope simulation"):
+        compare_sim_real(simulated, simulated, use_cache=False)
+
+
 def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
     """`compare --sim S --real R` on validate's own files gives validate's rows, phase by phase: the
     simulated traces carry each op's module, the capture its iterations, unprofiled pass and profiler cost."""

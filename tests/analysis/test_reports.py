@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from layerscope.analysis import reports
 from layerscope.analysis.engine import TraceDB
 from layerscope.analysis.kernel_names import CATEGORIES
+from layerscope.errors import AnalysisError, OutputError
 
 from .conftest import annotated_events, write_trace
 
@@ -134,6 +135,35 @@ def test_write_csv_dir(control_db: TraceDB, tmp_path: Path) -> None:
     paths = reports.write_csv_dir({"memory_ops": reports.memory_ops(control_db)}, tmp_path / "out")
     assert [p.name for p in paths] == ["memory_ops.csv"]
     assert paths[0].read_text().splitlines()[0].startswith('"direction","count"')
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), -1.0])
+def test_major_events_threshold_must_be_a_duration(control_db: TraceDB, threshold: float) -> None:
+    with pytest.raises(AnalysisError, match=r"threshold_ms: .* finite number >= 0"):
+        reports.major_events(control_db, threshold_ms=threshold)
+    with pytest.raises(AnalysisError, match="threshold_ms"):
+        reports.analyze(control_db, threshold_ms=threshold)
+
+
+def test_write_csv_dir_never_replaces_an_input(control_db: TraceDB, tmp_path: Path) -> None:
+    tables = {"memory_ops": reports.memory_ops(control_db)}
+    trace = tmp_path / "in.json.gz"
+    trace.write_bytes(b"trace bytes")
+    for directory in (trace, tmp_path / "sub" / ".." / "in.json.gz"):
+        with pytest.raises(OutputError, match="is the input trace"):
+            reports.write_csv_dir(tables, directory, inputs=[trace])
+    with pytest.raises(OutputError, match="exists and is not a directory"):
+        reports.write_csv_dir(tables, trace)  # not named as an input: still not a directory
+    assert trace.read_bytes() == b"trace bytes"
+    # a trace inside the CSV directory, named as a report's CSV, is an input too
+    inside = tmp_path / "reports" / "memory_ops.csv"
+    inside.parent.mkdir()
+    inside.write_bytes(b"trace bytes")
+    with pytest.raises(OutputError):
+        reports.write_csv_dir(tables, tmp_path / "reports", inputs=[inside])
+    assert inside.read_bytes() == b"trace bytes"
+    with pytest.raises(OutputError, match="cannot make the CSV directory '/proc/layerscope"):
+        reports.write_csv_dir(tables, "/proc/layerscope/csv")
 
 
 def test_module_time_on_a_gpu_is_the_span_of_what_each_call_launched(tmp_path: Path) -> None:

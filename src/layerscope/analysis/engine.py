@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 from layerscope.errors import AnalysisError, TraceError
 from layerscope.trace.readers import format_for, read_trace
 from layerscope.trace.tables import SCHEMAS, TraceTables
+from layerscope.units import note_input
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +273,7 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
     source = Path(path)
     if not source.is_file():
         raise TraceError(f"trace {str(source)!r} does not exist or is not a file")
+    note_input(source)
     if not use_cache:
         return read_trace(source)
     fmt = format_for(source)
@@ -425,7 +427,8 @@ class TraceDB:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The underlying DuckDB connection (for advanced use)."""
+        """The underlying DuckDB connection (for advanced use). Its configuration is locked: no file,
+        network or extension access (see the module docstring)."""
         return self._con
 
     def close(self) -> None:
