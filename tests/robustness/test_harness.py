@@ -11,6 +11,7 @@ import pytest
 from .corpus import ALL_CASES, BAD_CASES, FAMILIES
 from .harness import Case, Outcome, make_files, snapshot, snapshot_changes, violations
 from .inputs import yaml_bomb
+from .test_contracts import CASES as CONTRACT_CASES
 
 CASE = Case("example", ("estimate", "--model", "cfg.json"), {"cfg.json": b"{}"}, ("cfg.json",))
 GOOD_LINE = "error: cfg.json: hidden_size: expected an integer\n"
@@ -90,7 +91,7 @@ def test_the_yaml_bomb_is_a_few_hundred_bytes_for_a_billion_strings() -> None:
 
 
 def test_the_corpus_has_200_bad_inputs_with_unique_ids_and_a_positive_control_per_family() -> None:
-    ids = [case.id for case in ALL_CASES]
+    ids = [case.id for case in [*ALL_CASES, *CONTRACT_CASES]]  # one pool runs both: ids key its outcomes
     assert len(ids) == len(set(ids))
     assert len(BAD_CASES) >= 200
     for family, cases in FAMILIES.items():
