@@ -175,6 +175,26 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str | os.PathLike[s
     return resolved
 
 
+def make_output_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the output directory ``path`` (and its parents) for a command's files; returns it.
+
+    Refuses (:class:`OutputError`) a path that exists and is not a directory, one that is an input
+    or inside an input directory the command read, and one the file system will not create
+    (``/proc``, read-only, permission)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output directory {str(out)!r} exists and is not a directory")
+    resolved = out.resolve()
+    for src in _INPUTS_READ.get() or set():
+        if resolved == src or (src.is_dir() and src in resolved.parents):
+            raise OutputError(f"refusing to write outputs into the input directory {str(src)!r}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the output directory {str(out)!r}: {exc.strerror or exc}") from None
+    return out
+
+
 def _temp_prefix(name: str) -> str:
     return f".{name}."
 

@@ -28,6 +28,7 @@ from layerscope.errors import OutputError
 from layerscope.hardware import HardwareSpec, load_hardware
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
+from layerscope.units import make_output_dir
 from layerscope.workload import make_workload
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,15 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {str(out)!r} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     spec = load_model_spec(model)
     have_torch = _torch_available()
     hw_path: Path | None = None
-    if hardware is not None:
-        hw = load_hardware(hardware)
+    # Inputs first: a bad model or hardware name fails before anything is created.
+    user_hw = load_hardware(hardware) if hardware is not None else None
+    make_output_dir(out)
+    if user_hw is not None:
+        hw = user_hw
     elif have_torch:
         hw, hw_path = resolve_hardware("measure", device="cpu", out=out / "this-machine.yaml")
     else:

@@ -114,7 +114,7 @@ import pyarrow as pa
 
 from layerscope.analysis.compare import abs_error_stats
 from layerscope.errors import AnalysisError, OutputError
-from layerscope.units import atomic_write
+from layerscope.units import atomic_write, make_output_dir
 from layerscope.workload.steps import PHASE_RANGE_RE, STEP_PREFIX, step_range
 
 if TYPE_CHECKING:
@@ -1060,7 +1060,7 @@ def validate(
     if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
         hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
     torch, _ = require_torch()
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
 
     est, sims, traces = _predict(spec, hw, dtype=dt, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
