@@ -58,7 +58,7 @@ def test_inputs_noted_by_loaders_guard_writers_inside_the_scope_only(tmp_path: P
     sheet = _write(tmp_path / "hw.csv", "name,a\n")
     with reading_inputs():
         note_input(sheet)
-        with pytest.raises(OutputError, match="hw.csv"), atomic_write(sheet, "w") as fh:
+        with pytest.raises(OutputError, match=r"hw\.csv"), atomic_write(sheet, "w") as fh:
             fh.write("lost")
     assert sheet.read_text() == "name,a\n"
     note_input(sheet)  # outside a scope nothing is remembered: library callers pass inputs=
@@ -72,7 +72,7 @@ def test_unwritable_places_are_output_errors_naming_the_path(tmp_path: Path) -> 
         fh.write(b"x")
     with pytest.raises(OutputError, match="is a directory"), atomic_write(tmp_path) as fh:
         fh.write(b"x")
-    with pytest.raises(OutputError, match="cannot write '/proc/layerscope-test.json'"), \
+    with pytest.raises(OutputError, match=r"cannot write '/proc/layerscope-test\.json'"), \
             atomic_write("/proc/layerscope-test.json") as fh:
         fh.write(b"x")
 
