@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from layerscope.errors import ScheduleError
 from layerscope.schedule import POLICIES, EngineSet, ScheduleProblem, schedule, standalone_ns, upward_rank
+from layerscope.schedule.core import Schedule, heft_schedule
 
 from .conftest import BANDWIDTH, critical_path_ns, problems
 
@@ -69,14 +72,18 @@ class TestHandComputed:
         assert s.engine.tolist() == [0, 1, 1]
         assert s.start_ns.tolist() == [0, 0, 8000]
 
-    def test_list_prefers_the_critical_path(self) -> None:
-        # One engine: 1 (short, leaf) and 2 (head of a long chain) are ready together; list runs 2 first.
+    def test_list_on_one_engine_runs_the_critical_path_first(self) -> None:
+        # One engine, unit ops (1000 ns): 0 -> {1, 2}, 2 -> 3 -> 4. Upward ranks (ns): 4: 1000, 3: 2000,
+        # 2: 3000, 1: 1000, 0: 1000 + max(1000, 3000) = 4000. After 0, ready {1: 1000, 2: 3000} -> 2;
+        # then {1: 1000, 3: 2000} -> 3; then {1: 1000, 4: 1000}, a tie -> 1 (lower index), then 4.
+        # Program order (or the lowest rank first) would run 1 at 1000.
         p = ScheduleProblem.from_dependencies(
             [[], [0], [0], [2], [3]], [1e-6] * 5, [0] * 5, [0] * 5, BANDWIDTH)
-        s = schedule(p, 2, "list")
-        assert s.start_ns[2] <= s.start_ns[1]
         rank = upward_rank(p, standalone_ns(p, 1))
         assert rank.tolist() == pytest.approx([4000, 1000, 3000, 2000, 1000])
+        s = schedule(p, 1, "list")
+        assert s.start_ns.tolist() == [0, 3000, 1000, 2000, 4000]
+        assert schedule(p, 1, "in-order").start_ns.tolist() == [0, 1000, 2000, 3000, 4000]
 
     def test_heterogeneous_engines(self) -> None:
         # Engine 1 owns 3/4 of the compute: the single op goes there and takes 1000/0.75 ns.
@@ -117,7 +124,7 @@ class TestErrors:
             EngineSet((0.5, 0.0))
 
 
-def _check_valid(p: ScheduleProblem, s) -> None:  # type: ignore[no-untyped-def]
+def _check_valid(p: ScheduleProblem, s: Schedule) -> None:
     for i in range(p.n):
         for j in p.dependencies(i):
             assert s.start_ns[i] >= s.end_ns[j], f"op {i} starts before its dependency {j} ends"
@@ -167,36 +174,153 @@ class TestProperties:
         assert lst.policy == "list"
 
     @SETTINGS
-    @given(problems(zero_overhead=True), st.integers(2, 6))
-    def test_list_within_grahams_bound_of_in_order(self, p: ScheduleProblem, n: int) -> None:
-        # `list` is a greedy list schedule, so (Graham 1969) it is within (2 - 1/m) of the optimum,
-        # which in-order cannot beat.
-        lst = schedule(p, n, "list", share_bandwidth=False).makespan_ns
-        ino = schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
-        assert lst <= (2 - 1 / n) * ino + p.n
+    @given(problems(), st.integers(1, 6), st.sampled_from(sorted(POLICIES)), st.booleans())
+    def test_deterministic(self, p: ScheduleProblem, n: int, policy: str, shared: bool) -> None:
+        a, b = schedule(p, n, policy, shared), schedule(p, n, policy, shared)
+        for field in ("engine", "start_ns", "end_ns", "bandwidth_time_ns", "bandwidth_bytes_per_s"):
+            assert np.array_equal(getattr(a, field), getattr(b, field))
+
+
+def _memory_ops(deps: list[list[int]], duration_ns: list[int]) -> ScheduleProblem:
+    """Ops that only move memory: at 1 B/ns each takes exactly its bytes in ns on any engine (unshared)."""
+    n = len(deps)
+    return ScheduleProblem.from_dependencies(deps, [0.0] * n, duration_ns, [0.0] * n, BANDWIDTH)
+
+
+@st.composite
+def integer_problems(draw: st.DrawFn, max_ops: int = 16) -> ScheduleProblem:
+    """Random DAGs of memory-only ops of whole-ns durations (>= 1 ns), so every time is exact."""
+    n = draw(st.integers(1, max_ops))
+    deps = [sorted(draw(st.lists(st.integers(0, i - 1), max_size=min(3, i), unique=True))) if i else []
+            for i in range(n)]
+    return _memory_ops(deps, [draw(st.integers(1, 5000)) for _ in range(n)])
+
+
+def _ready_ns(p: ScheduleProblem, s: Schedule) -> np.ndarray:
+    """When each op's last dependency ended (0 for a root)."""
+    return np.array([max((int(s.end_ns[j]) for j in p.dependencies(i)), default=0) for i in range(p.n)])
+
+
+def _priority_inversions(p: ScheduleProblem, s: Schedule, rank: np.ndarray, strict: bool) -> list[tuple[int, int]]:
+    """Pairs (i, j): op i started while op j, ready and of higher HEFT priority (higher rank, then lower
+    index), had not. With ``strict``, only j ready strictly before i started (rounded times)."""
+    ready = _ready_ns(p, s)
+    bad = []
+    for i in range(p.n):
+        for j in range(p.n):
+            higher = rank[j] > rank[i] or (rank[j] == rank[i] and j < i)
+            waiting = ready[j] < s.start_ns[i] if strict else ready[j] <= s.start_ns[i]
+            if higher and waiting and s.start_ns[j] > s.start_ns[i]:
+                bad.append((i, j))
+    return bad
+
+
+def _optimal_unit_makespan(deps: list[list[int]], m: int) -> int:
+    """Fewest unit steps that run every op on m engines (exhaustive search over the sets of ops done)."""
+    n = len(deps)
+    need = [sum(1 << j for j in d) for d in deps]
+    frontier, steps, full = {0}, 0, (1 << n) - 1
+    while full not in frontier:
+        nxt = set()
+        for done in frontier:
+            ready = [i for i in range(n) if not done >> i & 1 and need[i] & done == need[i]]
+            for k in range(1, min(m, len(ready)) + 1):
+                for pick in itertools.combinations(ready, k):
+                    nxt.add(done | sum(1 << i for i in pick))
+        frontier, steps = nxt, steps + 1
+    return steps
+
+
+def _chain_beside_short_ops() -> ScheduleProblem:
+    # 2 engines, memory-only ops (duration in ns = bytes at 1 B/ns, unshared):
+    #   0 (1000): root, no successor             rank 1000
+    #   1 (1000): root -> 3                      rank 1000 + 1000 = 2000
+    #   2 (2000): root -> 4                      rank 2000 + 3000 = 5000
+    #   3 (1000): after 1                        rank 1000
+    #   4 (2000): after 2 -> 5                   rank 2000 + 1000 = 3000
+    #   5 (1000): after 4                        rank 1000
+    return _memory_ops([[], [], [], [1], [2], [4]], [1000, 1000, 2000, 1000, 2000, 1000])
+
+
+class TestHeft:
+    """HEFT's own schedule (:func:`heft_schedule`), without the fallback to program order that ``list`` adds."""
+
+    def test_upward_ranks_by_hand(self) -> None:
+        p = _chain_beside_short_ops()
+        assert upward_rank(p, standalone_ns(p, 2)).tolist() == [1000, 2000, 5000, 1000, 3000, 1000]
+
+    def test_order_and_start_times_by_hand(self) -> None:
+        # t=0: ready {0: 1000, 1: 2000, 2: 5000} -> 2 on engine 0, 1 on engine 1.
+        # t=1000: 1 ends; ready {0: 1000, 3: 1000}, a tie -> 0 (lower index) on engine 1.
+        # t=2000: 0 and 2 end; ready {3: 1000, 4: 3000} -> 4 on engine 0 (lowest free index), 3 on engine 1.
+        # t=4000: 4 ends -> 5 on engine 0, ends at 5000 = the critical path 2 -> 4 -> 5: optimal.
+        p = _chain_beside_short_ops()
+        for s in (heft_schedule(p, 2, share_bandwidth=False), schedule(p, 2, "list", share_bandwidth=False)):
+            assert s.start_ns.tolist() == [1000, 0, 0, 2000, 2000, 4000]
+            assert s.engine.tolist() == [1, 1, 0, 1, 0, 0]
+            assert s.makespan_ns == 5000
+        # Program order: 0, 1 at 0; 2, 3 at 1000; 4 waits on engine 1 for 2 (3000-5000); 5 on engine 0 after it.
+        # The lowest rank first gives 6000 as well (0, 1; then 3, 2; 4 at 3000; 5 at 5000).
+        ino = schedule(p, 2, "in-order", share_bandwidth=False)
+        assert ino.start_ns.tolist() == [0, 0, 1000, 1000, 3000, 5000]
+        assert ino.makespan_ns == 6000
+
+    def test_list_keeps_program_order_when_heft_ends_later(self) -> None:
+        # A list-scheduling anomaly (Graham 1969): 0 (1000) -> 3 (3000); 1 (2000); 2 (4000). Ranks: 0: 4000,
+        # 1: 2000, 2: 4000, 3: 3000. HEFT: 0 and 2 at 0 (tie -> 0 first), 3 at 1000 after 0, 1 at 4000
+        # -> 6000. Program order: 0, 1 at 0; 2 at 1000 (engine 0); 3 at 2000 (engine 1) -> 5000.
+        p = _memory_ops([[], [], [], [0]], [1000, 2000, 4000, 3000])
+        heft = heft_schedule(p, 2, share_bandwidth=False)
+        assert heft.start_ns.tolist() == [0, 4000, 0, 1000]
+        assert heft.makespan_ns == 6000
+        lst = schedule(p, 2, "list", share_bandwidth=False)
+        assert lst.start_ns.tolist() == [0, 0, 1000, 2000]
+        assert lst.makespan_ns == 5000 and lst.policy == "list"
 
     @SETTINGS
-    @given(st.integers(1, 30), st.integers(1, 5), st.data())
-    def test_list_never_worse_than_in_order_on_unit_in_forests(self, size: int, n: int, data) -> None:  # type: ignore[no-untyped-def]
-        # Unit-time in-forests (each op feeds at most one consumer): highest-level-first is
-        # optimal (Hu 1961) and `list` with upward rank is exactly HLF here.
+    @given(integer_problems(), st.integers(1, 6))
+    def test_never_starts_an_op_while_a_higher_ranked_one_waits(self, p: ScheduleProblem, n: int) -> None:
+        # HEFT's defining rule: at every dispatch the ready op of highest upward rank goes first.
+        s = heft_schedule(p, n, share_bandwidth=False)
+        _check_valid(p, s)
+        assert _priority_inversions(p, s, upward_rank(p, standalone_ns(p, n)), strict=False) == []
+
+    @SETTINGS
+    @given(problems(), st.lists(st.floats(0.1, 1.0), min_size=1, max_size=5), st.booleans())
+    def test_priority_holds_with_shared_bandwidth_and_unequal_engines(
+            self, p: ScheduleProblem, fractions: list[float], shared: bool) -> None:
+        # Sharing changes when ops end, not which ready op is dispatched first. Times are rounded to
+        # whole ns, so only ops ready strictly before another started count.
+        es = EngineSet(tuple(fractions))
+        s = heft_schedule(p, es, share_bandwidth=shared)
+        _check_valid(p, s)
+        assert _priority_inversions(p, s, upward_rank(p, standalone_ns(p, es)), strict=True) == []
+
+    @SETTINGS
+    @given(problems(), st.integers(1, 6))
+    def test_within_grahams_bound(self, p: ScheduleProblem, n: int) -> None:
+        # A list schedule never idles an engine while an op is ready, so (Graham 1966) its makespan is at most
+        # W/m + (1 - 1/m)·CP, W the total work and CP the critical path: within (2 - 1/m) of the optimum,
+        # which is at least max(W/m, CP).
+        d = standalone_ns(p, n)
+        s = heft_schedule(p, n, share_bandwidth=False)
+        assert s.makespan_ns <= d.sum() / n + (1 - 1 / n) * critical_path_ns(p, d) + p.n
+
+    @SETTINGS
+    @given(st.integers(1, 9), st.integers(1, 4), st.data())
+    def test_optimal_on_unit_in_forests(self, size: int, n: int, data) -> None:  # type: ignore[no-untyped-def]
+        # Unit-time in-forests (each op feeds at most one consumer): highest level first is optimal
+        # (Hu 1961), and HEFT's upward rank is the level. The optimum comes from an exhaustive search.
         parent = [data.draw(st.one_of(st.none(), st.integers(i + 1, size - 1))) if i < size - 1 else None
                   for i in range(size)]
         deps: list[list[int]] = [[] for _ in range(size)]
         for i, par in enumerate(parent):
             if par is not None:
                 deps[par].append(i)
-        p = ScheduleProblem.from_dependencies(deps, [1e-6] * size, [0] * size, [0] * size, BANDWIDTH)
-        lst = schedule(p, n, "list", share_bandwidth=False).makespan_ns
-        ino = schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
-        assert lst <= ino
-
-    @SETTINGS
-    @given(problems(), st.integers(1, 6), st.sampled_from(sorted(POLICIES)), st.booleans())
-    def test_deterministic(self, p: ScheduleProblem, n: int, policy: str, shared: bool) -> None:
-        a, b = schedule(p, n, policy, shared), schedule(p, n, policy, shared)
-        for field in ("engine", "start_ns", "end_ns", "bandwidth_time_ns", "bandwidth_bytes_per_s"):
-            assert np.array_equal(getattr(a, field), getattr(b, field))
+        p = _memory_ops(deps, [1000] * size)
+        heft = heft_schedule(p, n, share_bandwidth=False).makespan_ns
+        assert heft == 1000 * _optimal_unit_makespan(deps, n)
+        assert heft <= schedule(p, n, "in-order", share_bandwidth=False).makespan_ns
 
 
 def test_from_timed_matches_the_roofline_sum() -> None:

@@ -90,6 +90,7 @@ __all__ = [
     "EngineSet",
     "Schedule",
     "ScheduleProblem",
+    "heft_schedule",
     "schedule",
 ]
 
@@ -717,9 +718,16 @@ def _in_order(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: boo
     return _run(problem, engines, share_bandwidth, "in-order", None)
 
 
+def heft_schedule(problem: ScheduleProblem, engines: int | EngineSet, share_bandwidth: bool = True) -> Schedule:
+    """HEFT's own schedule: the ``list`` policy without its fallback to program order (Topcuoglu et al.,
+    IEEE TPDS 2002), so that its priority order can be tested on its own."""
+    es = as_engine_set(engines)
+    rank = upward_rank(problem, standalone_ns(problem, es))
+    return _run(problem, es, share_bandwidth, "list", rank)
+
+
 def _list(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
-    rank = upward_rank(problem, standalone_ns(problem, engines))
-    heft = _run(problem, engines, share_bandwidth, "list", rank)
+    heft = heft_schedule(problem, engines, share_bandwidth)
     if engines.count == 1:
         return heft  # one engine runs one op at a time: every order gives the same makespan
     # Greedy priority schedules suffer Graham's anomalies (Graham 1969): on ~2% of random DAGs
