@@ -69,11 +69,11 @@ def _open(path: Path) -> None:
 def _render(result: Any, top: int) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console, fmt_si
+    from layerscope.cli.common import console, esc, fmt_si
 
     con = console()
     con.print(
-        f"[bold]{result.model}[/] ({result.model_type}) · {result.layers} of {result.total_layers} layers · "
+        f"[bold]{esc(result.model)}[/] ({esc(result.model_type)}) · {result.layers} of {result.total_layers} layers · "
         f"{result.weights} weights · {result.dtype} on {result.device} · batch {result.batch} · "
         f"prompt {result.prompt_len} · {result.decode_steps} decode steps · "
         f"{result.iterations} iteration(s) after {result.warmup} warm-up · {fmt_si(result.param_count)} params"
@@ -82,7 +82,7 @@ def _render(result: Any, top: int) -> None:
     for col in ("phase", "calls", "total ms", "mean ms"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
     for p in result.phases:
-        phases.add_row(p.name, str(p.calls), f"{p.total_ms:.3f}", f"{p.mean_ms:.3f}")
+        phases.add_row(esc(p.name), str(p.calls), f"{p.total_ms:.3f}", f"{p.mean_ms:.3f}")
     con.print(phases)
     records = sorted(result.summary, key=lambda r: -r.total_ms)
     shown = records[:top] if top > 0 else records
@@ -91,12 +91,12 @@ def _render(result: Any, top: int) -> None:
         table.add_column(col, justify="right" if "ms" in col or col == "calls" else "left")
     for r in shown:
         table.add_row(
-            r.name, r.phase, str(r.calls), f"{r.total_ms:.3f}", f"{r.mean_ms:.3f}",
+            esc(r.name), esc(r.phase), str(r.calls), f"{r.total_ms:.3f}", f"{r.mean_ms:.3f}",
             "-" if r.device_ms is None else f"{r.device_ms:.3f}",
             _shapes(r.input_shapes), _shapes(r.output_shapes),
         )
     con.print(table)
-    con.print(f"trace: {result.trace_path}")
+    con.print(f"trace: {esc(result.trace_path)}")
 
 
 def _shapes(shapes: list[list[int]]) -> str:

@@ -76,16 +76,16 @@ def hardware_cmd(
         return
     from rich.table import Table
 
-    from layerscope.cli.common import console, fmt_si
+    from layerscope.cli.common import console, esc, fmt_si
 
-    t = Table(title=f"{len(rows)} hardware presets" if source is None else str(source))
+    t = Table(title=f"{len(rows)} hardware presets" if source is None else esc(source))
     for col in ("name", "kind", "engines", "bf16 peak", "memory", "bandwidth", "eff mm/mem", "description"):
         t.add_column(col)
     for r in rows:
-        t.add_row(str(r["name"]), str(r["kind"]), str(r["engines"]),
+        t.add_row(esc(r["name"]), esc(r["kind"]), str(r["engines"]),
                   fmt_si(float(r["peak_bf16_flops_per_s"]), "FLOP/s"),
                   fmt_si(float(r["memory_bytes"]), "B"), fmt_si(float(r["memory_bandwidth_bytes_per_s"]), "B/s"),
-                  f"{r['matmul_efficiency']:.2f}/{r['memory_efficiency']:.2f}", str(r["description"]))
+                  f"{r['matmul_efficiency']:.2f}/{r['memory_efficiency']:.2f}", esc(r["description"]))
     console().print(t)
 
 

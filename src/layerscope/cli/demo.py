@@ -36,23 +36,24 @@ def demo_cmd(
 
 
 def _render(r: Any) -> None:
-    from layerscope.cli.common import console, fmt_time_s
+    from layerscope.cli.common import console, esc, fmt_time_s
 
     con = console()
     hw = r.hardware
-    con.print(f"[bold]1. hardware[/]: {hw.name}" + (f" → {r.hardware_path}" if r.hardware_path else ""))
-    con.print(f"[bold]2. estimate[/] {r.estimate.model} {r.estimate.scope}, prefill "
+    con.print(f"[bold]1. hardware[/]: {esc(hw.name)}" + (f" → {esc(r.hardware_path)}" if r.hardware_path else ""))
+    con.print(f"[bold]2. estimate[/] {esc(r.estimate.model)} {esc(r.estimate.scope)}, prefill "
               f"{r.estimate.workload.input_len} tokens: {fmt_time_s(r.estimate.ttft_s)} over {len(r.estimate.ops)} ops")
     n1, nn = r.simulated_1, r.simulated_n
-    con.print(f"[bold]3. simulate[/]: 1 engine {fmt_time_s(n1.schedule.makespan_ns / 1e9)} → {n1.trace_path}; "
-              f"{nn.sweep.rows[-1]['engines']} engines {fmt_time_s(nn.schedule.makespan_ns / 1e9)} → {nn.trace_path}")
+    con.print(f"[bold]3. simulate[/]: 1 engine {fmt_time_s(n1.schedule.makespan_ns / 1e9)} → {esc(n1.trace_path)}; "
+              f"{nn.sweep.rows[-1]['engines']} engines {fmt_time_s(nn.schedule.makespan_ns / 1e9)} → "
+              f"{esc(nn.trace_path)}")
     if r.capture is not None:
-        con.print(f"[bold]4. capture[/]: {r.capture.trace_path} ({r.capture.weights} weights, "
+        con.print(f"[bold]4. capture[/]: {esc(r.capture.trace_path)} ({r.capture.weights} weights, "
                   f"{r.capture.layers} layer, {r.capture.iterations} iterations)")
     if r.comparison is not None:
         from layerscope.cli.validate import render_phase
 
         render_phase(con, r.comparison, title="5. predicted (1 engine) vs measured, per op")
     for note in r.notes:
-        con.print(f"[yellow]note[/]: {note}")
-    con.print("Open a trace: layerscope open " + str(r.simulated_n.trace_path))
+        con.print(f"[yellow]note[/]: {esc(note)}")
+    con.print("Open a trace: layerscope open " + esc(r.simulated_n.trace_path))

@@ -60,13 +60,13 @@ def estimate_cmd(
 def _render(result: Any, top: int | None) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console, fmt_si, fmt_time_s
+    from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
 
     con = console()
     w = result.workload
     con.print(
-        f"[bold]{result.model}[/] on [bold]{result.hardware}[/] · {w.phase} · batch {w.batch_size} · "
-        f"cost model {result.cost_model} · {result.scope}"
+        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {w.phase} · batch {w.batch_size} · "
+        f"cost model {esc(result.cost_model)} · {esc(result.scope)}"
     )
     total = result.total_time_s or 1.0
     ops = sorted(result.ops, key=lambda o: -o.time_s)
@@ -77,7 +77,7 @@ def _render(result: Any, top: int | None) -> None:
     for op in shown:
         shapes = " ".join("x".join(map(str, s)) for s in op.inputs[:2]) + " → " + " ".join(
             "x".join(map(str, s)) for s in op.outputs[:1])
-        t.add_row(op.name, op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
+        t.add_row(esc(op.name), op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
                   fmt_time_s(op.time_s), op.bound, f"{op.time_s / total:.1%}")
     con.print(t)
     for key, title in (("matrix_class", "by matrix class"), ("kind", "by op kind")):
@@ -85,7 +85,7 @@ def _render(result: Any, top: int | None) -> None:
         for col in (key, "ops", "time", "share", "FLOPs", "bytes"):
             b.add_column(col)
         for row in result.breakdown(key):
-            b.add_row(str(row[key]), str(row["ops"]), fmt_time_s(row["time_s"]), f"{row['share']:.1%}",
+            b.add_row(esc(row[key]), str(row["ops"]), fmt_time_s(row["time_s"]), f"{row['share']:.1%}",
                       fmt_si(row["flops"]), fmt_si(row["bytes"], "B"))
         con.print(b)
     m = result.memory

@@ -99,21 +99,22 @@ def _summary(records: Any, out: Path) -> dict[str, Any]:
 def _render_workloads(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console
+    from layerscope.cli.common import console, esc
 
     con = console()
     meta = summary["meta"]
-    passes = ", ".join(f"{n} {p}" for p, n in summary["passes"].items())
-    con.print(f"[bold]{meta.get('model', '')}[/] · {meta.get('source', '')} · {meta.get('dtype', '')} · {passes} · "
+    passes = esc(", ".join(f"{n} {p}" for p, n in summary["passes"].items()))
+    con.print(f"[bold]{esc(meta.get('model', ''))}[/] · {esc(meta.get('source', ''))} · {esc(meta.get('dtype', ''))} · "
+              f"{passes} · "
               f"{summary['definitions']} definitions · {summary['workloads']} workloads")
     table = Table(title="operator definitions")
     for col in ("definition", "op type", "category", "layers", "calls", "workloads"):
         table.add_column(col, justify="right" if col in ("layers", "calls", "workloads") else "left")
     for r in sorted(summary["records"], key=lambda r: (r["category"], r["definition"])):
-        table.add_row(r["definition"], r["op_type"], r["category"], str(r["layers"]), str(r["calls"]),
-                      str(r["workloads"]))
+        table.add_row(esc(r["definition"]), esc(r["op_type"]), esc(r["category"]), str(r["layers"]),
+                      str(r["calls"]), str(r["workloads"]))
     con.print(table)
-    con.print(f"records: {summary['out']}")
+    con.print(f"records: {esc(summary['out'])}")
 
 
 def verify_cmd(
@@ -162,18 +163,19 @@ def _render_verify(report: Any, show: int) -> None:
     from layerscope.cli.common import console
 
     con = console()
-    con.print(f"[bold]{report.model}[/] against {report.against} · phases: {', '.join(report.phases) or 'none'}")
+    con.print(f"[bold]{escape(str(report.model))}[/] against {escape(str(report.against))} · phases: "
+              f"{escape(', '.join(report.phases)) or 'none'}")
     table = Table(title="operator coverage (calls per forward pass)")
     for col in ("category", "status", "expected", "found", "layers exp/found", "calls exp", "calls found", "result"):
         table.add_column(col, justify="right" if col.startswith(("calls", "layers")) else "left")
     for c in report.categories:
-        table.add_row(c.category, c.status, " ".join(c.expected_definitions) or "-",
-                      " ".join(c.found_definitions) or "-", f"{c.expected_layers}/{c.found_layers}",
+        table.add_row(escape(c.category), escape(c.status), escape(" ".join(c.expected_definitions)) or "-",
+                      escape(" ".join(c.found_definitions)) or "-", f"{c.expected_layers}/{c.found_layers}",
                       f"{c.expected_calls_per_pass:g}", f"{c.found_calls_per_pass:g}",
                       "ok" if c.ok else f"[red]{len(c.gaps)} gap(s)[/]")
     con.print(table)
     for g in report.gaps[:show]:
-        con.print(f"  [red]{g.kind}[/] {g.category}: {escape(g.message)}", highlight=False)
+        con.print(f"  [red]{escape(g.kind)}[/] {escape(g.category)}: {escape(g.message)}", highlight=False)
     if len(report.gaps) > show:
         con.print(f"  … {len(report.gaps) - show} more (--json lists all)")
     con.print("[green]covered[/]" if report.ok else f"[red]{len(report.gaps)} gap(s)[/]")

@@ -65,20 +65,20 @@ def validate_cmd(
 
         print_json(result.to_dict())
         return
-    from layerscope.cli.common import console
+    from layerscope.cli.common import console, esc
 
     con = console()
-    con.print(f"[bold]{result.model}[/] · {result.layers} layer(s) · {result.dtype} on {result.device} "
+    con.print(f"[bold]{esc(result.model)}[/] · {result.layers} layer(s) · {result.dtype} on {result.device} "
               f"({result.threads} threads) · batch {result.batch} · prompt {result.prompt_len} · "
               f"{result.decode_steps} decode steps · {result.capture.iterations} iteration(s) · "
-              f"hardware {result.hardware.name} · cost model {result.cost_model}")
+              f"hardware {esc(result.hardware.name)} · cost model {esc(result.cost_model)}")
     if repeats > 1:
         con.print(f"Measured times are medians of {repeats} captures.")
     for phase in result.phases:
         render_phase(con, phase, top=top)
     if result.probes:
         render_probes(con, result.probes)
-    con.print("Traces: " + ", ".join(f"{k} {v}" for k, v in result.traces.items()))
+    con.print("Traces: " + esc(", ".join(f"{k} {v}" for k, v in result.traces.items())))
 
 
 def _pct(x: float | None) -> str:
@@ -90,14 +90,15 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     the whole forward and the unmatched ops."""
     from rich.table import Table
 
-    from layerscope.cli.common import fmt_time_s
+    from layerscope.cli.common import esc, fmt_time_s
 
     t = Table(title=title or f"{phase.phase}: predicted vs measured, per op (per iteration)")
     for col in ("op", "kind", "rule", "predicted", "measured", "error"):
         t.add_column(col, justify="left" if col in ("op", "kind", "rule") else "right")
     rows = sorted(phase.rows, key=lambda r: -r.measured_s)
     for r in rows[:top]:
-        t.add_row(r.name, r.kind, r.rule, fmt_time_s(r.predicted_s), fmt_time_s(r.measured_s), _pct(r.error))
+        t.add_row(esc(r.name), esc(r.kind), esc(r.rule), fmt_time_s(r.predicted_s), fmt_time_s(r.measured_s),
+                  _pct(r.error))
     if len(rows) > top:
         t.caption = f"{len(rows) - top} more rows in --json"
     con.print(t)
@@ -105,7 +106,7 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     for col in ("kind", "rows", "predicted", "measured", "error"):
         k.add_column(col, justify="left" if col == "kind" else "right")
     for g in phase.by_kind():
-        k.add_row(g.kind, str(g.rows), fmt_time_s(g.predicted_s), fmt_time_s(g.measured_s), _pct(g.error))
+        k.add_row(esc(g.kind), str(g.rows), fmt_time_s(g.predicted_s), fmt_time_s(g.measured_s), _pct(g.error))
     con.print(k)
     f = phase.forward
     med = "-" if phase.median_abs_error is None else f"{phase.median_abs_error:.0%}"
@@ -128,11 +129,11 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
                   f"(hot A/B before the run: a lower bound), "
                   f"{fmt_time_s(phase.profiler_s)} in all")
     if len(phase.steps) > 1:
-        con.print("  steps: " + ", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps))
+        con.print("  steps: " + esc(", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps)))
     for u in phase.only_predicted:
-        con.print(f"  only predicted: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")
+        con.print(f"  only predicted: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
     for u in phase.only_measured:
-        con.print(f"  only measured: {u.name} ({fmt_time_s(u.time_s)}): {u.note}")
+        con.print(f"  only measured: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
 
 
 def render_probes(con: Any, probes: Any) -> None:

@@ -57,7 +57,7 @@ from xml.etree.ElementTree import ParseError
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, quote, split_number
 from layerscope.hardware.spec import HardwareKind, HardwareSpec, MemoryLevel
-from layerscope.units import DType, atomic_write, parse_dtype
+from layerscope.units import DType, atomic_write, note_input, parse_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -804,6 +804,7 @@ def _check_is_file(file: Path) -> None:
 def load_hardware_file(path: str | Path, device: str | None = None) -> HardwareSpec:
     """Load a spec file by its suffix (see :data:`LOADERS`)."""
     file = Path(path)
+    note_input(file)
     loader = LOADERS.get(file.suffix.lower())
     if loader is None:
         if file.is_dir():
