@@ -146,3 +146,46 @@ def test_generation_with_tiling_models_is_close_to_every_step(h100, cost_model):
     direct = [estimate(spec, h100, make_workload(phase="decode", batch_size=4, context_len=c),
                        cost_model=cost_model).tpot_s for c in w.decode_contexts()]
     assert est.tpot_s == pytest.approx(np.mean(direct), rel=5e-3)
+
+
+def _kv_cache_bytes(name: str, **workload: object) -> float:
+    # The footprint covers every layer whatever the scope; one layer's graph keeps the test fast.
+    spec = load_model_spec(name)
+    return estimate(spec, load_hardware("h100-sxm"), make_workload(**workload), layer=0).memory.kv_cache
+
+
+def test_kv_cache_of_sliding_window_layers_is_capped_at_the_window():
+    # Mistral-7B-v0.1: 32 layers, all sliding (window 4096), 8 KV heads of 128, bf16. A decode at
+    # context 8191 holds 8192 tokens per sequence; each layer keeps only the last 4096:
+    # 2 seqs x 32 layers x 4096 tokens x (2 x 8 x 128) values x 2 B = 1 GiB (2 GiB uncapped).
+    assert _kv_cache_bytes("mistral-7b-v0.1", phase="decode", batch_size=2, context_len=8191) == \
+        2 * 32 * 4096 * (2 * 8 * 128) * 2 == 2**30
+    # Below the window nothing is capped: 2 x 32 x 1000 x 2048 x 2 B.
+    assert _kv_cache_bytes("mistral-7b-v0.1", phase="decode", batch_size=2, context_len=999) == \
+        2 * 32 * 1000 * (2 * 8 * 128) * 2
+    # Gemma-2-9B alternates 21 sliding (window 4096) and 21 global layers, 8 KV heads of 256: at 8192
+    # tokens, 1 seq x (21 x 4096 + 21 x 8192) tokens x (2 x 8 x 256) values x 2 B.
+    assert _kv_cache_bytes("gemma-2-9b-it", phase="decode", context_len=8191) == \
+        (21 * 4096 + 21 * 8192) * (2 * 8 * 256) * 2
+
+
+def test_tensor_parallel_splits_kv_heads_and_replicates_below_one_per_device():
+    # Llama-3.2-1B: 16 layers, 8 KV heads of 64, 32 query heads. Decode, 4 seqs at 2049 tokens:
+    # one device holds 4 x 2049 x 16 x (2 x 8 x 64) x 2 B = 268,566,528 B.
+    full = 4 * 2049 * 16 * (2 * 8 * 64) * 2
+    assert _kv_cache_bytes("llama-3.2-1b", phase="decode", batch_size=4, context_len=2048) == full
+    # tp = 2 and 8: 8 / tp KV heads per device.
+    for tp in (2, 8):
+        assert _kv_cache_bytes("llama-3.2-1b", phase="decode", batch_size=4, context_len=2048,
+                               tensor_parallel=tp) == full / tp
+    # tp = 16 > 8 KV heads: each device keeps one whole (replicated) KV head, 1/8 of the cache, not 1/16.
+    assert _kv_cache_bytes("llama-3.2-1b", phase="decode", batch_size=4, context_len=2048,
+                           tensor_parallel=16) == full / 8
+
+
+def test_chunked_pass_caches_the_chunked_sequence_too():
+    # Llama-3.2-1B chunked prefill: 3 decode sequences at context 2047 (2048 tokens after this pass) and
+    # one prompt chunk of 512 after 1536 processed tokens (also 2048): 4 sequences x 2048 tokens x
+    # 16 layers x (2 x 8 x 64) values x 2 B = 256 MiB.
+    assert _kv_cache_bytes("llama-3.2-1b", phase="chunked", batch_size=3, context_len=2047, chunk_size=512,
+                           prefill_offset=1536) == 4 * 2048 * 16 * (2 * 8 * 64) * 2 == 256 * 2**20

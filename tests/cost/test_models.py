@@ -155,3 +155,26 @@ def test_kernels_in_sequence_bounds(compute_s, memory_s, flop_weights, byte_weig
     assert one * (1 - 1e-9) <= t <= (compute_s + memory_s) * (1 + 1e-9) + 1e-12
     same = kernels_in_sequence_s(np.array([compute_s]), np.array([memory_s]), np.stack([f, f], axis=-1)[None])[0]
     assert same == pytest.approx(one)
+
+
+def _norm_op(tokens: int, width: int) -> Op:
+    x = TensorSpec("x", (tokens, width), BF16)
+    y = TensorSpec("y", (tokens, width), BF16)
+    return Op("norm", "norm", "norm", 0, (x,), (y,), flops=4 * tokens * width, act_read_bytes=x.nbytes,
+              act_write_bytes=y.nbytes)
+
+
+def test_hierarchical_memory_time_is_the_slowest_level_by_hand(toy_hw):
+    # A norm has no GEMM shape: its compulsory bytes, 2 x 4096 x 2048 x 2 B = 32 MiB, cross every level.
+    # smem -> L2 at 10 TB/s: 3.36 µs; L2 -> HBM at 1 TB/s: 33.6 µs. The levels work at the same time,
+    # so the op takes the slowest one, 33.6 µs (their sum would be 36.9 µs).
+    moved = 2 * 4096 * 2048 * 2
+    cost = COST_MODELS["hierarchical"](op_features(_graph(_norm_op(4096, 2048))), toy_hw)
+    assert cost.memory_s[0] == pytest.approx(moved / 1e12, rel=1e-12)
+    assert cost.memory_bytes[0] == moved
+    # With an L2 at 0.5 TB/s, slower than HBM, L2 is the slowest level: 67.1 µs.
+    smem, l2, hbm = toy_hw.memory
+    slow_l2 = toy_hw.model_copy(update={"memory": (smem, l2.model_copy(update={"bandwidth_bytes_per_s": 0.5e12}), hbm)})
+    cost = COST_MODELS["hierarchical"](op_features(_graph(_norm_op(4096, 2048))), slow_l2)
+    assert cost.memory_s[0] == pytest.approx(moved / 0.5e12, rel=1e-12)
+    assert cost.time_s[0] == pytest.approx(max(moved / 0.5e12, 4 * 4096 * 2048 / 10e12), rel=1e-12)
