@@ -178,16 +178,12 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str | os.PathLike[s
 def make_output_dir(path: str | os.PathLike[str]) -> Path:
     """Create the output directory ``path`` (and its parents) for a command's files; returns it.
 
-    Refuses (:class:`OutputError`) a path that exists and is not a directory, one that is an input
-    or inside an input directory the command read, and one the file system will not create
-    (``/proc``, read-only, permission)."""
+    Refuses (:class:`OutputError`) a path that exists and is not a directory (an input file
+    included) and one the file system will not create (``/proc``, read-only, permission). The files
+    written into it each pass :func:`check_output`, so none replaces an input."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise OutputError(f"output directory {str(out)!r} exists and is not a directory")
-    resolved = out.resolve()
-    for src in _INPUTS_READ.get() or set():
-        if resolved == src or (src.is_dir() and src in resolved.parents):
-            raise OutputError(f"refusing to write outputs into the input directory {str(src)!r}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

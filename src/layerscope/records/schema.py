@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from layerscope.errors import RecordsError
 from layerscope.records.optypes import INDEX_DTYPE_NAME, OpType, op_type
-from layerscope.units import DType, atomic_write
+from layerscope.units import DType, atomic_write, make_output_dir, note_input
 
 #: Version of the ``calls.json`` layout.
 CALLS_FORMAT = 1
@@ -300,7 +300,7 @@ class RecordSet:
 
     @staticmethod
     def _write(path: Path, text: str, inputs: tuple[str | os.PathLike[str], ...]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_output_dir(path.parent)
         with atomic_write(path, "w", inputs=inputs) as fh:
             fh.write(text)
 
@@ -313,6 +313,7 @@ class RecordSet:
             raise RecordsError(f"records directory {str(root)!r} does not exist")
         if not calls_path.is_file():
             raise RecordsError(f"{str(root)!r} holds no calls.json: not a layerscope records directory")
+        note_input(root)
         try:
             summary = json.loads(calls_path.read_text(encoding="utf-8"))
             if summary.get("format") != CALLS_FORMAT:
