@@ -19,6 +19,7 @@ from layerscope.capture.calibrate import (
 from layerscope.cost import estimate
 from layerscope.errors import CaptureError
 from layerscope.hardware import dump_hardware_yaml, load_hardware
+from layerscope.hardware.calibration import CalibrationRun
 from layerscope.model import load_model_spec
 from layerscope.units import DType
 from layerscope.workload import make_workload
@@ -152,3 +153,82 @@ def test_bad_device_and_dtype_are_capture_errors() -> None:
         calibrate("tpu", grid=TINY)
     with pytest.raises(CaptureError, match="unsupported GEMM dtypes"):
         calibrate("cpu", grid=CalibrationGrid(gemm_m=(1,), gemm_nk=((8, 8),), dtypes=("fp64",)))
+
+
+def slow_reference(monkeypatch: pytest.MonkeyPatch, slow_calls: int) -> list[int]:
+    """Make the first ``slow_calls`` timings of the fp32 GEMV reference stream (2048 x 2048 weights beyond the
+    LLC) 50x slower, as a busy machine can: the weight-stream factors then fit far above their bound of 4,
+    or (on a machine already slow) the GEMV bandwidth below the floor of a CPU."""
+    from layerscope.capture import calibrate as module
+
+    real = module.time_cold_linear
+    calls = [0]
+
+    def timed(torch, timer, x, weights, min_time_s):  # type: ignore[no-untyped-def]
+        best_s, median_s = real(torch, timer, x, weights, min_time_s)
+        if tuple(weights[0].shape) == (2048, 2048) and x.shape[0] == 1:
+            calls[0] += 1
+            if calls[0] <= slow_calls:
+                return 50 * best_s, 50 * median_s
+        return best_s, median_s
+
+    monkeypatch.setattr(module, "time_cold_linear", timed)
+    return calls
+
+
+#: The figures a slow GEMV reference puts out of range.
+REFERENCE_FIGURES = ("efficiency.weight_stream_k.fp32", "calibration.fit.weight_stream")
+
+
+def test_a_disturbed_reference_is_re_measured_and_the_run_fits_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = slow_reference(monkeypatch, slow_calls=2)  # the first run's two reference sizes only
+    notes: list[str] = []
+    runs: list[CalibrationRun] = []
+    hw = calibrate("cpu", grid=TINY, name="tiny", notify=notes.append, checkpoint=runs.append)
+    assert hw.calibration is not None
+    meas = hw.calibration.measurements
+    # One round took the reference rows again (and the GEMV rows, when the factors were what tripped), once.
+    assert len(notes) == 1 and "round 1 of 2" in notes[0] and ": fitted " in notes[0] and "outside" in notes[0]
+    assert any(figure in notes[0] for figure in REFERENCE_FIGURES), notes
+    assert calls[0] == 4
+    gemv_refs = {f"stream[{i}]" for i, k in enumerate(meas.stream.kernel) if k == "gemv"}
+    assert gemv_refs <= set(meas.remeasured) <= gemv_refs | {"gemv[0]", "gemv[1]"}
+    assert set(meas.remeasured.values()) == {1}
+    # the best of the two takes is the undisturbed one: everything fits in range
+    assert hw.calibration.fit.flags == [] and hw.calibration.fit.weight_stream is not None
+    assert all(0.05 < f < 4 for _, f in hw.weight_stream_k(DType.FP32))
+    # the run went to the checkpoint complete, and again after the re-measurement
+    assert runs[-1].complete and runs[-1].measurements == meas and len(runs) >= 2
+
+
+def test_a_reference_still_out_of_range_is_clamped_or_dropped_and_flagged(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow_reference(monkeypatch, slow_calls=10**6)
+    notes: list[str] = []
+    hw = calibrate("cpu", grid=TINY, name="tiny", notify=notes.append)
+    assert len(notes) == 2  # MAX_REMEASURE_ROUNDS
+    assert hw.calibration is not None
+    flags = hw.calibration.fit.flags
+    assert flags and {f.figure for f in flags} <= set(REFERENCE_FIGURES)
+    assert all(f.remeasured == 2 for f in flags)
+    for flag in flags:
+        if flag.figure == "calibration.fit.weight_stream":  # dropped: main memory is copy/scale's
+            assert flag.action == "dropped" and flag.value < 1e8 and hw.calibration.fit.weight_stream is None
+        else:
+            assert flag.action == "clamped" and flag.value > 4 and flag.replacement == 4.0
+    assert all(0 < f <= 4 for _, f in hw.weight_stream_k(DType.FP32))
+
+
+def test_a_crash_keeps_the_measurements_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[CalibrationRun] = []
+
+    def progress(done: int, total: int, label: str) -> None:
+        if label.startswith("gemm"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        calibrate("cpu", grid=TINY, progress=progress, checkpoint=runs.append)
+    run = runs[-1]  # written when the run stopped (and every few seconds before)
+    assert not any(r.complete for r in runs) and [r.measured for r in runs] == sorted(r.measured for r in runs)
+    assert 0 < run.measured < run.total
+    assert len(run.measurements.stream) > 0 and len(run.measurements.gemm) == 0
+    assert run.llc_bytes > 0 and run.memory_levels[-1]["name"] == "dram"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,7 @@ from typing import Any
 
 from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, time_cold_linear, torch_device
 from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
-from layerscope.errors import CaptureError
+from layerscope.errors import CaptureError, HardwareSpecError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.embedding import SAMPLING_FLOPS_PER_LOGIT
 from layerscope.graph.mlp import ACTIVATION_FLOPS
@@ -44,11 +45,12 @@ from layerscope.graph.norms import RMSNORM_FLOPS_PER_ELEMENT
 from layerscope.hardware.calibration import (
     AttentionTable,
     CalibrationMeasurements,
+    CalibrationRun,
     GemmTable,
     StreamTable,
     VectorTable,
 )
-from layerscope.hardware.fit import calibrated_spec
+from layerscope.hardware.fit import UnusableFitError, calibrated_spec, fit_measurements
 from layerscope.hardware.spec import HardwareKind, HardwareSpec
 from layerscope.units import DType
 
@@ -181,6 +183,133 @@ class _Tables:
         for key, value in row.items():
             table[key].append(value)
 
+    def lengths(self) -> dict[str, int]:
+        """Rows of each column table and samples of each sample list, by field name."""
+        return {name: len(next(iter(value.values()))) if isinstance(value, dict) else len(value)
+                for name, value in vars(self).items()}
+
+
+#: Rounds of re-measurement when figures fit out of range; each takes again only the measurements behind them.
+MAX_REMEASURE_ROUNDS = 2
+#: Least time between two writes of the measurements file while measuring (the file is written once more at
+#: the end): a crash loses at most this much of the run.
+CHECKPOINT_INTERVAL_S = 5.0
+#: Called with the run so far: while measuring (``complete`` False), once measured, after each re-measurement.
+CheckpointFn = Callable[[CalibrationRun], None]
+#: Called with one line on what is taken again and why.
+NotifyFn = Callable[[str], None]
+
+
+@dataclass
+class _Session:
+    """A planned calibration: its tasks, the tables they fill, and which rows each task filled."""
+
+    torch: Any
+    tasks: list[tuple[str, Callable[[], None]]]
+    tables: _Tables
+    levels: list[dict[str, Any]]
+    llc_bytes: float
+    release: Callable[[], None]
+    """Frees what the tasks keep between calls (the current GEMM weights)."""
+    meta: dict[str, Any]
+    spans: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    """Per task run, the rows [start, end) it filled in each table."""
+    takes: dict[str, list[float]] = field(default_factory=dict)
+    """Per re-measured row (``table[row]``), the median of every take."""
+    remeasured: dict[str, int] = field(default_factory=dict)
+
+    def _run_task(self, task: Callable[[], None]) -> dict[str, tuple[int, int]]:
+        before = self.tables.lengths()
+        with self.torch.inference_mode():
+            task()
+        after = self.tables.lengths()
+        return {name: (before[name], after[name]) for name in before}
+
+    def run(self, progress: ProgressFn | None = None, checkpoint: CheckpointFn | None = None) -> None:
+        """Take every measurement, writing the run through ``checkpoint`` every ``CHECKPOINT_INTERVAL_S``,
+        at the end, and when a task fails (the measurements so far are kept)."""
+        last = time.monotonic()
+        try:
+            for i, (label, task) in enumerate(self.tasks):
+                if progress is not None:
+                    progress(i, len(self.tasks), label)
+                self.spans.append(self._run_task(task))
+                log.debug("measured %s", label)
+                if checkpoint is not None and time.monotonic() - last >= CHECKPOINT_INTERVAL_S:
+                    checkpoint(self.snapshot())
+                    last = time.monotonic()
+        except BaseException:
+            if checkpoint is not None and self.spans:
+                try:
+                    checkpoint(self.snapshot())
+                except ValueError as exc:  # a task stopped halfway through its rows: they cannot be kept
+                    log.warning("calibrate: the measurements so far could not be kept: %s", exc)
+            raise
+        finally:
+            self.release()
+        if progress is not None:
+            progress(len(self.tasks), len(self.tasks), "done")
+        if checkpoint is not None:
+            checkpoint(self.snapshot())
+
+    def remeasure(self, refs: set[str], progress: ProgressFn | None = None) -> list[str]:
+        """Run again the tasks that filled the rows ``refs`` (``table[row]``); per row, the best time is the
+        best of the takes and the median the median of the takes' medians. Returns the tasks' labels."""
+        owners = sorted({i for ref in refs if (i := self._owner(ref)) is not None})
+        try:
+            for done, i in enumerate(owners):
+                label, task = self.tasks[i]
+                if progress is not None:
+                    progress(done, len(owners), f"re-measuring {label}")
+                self._merge(i, self._run_task(task))
+        finally:
+            self.release()
+        return [self.tasks[i][0] for i in owners]
+
+    def _owner(self, ref: str) -> int | None:
+        name, _, rest = ref.partition("[")
+        row = int(rest.rstrip("]")) if rest.rstrip("]").isdigit() else -1
+        return next((i for i, span in enumerate(self.spans) if name in span and span[name][0] <= row < span[name][1]),
+                    None)
+
+    def _merge(self, task: int, again: dict[str, tuple[int, int]]) -> None:
+        for name, (start, end) in self.spans[task].items():
+            new_start, new_end = again[name]
+            value = getattr(self.tables, name)
+            if new_end - new_start != end - start:
+                raise CaptureError(f"calibrate: re-measuring {self.tasks[task][0]!r} gave {new_end - new_start} "
+                                   f"{name} rows, the first run {end - start}")
+            if isinstance(value, dict):
+                for j in range(end - start):
+                    old, new = start + j, new_start + j
+                    ref = f"{name}[{old}]"
+                    medians = self.takes.setdefault(ref, [value["median_s"][old]])
+                    medians.append(value["median_s"][new])
+                    value["time_s"][old] = min(value["time_s"][old], value["time_s"][new])
+                    value["median_s"][old] = float(statistics.median(medians))
+                    self.remeasured[ref] = self.remeasured.get(ref, 0) + 1
+                for column in value.values():
+                    del column[new_start:]
+            else:  # samples: the new ones replace the old
+                value[start:end] = value[new_start:new_end]
+                del value[new_start:]
+
+    def measurements(self) -> CalibrationMeasurements:
+        tables = self.tables
+        return CalibrationMeasurements(
+            **self.meta, gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide),
+            stream=StreamTable(**tables.stream), vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s,
+            cold_op_s=tables.cold_op_s, cold_module_call_s=tables.cold_module_call_s,
+            cold_reuse_bytes=tables.cold_reuse_bytes, grouped_mm_group_s=tables.grouped_mm_group_s,
+            fresh_alloc_bytes=tables.fresh_alloc_bytes, fresh_alloc_s=tables.fresh_alloc_s,
+            reused_alloc_s=tables.reused_alloc_s, attention=AttentionTable(**tables.attention),
+            gemv=GemmTable(**tables.gemv), remeasured=dict(self.remeasured))
+
+    def snapshot(self) -> CalibrationRun:
+        return CalibrationRun(complete=len(self.spans) == len(self.tasks), measured=len(self.spans),
+                              total=len(self.tasks), memory_levels=self.levels, llc_bytes=self.llc_bytes,
+                              measurements=self.measurements())
+
 
 def _stream_sizes(grid: CalibrationGrid, llc_bytes: float, mem_bytes: float) -> list[int]:
     largest = grid.stream_max_bytes or int(4 * llc_bytes)
@@ -259,9 +388,8 @@ def _machine(torch: Any, device: str) -> tuple[str, int, list[dict[str, Any]], f
     return cpu_name(), int(torch.get_num_threads()), levels, llc
 
 
-def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bool = False,
-            progress: ProgressFn | None = None) -> tuple[CalibrationMeasurements, list[dict[str, Any]], float]:
-    """Run the microbenchmarks; returns the tables, the memory levels and the last-level cache bytes."""
+def _plan(device: str, grid: CalibrationGrid, quick: bool) -> _Session:
+    """The microbenchmarks of ``grid`` on ``device``, as tasks of a session not yet run."""
     torch, dev, timer = torch_device(device)
     name, engines, levels, llc = _machine(torch, device)
     dtypes = grid.dtypes or (("fp32", "bf16", "fp16") if device == "cuda" else ("fp32", "bf16"))
@@ -508,32 +636,60 @@ def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bo
             for tokens in grid.attention_lens:
                 tasks.append((f"attention {dt} {heads}/{kv_heads}x{head_dim} causal {tokens}",
                               partial(attention, dt, heads, kv_heads, head_dim, tokens)))
-    with torch.inference_mode():
-        for i, (label, task) in enumerate(tasks):
-            if progress is not None:
-                progress(i, len(tasks), label)
-            task()
-            log.debug("measured %s", label)
-        current.clear()
-    if progress is not None:
-        progress(len(tasks), len(tasks), "done")
-    meas = CalibrationMeasurements(
-        device=device, device_name=name, threads=engines, torch_version=str(torch.__version__), quick=quick,
-        gemm=GemmTable(**tables.gemm), gemm_wide=GemmTable(**tables.gemm_wide), stream=StreamTable(**tables.stream),
-        vector=VectorTable(**tables.vector), empty_op_s=tables.empty_op_s, cold_op_s=tables.cold_op_s,
-        cold_module_call_s=tables.cold_module_call_s, cold_reuse_bytes=tables.cold_reuse_bytes,
-        grouped_mm_group_s=tables.grouped_mm_group_s, fresh_alloc_bytes=tables.fresh_alloc_bytes,
-        fresh_alloc_s=tables.fresh_alloc_s, reused_alloc_s=tables.reused_alloc_s,
-        attention=AttentionTable(**tables.attention), gemv=GemmTable(**tables.gemv))
-    return meas, levels, llc
+    return _Session(torch=torch, tasks=tasks, tables=tables, levels=levels, llc_bytes=llc, release=current.clear,
+                    meta={"device": device, "device_name": name, "threads": engines,
+                          "torch_version": str(torch.__version__), "quick": quick})
+
+
+def measure(device: str = "cpu", grid: CalibrationGrid = FULL_GRID, *, quick: bool = False,
+            progress: ProgressFn | None = None) -> tuple[CalibrationMeasurements, list[dict[str, Any]], float]:
+    """Run the microbenchmarks; returns the tables, the memory levels and the last-level cache bytes."""
+    session = _plan(device, grid, quick)
+    session.run(progress)
+    return session.measurements(), session.levels, session.llc_bytes
 
 
 def calibrate(device: str = "cpu", *, quick: bool = False, grid: CalibrationGrid | None = None,
-              name: str | None = None, progress: ProgressFn | None = None) -> HardwareSpec:
-    """Measure this machine and fit the measurements into a calibrated ``HardwareSpec``."""
+              name: str | None = None, progress: ProgressFn | None = None, checkpoint: CheckpointFn | None = None,
+              notify: NotifyFn | None = None, max_remeasure: int = MAX_REMEASURE_ROUNDS) -> HardwareSpec:
+    """Measure this machine and fit the measurements into a calibrated ``HardwareSpec``.
+
+    The run goes to ``checkpoint`` as it is measured. Figures that fit outside their valid range
+    (``hardware.fit``: a disturbed measurement) have their measurements taken again, up to
+    ``max_remeasure`` rounds, each announced through ``notify``; what is still out of range is then
+    clamped or dropped and flagged in the spec's ``calibration.fit.flags``."""
     grid = grid or grid_for(device, quick)
-    meas, levels, llc = measure(device, grid, quick=quick, progress=progress)
-    return spec_from_measurements(meas, levels, llc, name=name)
+    session = _plan(device, grid, quick)
+    session.run(progress, checkpoint)
+    for round_ in range(1, max_remeasure + 1):
+        refs, why = out_of_range(session.measurements(), session.llc_bytes)
+        if not refs:
+            break
+        if notify is not None:
+            notify(f"re-measuring (round {round_} of {max_remeasure}) the measurements behind {why}")
+        labels = session.remeasure(refs, progress)
+        log.info("re-measured %s", ", ".join(labels))
+        if checkpoint is not None:
+            checkpoint(session.snapshot())
+    return spec_from_measurements(session.measurements(), session.levels, session.llc_bytes, name=name)
+
+
+def out_of_range(meas: CalibrationMeasurements, llc_bytes: float) -> tuple[set[str], str]:
+    """The rows (``table[row]``) behind the figures of ``meas`` that fit outside their valid range, and one
+    line saying which figures and values; no rows when every figure is in range or the fit fails otherwise
+    (which re-measuring named rows cannot help)."""
+    try:
+        flags = fit_measurements(meas, llc_bytes=llc_bytes).flags
+    except UnusableFitError as exc:
+        return set(exc.rows), str(exc)
+    except HardwareSpecError:
+        return set(), ""
+    return {ref for flag in flags for ref in flag.rows}, "; ".join(flag.problem() for flag in flags)
+
+
+def spec_from_run(run: CalibrationRun, *, name: str | None = None) -> HardwareSpec:
+    """The calibrated spec of a kept measurements file (``layerscope calibrate --from-measurements``)."""
+    return spec_from_measurements(run.measurements, run.memory_levels, run.llc_bytes, name=name)
 
 
 def spec_from_measurements(meas: CalibrationMeasurements, levels: list[dict[str, Any]], llc: float, *,

@@ -12,12 +12,24 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate_cmd)
 
 
+#: The measurements file beside ``--out``: ``hw.yaml`` keeps its run in ``hw.measurements.json``.
+MEASUREMENTS_SUFFIX = ".measurements.json"
+
+
+def measurements_path(out: Path) -> Path:
+    """Where a calibration writing ``out`` keeps its measurements (``hw.yaml`` -> ``hw.measurements.json``)."""
+    return out.with_name(out.stem + MEASUREMENTS_SUFFIX)
+
+
 def calibrate_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Spec file to write (.yaml, or .json)."),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-    quick: bool = typer.Option(False, "--quick", help="A smaller grid and shorter timings: about a minute."),
+    device: str | None = typer.Option(None, "--device", help="cpu | cuda (default cpu)."),
+    quick: bool = typer.Option(False, "--quick", help="A smaller grid and shorter timings (see README)."),
     name: str | None = typer.Option(None, "--name", help="Spec name (default: calibrated-cpu (<CPU>, N threads))."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out and its measurements file if they exist."),
+    from_measurements: Path | None = typer.Option(
+        None, "--from-measurements", help="Fit a kept measurements file (OUT.measurements.json of an earlier run) "
+                                          "instead of measuring."),
     as_json: bool = typer.Option(False, "--json", help="Print the fitted figures and residuals as one JSON object."),
 ) -> None:
     """Time GEMMs (a grid of shapes and dtypes), copy/scale bandwidth, elementwise/norm/softmax
@@ -25,32 +37,58 @@ def calibrate_cmd(
     half-performance GEMM size, bandwidths, vector rate, per-op overhead) and write the spec, with
     the measurements and fit residuals under 'calibration'. Use it with --hardware FILE.
 
-    Uses torch's current thread count (set OMP_NUM_THREADS to change it). The full run takes a
-    few minutes; --quick about one. Timings on a busy machine are slower than the hardware.
+    The raw measurements are kept beside the spec as they are taken (OUT.measurements.json, e.g.
+    hw.measurements.json for hw.yaml), so a crash or a failed fit loses nothing: --from-measurements
+    refits that file. A figure that fits outside its valid range (a disturbed timing) is measured
+    again, up to twice; if still out of range it is clamped or dropped, flagged on stderr and listed
+    under calibration.fit.flags. Exit 2 only when no spec can be fitted (the measurements are kept).
+
+    Uses torch's current thread count (set OMP_NUM_THREADS to change it). Timings on a busy
+    machine are slower than the hardware.
     """
-    from layerscope.errors import OutputError
+    from layerscope.errors import LayerscopeError, OutputError
 
     suffix = out.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise OutputError(f"--out {str(out)!r}: use a .yaml or .json file")
+    if from_measurements is not None and (quick or device is not None):
+        raise typer.BadParameter("--quick and --device choose what to measure; --from-measurements measures "
+                                 "nothing", param_hint="--from-measurements")
     if out.exists() and not force:
         raise OutputError(f"--out {str(out)!r} exists; pass --force to overwrite it")
     if not (out.parent if str(out.parent) else Path(".")).is_dir():
         raise OutputError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist")
+    device = device or "cpu"
     if device not in ("cpu", "cuda"):
         from layerscope.errors import CaptureError
 
         raise CaptureError(f"--device {device!r}: use cpu or cuda")
 
-    from layerscope.capture.calibrate import calibrate
     from layerscope.hardware.loaders import dump_hardware_json, dump_hardware_yaml
     from layerscope.units import atomic_write
 
-    spec = _run_with_progress(calibrate, device=device, quick=quick, name=name)
+    if from_measurements is not None:
+        spec = _refit(from_measurements, out, name)
+        inputs: tuple[Path, ...] = (from_measurements,)
+    else:
+        kept = measurements_path(out)
+        if kept.exists() and not force:
+            raise OutputError(f"{str(kept)!r} (the measurements of an earlier run) exists; refit it with "
+                              f"--from-measurements {str(kept)!r}, or pass --force to measure again over it")
+        try:
+            spec = _run_with_progress(kept, device=device, quick=quick, name=name)
+        except LayerscopeError as exc:
+            if not kept.exists():
+                raise
+            raise type(exc)(f"{exc} (the measurements are kept in {str(kept)!r}: refit them with "
+                            f"layerscope calibrate --from-measurements {str(kept)!r} --out FILE)") from exc
+        inputs = ()
     text = dump_hardware_json(spec) if suffix == ".json" else dump_hardware_yaml(spec)
-    with atomic_write(out, "w") as fh:
+    with atomic_write(out, "w", inputs=inputs) as fh:
         fh.write(text)
     assert spec.calibration is not None
+    for flag in spec.calibration.fit.flags:
+        typer.echo(f"warning: calibrate: {flag.message()}", err=True)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -59,9 +97,30 @@ def calibrate_cmd(
     _render(spec, out)
 
 
-def _run_with_progress(calibrate: Any, **kwargs: Any) -> Any:
+def _refit(path: Path, out: Path, name: str | None) -> Any:
+    from layerscope.capture.calibrate import spec_from_run
+    from layerscope.hardware.calibration import read_calibration_run
+    from layerscope.units import check_output
+
+    check_output(out, (path,))  # before the fit: never over the file it reads
+    run = read_calibration_run(path)
+    if not run.complete:
+        typer.echo(f"warning: calibrate: {str(path)!r} holds {run.measured} of {run.total} measurements (the run "
+                   "stopped early); fitting those", err=True)
+    return spec_from_run(run, name=name)
+
+
+def _run_with_progress(kept: Path, **kwargs: Any) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from layerscope.capture.calibrate import calibrate
+    from layerscope.hardware.calibration import CalibrationRun
+    from layerscope.units import atomic_write
+
+    def checkpoint(run: CalibrationRun) -> None:
+        with atomic_write(kept, "w") as fh:
+            fh.write(run.model_dump_json(indent=1))
 
     # Redrawn between tasks only: no refresh thread takes the interpreter during the timings.
     with Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -72,18 +131,21 @@ def _run_with_progress(calibrate: Any, **kwargs: Any) -> Any:
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label, refresh=True)
 
-        return calibrate(progress=progress, **kwargs)
+        def notify(line: str) -> None:
+            bar.console.print(f"note: calibrate: {line}", markup=False, highlight=False, soft_wrap=True)
+
+        return calibrate(progress=progress, checkpoint=checkpoint, notify=notify, **kwargs)
 
 
 def _render(spec: Any, out: Path) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console, fmt_si, fmt_time_s
+    from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
     from layerscope.hardware.fit import KIND_KERNELS
 
     fit = spec.calibration.fit
     con = console()
-    t = Table(title=f"{spec.name} → {out}")
+    t = Table(title=f"{esc(spec.name)} → {esc(out)}")
     for col in ("figure", "value", "fitted on", "rms |error|", "outliers"):
         t.add_column(col, justify="left" if col in ("figure", "fitted on") else "right")
     for dt, mm in fit.matmul.items():
