@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from layerscope.capture.calibrate import (
     _fitting_shapes,
     _stream_sizes,
     calibrate,
+    measure,
 )
 from layerscope.cost import estimate
 from layerscope.errors import CaptureError
@@ -232,3 +234,15 @@ def test_a_crash_keeps_the_measurements_taken(monkeypatch: pytest.MonkeyPatch) -
     assert 0 < run.measured < run.total
     assert len(run.measurements.stream) > 0 and len(run.measurements.gemm) == 0
     assert run.llc_bytes > 0 and run.memory_levels[-1]["name"] == "dram"
+
+
+def test_a_quick_grid_skips_gemms_that_would_run_past_its_limit() -> None:
+    # Per (dtype, N, K), once two M > 1 are measured, an M whose time extrapolated from the last one exceeds
+    # max_gemm_s is skipped (so is every larger M); the fit still has its two compute-bound sizes.
+    assert QUICK_GRID.max_gemm_s is not None and FULL_GRID.max_gemm_s is None
+    grid = replace(TINY, gemm_m=(1, 2, 4, 8, 16), gemm_wide_nk=(), max_gemm_s=1e-9)
+    meas, _, _ = measure("cpu", grid)
+    assert sorted(zip(meas.gemm.n, meas.gemm.m, strict=True)) == [(n, m) for n in (512, 1024) for m in (1, 2, 4)]
+    unlimited, _, _ = measure("cpu", replace(grid, max_gemm_s=None, dtypes=("fp32",)))
+    assert sorted(zip(unlimited.gemm.n, unlimited.gemm.m, strict=True)) == [
+        (n, m) for n in (512, 1024) for m in (1, 2, 4, 8, 16)]

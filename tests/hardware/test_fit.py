@@ -453,8 +453,16 @@ def test_combine_measurements_takes_the_best_and_the_median_of_medians() -> None
     assert combined.stream == base.stream and len(combined.empty_op_s) == 3 * len(base.empty_op_s)
     assert combine_measurements(runs[:1]).gemm == base.gemm
     other = base.model_copy(update={"gemm": base.gemm.model_copy(update={"m": [m + 1 for m in base.gemm.m]})})
-    with pytest.raises(HardwareSpecError, match="other gemm points"):
+    with pytest.raises(HardwareSpecError, match="no gemm point in common"):
         combine_measurements([base, other])
+    # A quick run that skipped its largest GEMMs (CalibrationGrid.max_gemm_s): only the common points are kept,
+    # each still the best / median over every run.
+    fewer = runs[2].model_copy(update={"gemm": GemmTable(**{col: getattr(runs[2].gemm, col)[:-3]
+                                                            for col in GemmTable.model_fields})})
+    both = combine_measurements([runs[1], fewer])
+    assert list(both.gemm.m) == list(base.gemm.m[:-3])
+    assert both.gemm.time_s == pytest.approx([t * 0.9 for t in base.gemm.time_s[:-3]])
+    assert both.gemm.median_s == pytest.approx([t * 1.1 for t in base.gemm.median_s[:-3]])
     with pytest.raises(HardwareSpecError, match="threads"):
         combine_measurements([base, base.model_copy(update={"threads": 4})])
     with pytest.raises(HardwareSpecError, match="no calibration runs"):

@@ -127,6 +127,13 @@ class CalibrationGrid:
     """Tensor sizes, in MiB, of the fresh-allocation measurements (CPU only): glibc's largest mmap threshold
     (32 MiB on 64-bit) bracketed from both sides."""
     fresh_alloc_samples: int = 5
+    max_gemm_s: float | None = None
+    """Longest GEMM measured, per call: a row count M of a (dtype, N, K) whose time, extrapolated in
+    proportion to M from the largest M measured before, would exceed it is skipped once two M > 1 of
+    that shape are measured (the Hockney fit needs two compute-bound sizes; the efficiency tables
+    hold their largest M beyond). None: no limit. On a CPU without native bf16 GEMMs (no AVX-512
+    BF16/AMX: the 2-core reference VM) bf16 runs about 15x slower than fp32, and its GEMMs of
+    M >= 512 were 60% of a quick run."""
 
 
 FULL_GRID = CalibrationGrid(
@@ -147,6 +154,7 @@ QUICK_GRID = CalibrationGrid(
     cold_op_samples=16,
     fresh_alloc_mib=(16, 31, 32, 64),
     fresh_alloc_samples=3,
+    max_gemm_s=0.25,
 )
 #: GPU GEMMs turn compute-bound at thousands of rows (H100 bf16: ~990 TFLOP/s over ~3.3 TB/s is ~300 FLOP/B), so
 #: the matmul fit needs rows beyond the CPU's 1024 to see two compute-bound sizes; a GPU runs them in microseconds.
@@ -405,11 +413,22 @@ def _plan(device: str, grid: CalibrationGrid, quick: bool) -> _Session:
     # The weights of the current (dtype, n, k), reused across m: drawing a 1 GiB lm_head takes seconds.
     current: dict[tuple[str, int, int], list[Any]] = {}
 
+    # (dtype, n, k, wide) -> (m, median seconds per GEMM) measured, in order (grid.max_gemm_s)
+    series: dict[tuple[str, int, int, bool], list[tuple[int, float]]] = {}
+
     def gemm(dt: str, m: int, n: int, k: int, *, wide: bool = False) -> None:
         # Weights cold, as in a model run whose layers' weights exceed the LLC: each call takes the
         # next of enough [n, k] matrices to overflow the LLC twice (y = x W^T, as nn.Linear does);
         # one matrix reused would sit in the cache and flatter the rate (measured: 173 against
         # 134 GFLOP/s at 128 x 2048 x 2048 fp32 on the 32 MiB L3 of the reference CPU).
+        done = series.setdefault((dt, n, k, wide), [])
+        if (grid.max_gemm_s is not None and sum(1 for mm, _ in done if mm > 1) >= 2
+                and all(mm != m for mm, _ in done)):  # a re-measurement is never skipped
+            last_m, last_s = done[-1]
+            if last_s * m / last_m > grid.max_gemm_s:
+                log.info("calibrate: skipping gemm %s %dx%dx%d: about %.3g s per GEMM, beyond %g s", dt, m, n, k,
+                         last_s * m / last_m, grid.max_gemm_s)
+                return
         tdt = torch_dtypes[dt]
         if (dt, n, k) not in current:
             current.clear()
@@ -418,6 +437,7 @@ def _plan(device: str, grid: CalibrationGrid, quick: bool) -> _Session:
             current[(dt, n, k)] = [torch.randn(n, k, device=dev).to(tdt) for _ in range(count)]
         x = torch.randn(m, k, device=dev).to(tdt)
         best_s, median_s = time_cold_linear(torch, timer, x, current[(dt, n, k)], t)
+        done.append((m, median_s))
         tables.add(tables.gemm_wide if wide else tables.gemm, dtype=DType(dt), m=m, n=n, k=k, time_s=best_s,
                    median_s=median_s)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -393,7 +393,7 @@ class CalibrationRecord(BaseModel):
 
 
 #: The ``format`` of the measurements file ``layerscope calibrate`` keeps beside its spec.
-MEASUREMENTS_FORMAT = "layerscope-calibration-measurements"
+MEASUREMENTS_FORMAT: Final = "layerscope-calibration-measurements"
 #: Largest measurements file read back (a full run's is about 100 kB).
 MAX_MEASUREMENTS_FILE_BYTES = 64 * 1024 * 1024
 

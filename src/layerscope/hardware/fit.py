@@ -389,16 +389,16 @@ class _Flags:
     def kind(self) -> HardwareKind:
         return "gpu" if self.meas.device == "cuda" else "cpu"
 
-    def rows_table(self, figure: str, table: dict[KeyT, list[Any]], rows_of: Callable[[KeyT, Any], list[str]],
+    def rows_table(self, figure: str, table: dict[Any, list[Any]], rows_of: Callable[[Any, Any], list[str]],
                    label: Callable[[Any], str], *, high: float = 1.0,
-                   clamp: bool = False) -> dict[KeyT, list[Any]]:
+                   clamp: bool = False) -> dict[Any, list[Any]]:
         """``table`` (per key, rows ending in a factor) with each factor outside (0, high] clamped to
         ``high`` (above it, when ``clamp``) or dropped (not > 0, NaN, infinite); a key left without rows
         is dropped. Every change is flagged."""
-        out: dict[KeyT, list[Any]] = {}
+        out: dict[Any, list[Any]] = {}
         for key, rows in table.items():
             where = f"{figure}.{key.value if isinstance(key, DType) else key}"
-            kept = []
+            kept: list[Any] = []
             for row in rows:
                 value = float(row[-1])
                 if np.isfinite(value) and 0 < value <= high:
@@ -711,7 +711,8 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
     A shared machine's rates drift for minutes at a time (reference VM: M = 128 fp32 GEMMs at 135 or
     185 GFLOP/s for stretches of seconds to minutes, while M = 512 held 190), so a calibration taken
     once is one sample of that drift; runs spread over the time a validation takes sample it as its
-    captures do. Raises :class:`HardwareSpecError` when the runs measured different things.
+    captures do. Points only some runs measured are left out; raises :class:`HardwareSpecError` when the
+    runs share no point of a table, or come from different machines or layerscope versions.
     """
     if not runs:
         raise HardwareSpecError("combine_measurements: no calibration runs")
@@ -726,11 +727,7 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
                                 "some did not (files from different layerscope versions); calibrate again")
     tables: dict[str, Any] = {}
     for name in ("gemm", "gemm_wide", "stream", "vector", "attention", "gemv"):
-        parts = [getattr(run, name) for run in runs]
-        keys = [col for col in type(parts[0]).model_fields if col not in ("time_s", "median_s")]
-        for i, part in enumerate(parts[1:], start=2):
-            if any(list(getattr(part, col)) != list(getattr(parts[0], col)) for col in keys):
-                raise HardwareSpecError(f"combine_measurements: run {i} measured other {name} points than run 1")
+        parts = _common_rows(name, [getattr(run, name) for run in runs])
         best = np.min([part.time_s for part in parts], axis=0) if len(parts[0]) else []
         median = np.median([part.median_s for part in parts], axis=0) if len(parts[0]) else []
         tables[name] = parts[0].model_copy(update={"time_s": [float(x) for x in best],
@@ -738,6 +735,23 @@ def combine_measurements(runs: Sequence[CalibrationMeasurements]) -> Calibration
     return first.model_copy(update={
         **tables, "quick": all(run.quick for run in runs),
         **{key: [x for run in runs for x in getattr(run, key)] for key in _POOLED_SAMPLES}})
+
+
+TableU = TypeVar("TableU", GemmTable, StreamTable, VectorTable, AttentionTable)
+
+
+def _common_rows(name: str, parts: list[TableU]) -> list[TableU]:
+    """Each run's rows of the points (the columns but the times) every run measured, in run 1's order: a
+    quick grid skips the GEMMs that would run too long (``CalibrationGrid.max_gemm_s``), which a busy
+    machine decides differently from run to run. Raises when the runs share none of several points."""
+    keys = [col for col in type(parts[0]).model_fields if col not in ("time_s", "median_s")]
+    index = [{tuple(row): i for i, row in enumerate(zip(*(getattr(part, col) for col in keys), strict=True))}
+             for part in parts]
+    common = [key for key in index[0] if all(key in other for other in index[1:])]
+    if not common and any(index):
+        raise HardwareSpecError(f"combine_measurements: the runs measured no {name} point in common")
+    return [type(part)(**{col: [getattr(part, col)[at[key]] for key in common] for col in type(part).model_fields})
+            for part, at in zip(parts, index, strict=True)]
 
 
 #: The per-sample lists of ``CalibrationMeasurements`` that ``combine_measurements`` concatenates over runs.
