@@ -401,7 +401,8 @@ def _times_of(kind: type, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     if kind is int:
         us = arr.fill_null(0).to_numpy()
-        if int(np.abs(us).max()) > _MAX_US:
+        # both ends compared: np.abs(-2**63) is -2**63, which once let -2**63 µs through as 0 ns
+        if int(us.max()) > _MAX_US or int(us.min()) < -_MAX_US:
             raise _Unsupported("a time overflows int64 ns")
         return us * 1000, valid
     if kind is float:
