@@ -175,6 +175,22 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str | os.PathLike[s
     return resolved
 
 
+def check_writable(path: str | os.PathLike[str], inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
+    """:func:`check_output`, and a real write into the output's directory (a temporary created and
+    removed), for commands that work minutes before they write: a read-only or pseudo file system
+    (``/proc``) fails now, not after the work."""
+    resolved = check_output(path, inputs)
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(target.name)}{os.getpid()}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise OutputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+    return resolved
+
+
 def make_output_dir(path: str | os.PathLike[str]) -> Path:
     """Create the output directory ``path`` (and its parents) for a command's files; returns it.
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from layerscope.analysis.validate import PhaseValidation, ValidationResult, resolve_hardware, validate
 from layerscope.cost import Estimate, estimate
-from layerscope.errors import OutputError
+from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
@@ -84,6 +84,9 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {str(out)!r} exists and is not a directory")
+    for name, value in (("prompt_len", prompt_len), ("engines", engines), ("iterations", iterations)):
+        if value < 1:
+            raise WorkloadError(f"{name} (--{name.replace('_', '-')}): {value} is out of range; must be >= 1")
     notes: list[str] = []
     spec = load_model_spec(model)
     have_torch = _torch_available()

@@ -855,7 +855,8 @@ def _check_args(layers: int | None, batch: int, prompt_len: int, decode_steps: i
                              ("decode_steps", decode_steps, 0), ("warmup", warmup, 0),
                              ("iterations", iterations, 1), ("repeats", repeats, 1)):
         if value is not None and value < low:
-            raise AnalysisError(f"{name}: {value} is out of range; must be >= {low}")
+            flag = "--" + name.replace("_", "-")
+            raise AnalysisError(f"{name} ({flag}): {value} is out of range; must be >= {low}")
 
 
 def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_weights: bool) -> ModelSpec:
@@ -1049,9 +1050,11 @@ def validate(
     from layerscope.capture import capture
     from layerscope.capture.build import capture_dtype, require_torch
     from layerscope.capture.probe import probe_machine
+    from layerscope.cost.models import get_cost_model
     from layerscope.hardware import HardwareSpec, load_hardware
 
     _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
+    get_cost_model(cost_model)  # an unknown name fails before anything is created
     dt = capture_dtype(dtype).value
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

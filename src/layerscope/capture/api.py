@@ -38,9 +38,9 @@ from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled, run_unpro
 from layerscope.capture.source import ModelSource, resolve_model
 from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
 from layerscope.capture.unprofiled import UnprofiledTimes
-from layerscope.errors import CaptureError, LayerscopeError, OutputError
+from layerscope.errors import CaptureError, LayerscopeError
 from layerscope.model.spec import ModelSpec
-from layerscope.units import DType, atomic_write
+from layerscope.units import DType, atomic_write, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,11 @@ def capture(
         raise CaptureError(f"unprofiled: timing modules without the profiler needs device 'cpu', not {device!r} "
                            "(perf_counter around a module on a GPU times its launches, not its kernels)")
     parsed_dtype = capture_dtype(dtype)
+    if out is not None and isinstance(model, str | os.PathLike):
+        # Before torch and transformers load (seconds): an output that would replace the model's
+        # config, or that cannot be written, is refused at once.
+        given = Path(model)
+        check_writable(out, (given,) if given.exists() else ())
     torch, transformers = require_torch()
     _check_device(torch, device)
 
@@ -257,9 +262,8 @@ def capture(
 
     _check_positions(spec, prompt_len + decode_steps)
     out_path = Path(out) if out is not None else default_out_path(name, built_layers)
-    if not (out_path.parent if str(out_path.parent) else Path(".")).is_dir():
-        # Fail before minutes of building and running, not at the write.
-        raise OutputError(f"output directory {str(out_path.parent)!r} does not exist")
+    # Fail before minutes of building and running, not at the write: the same guard the write passes.
+    check_writable(out_path, inputs)
     estimate = estimate_memory(
         config_dict, param_count=param_count, dtype_bytes=parsed_dtype.bytes, batch=batch,
         prompt_len=prompt_len, decode_steps=decode_steps, spec=spec,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from layerscope.errors import CaptureError, ConfigError
+from layerscope.units import note_input
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +43,10 @@ def has_weights(directory: Path) -> bool:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read model config {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"model config {str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"model config {str(path)!r} is not a JSON object")
-    return data
+    from layerscope.model.loader import read_config_file
+
+    note_input(path)
+    return read_config_file(path)
 
 
 def _from_path(name: str, path: Path) -> ModelSource:
@@ -122,6 +118,9 @@ def resolve_model(model: str | os.PathLike[str]) -> ModelSource:
     Raises :class:`CaptureError` naming what was tried when nothing matches.
     """
     name = os.fspath(model)
+    if not name.strip():
+        raise CaptureError("model: an empty name; give a catalog name (see `layerscope models`), a config.json "
+                           "or a checkpoint directory")
     path = Path(name).expanduser()
     if path.exists():
         return _from_path(name, path)

@@ -84,9 +84,18 @@ def _read_sql(sql: str | None, file: Path | None) -> str:
             raise AnalysisError(f"{where}: there is no standard input")
         data = stdin.buffer.read(MAX_SQL_BYTES + 1)
         text = _decode_sql(data, where)
-    if not text.strip():
-        raise AnalysisError(f"{where} is empty; give a query such as 'SELECT name, dur FROM slice LIMIT 10'")
+    if not _statements(text):
+        raise AnalysisError(f"{where} is empty (no statement); give a query such as "
+                            "'SELECT name, dur FROM slice LIMIT 10'")
     return text
+
+
+def _statements(sql: str) -> str:
+    """``sql`` without comments, semicolons and whitespace: empty when it holds no statement."""
+    import re
+
+    no_comments = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+    return no_comments.replace(";", " ").strip()
 
 
 def _decode_sql(data: bytes, where: str) -> str:

@@ -32,7 +32,7 @@ def capture_cmd(
         None, "--out", "-o", help="Trace file (.json.gz, or .json); default capture-<model>-<N>l.json.gz."
     ),
     open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev."),
-    top: int = typer.Option(30, "--top", help="Modules shown in the table (slowest first)."),
+    top: int = typer.Option(30, "--top", min=1, help="Modules shown in the table (slowest first)."),
     as_json: bool = typer.Option(False, "--json", help="Print the capture result as one JSON object."),
 ) -> None:
     """Profile a Hugging Face causal LM (prefill + decode steps) and write an annotated trace."""

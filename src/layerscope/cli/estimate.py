@@ -29,7 +29,7 @@ def estimate_cmd(
     cost: str = typer.Option("roofline", "--cost", help="roofline | tiling | hierarchical"),
     attention: str = typer.Option("fused", "--attention", help="fused | unfused"),
     layer: int | None = typer.Option(None, "--layer", help="Estimate one decoder layer only."),
-    top: int = typer.Option(25, "--top", help="Ops shown in the table (all with --all-ops)."),
+    top: int = typer.Option(25, "--top", min=1, help="Ops shown in the table (all with --all-ops)."),
     all_ops: bool = typer.Option(False, "--all-ops", help="Show every op."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (docs/estimate-json.md)."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write the per-op table as CSV."),

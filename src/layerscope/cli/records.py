@@ -74,6 +74,12 @@ def _from_graph(model: str, out: Path, layers: int | None, dtype: str, batch: in
     spec = load_model_spec(model)
     if layers is not None and not 1 <= layers <= spec.num_layers:
         raise RecordsError(f"--layers: {layers} is out of range; the model has {spec.num_layers} decoder layers")
+    from layerscope.workload import context_warnings, make_workload
+
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
+                             output_len=decode_steps + 1)
+    for warning in context_warnings(spec, workload):
+        typer.echo(f"warning: {warning}", err=True)
     records = records_from_spec(spec, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, dtype=dtype,
                                 tp=tp, layers=None if layers is None else range(layers),
                                 mla_form=mla_form)  # type: ignore[arg-type]

@@ -44,6 +44,9 @@ def simulate_cmd(
 
     if open_ui and out is None:
         raise OutputError("--open needs --out PATH (the trace to serve)")
+    if out is not None and (not str(out).strip() or out.is_dir()):
+        raise OutputError(f"--out {str(out)!r} is not a file name (empty or a directory); give one ending "
+                          ".json, .json.gz or .pftrace")
     if attention not in ("fused", "unfused"):
         from layerscope.errors import GraphError
 

@@ -31,7 +31,7 @@ def validate_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
     random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
     out: Path = typer.Option(Path("out/validate"), "--out", "-o", help="Directory for the traces and validation.json."),
-    top: int = typer.Option(40, "--top", help="Op rows shown per phase (largest measured first)."),
+    top: int = typer.Option(40, "--top", min=1, help="Op rows shown per phase (largest measured first)."),
     raw_times: bool = typer.Option(False, "--raw-times",
                                    help="Keep the annotation hooks' and the profiler's own time in the measured "
                                         "times (not subtracted)."),

@@ -53,9 +53,17 @@ def _parse_json(text: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid JSON ({exc})") from None
     except RecursionError:
         raise ConfigError(f"{where}: not a model config (JSON nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer literal beyond Python's 4300-digit conversion limit
+        raise ConfigError(f"{where}: not a model config ({str(exc)[:120]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A config file's JSON object, read with the bounds every config read passes (size, UTF-8,
+    nesting, integer literals); :class:`ConfigError` naming the file otherwise."""
+    return _read_json(path)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -120,6 +128,9 @@ def load_model_spec(source: str | Path) -> ModelSpec:
 
     Never touches the network; raises :class:`ConfigError` saying where it looked.
     """
+    if not str(source).strip():
+        raise ConfigError("model: an empty name; give a catalog name (see `layerscope models`), a config.json "
+                          "or a checkpoint directory")
     path = Path(source).expanduser()
     if path.exists():
         note_input(path)  # a file, or a folder whose files are all inputs (units.check_output)
@@ -191,9 +202,8 @@ def model_spec_from_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     text_type = str(text.get("model_type") or model_type)
     family = model_type if model_type in FAMILIES else text_type
     parser = FAMILIES.get(family)
+    generic = parser is None
     if parser is None:
-        log.warning("%s: model_type %r is not a known family (%s); reading the standard fields",
-                    name, model_type, ", ".join(sorted(FAMILIES)))
         parser, family = parse_generic, model_type or "generic"
     architectures = cfg.get("architectures")
     if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
@@ -203,7 +213,7 @@ def model_spec_from_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
     weight_dtype, base_dtype, excluded = weight_dtypes(text)
     try:
         fields = parser(Fields(text, family, architecture))
-        return ModelSpec(
+        spec = ModelSpec(
             name=name,
             model_type=text_type or family,
             family=family,
@@ -215,3 +225,7 @@ def model_spec_from_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         )
     except ValidationError as exc:
         raise ConfigError(_format_validation(name, exc)) from None
+    if generic:  # only once the standard fields made a model: a refused config prints one line
+        log.warning("%s: model_type %r is not a known family (%s); read the standard fields",
+                    name, model_type, ", ".join(sorted(FAMILIES)))
+    return spec

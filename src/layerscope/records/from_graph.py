@@ -25,7 +25,7 @@ from layerscope.model.spec import ModelSpec
 from layerscope.records.optypes import REGISTRY
 from layerscope.records.schema import OpCall, RecordSet, dtype_name
 from layerscope.units import DType, parse_dtype
-from layerscope.workload.workload import ForwardPass, Workload
+from layerscope.workload.workload import ForwardPass, make_workload
 
 #: Graph op kinds that are not recorded, with the reason.
 SKIPPED_KINDS: dict[str, str] = {
@@ -207,8 +207,9 @@ def records_from_spec(
     decode; HF runs ``"naive"``).
     """
     dt = parse_dtype(dtype)
-    workload = Workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
-                        output_len=decode_steps + 1, weight_dtype=dt, act_dtype=dt, kv_dtype=dt, tensor_parallel=tp)
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
+                             output_len=decode_steps + 1, weight_dtype=dt, act_dtype=dt, kv_dtype=dt,
+                             tensor_parallel=tp)
     chosen = tuple(range(spec.num_layers)) if layers is None else tuple(layers)
     records = RecordSet({
         "model": spec.name, "model_type": spec.model_type, "source": "graph", "dtype": dt.value,

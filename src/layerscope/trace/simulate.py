@@ -58,6 +58,10 @@ class SimulationResult:
         }
 
 
+#: Phases :func:`build_graph` builds one graph of (``generate`` is a prefill and many decode steps).
+SIMULATED_PHASES = ("prefill", "decode", "chunked")
+
+
 def build_graph(
     spec: ModelSpec,
     *,
@@ -79,6 +83,9 @@ def build_graph(
     from layerscope.graph import build_layer_graph, build_model_graph, build_steps_graph
     from layerscope.workload import make_workload
 
+    if phase not in SIMULATED_PHASES:
+        raise ScheduleError(f"phase: {phase!r} cannot be simulated as one graph; known: {', '.join(SIMULATED_PHASES)} "
+                            "(decode steps of a generation: --phase decode --steps N)")
     fields: dict[str, object] = {"phase": phase, "weight_dtype": weight_dtype, "act_dtype": act_dtype,
                                  "kv_dtype": kv_dtype}
     for name, value in (("batch_size", batch), ("context_len", context), ("input_len", input_len),

@@ -219,4 +219,4 @@ def context_warnings(spec: ModelSpec, workload: Workload) -> list[str]:
         raise WorkloadError(f"the longest context, {longest} tokens, exceeds the {limit} learned positions of "
                             f"{spec.name} (max_position_embeddings)")
     return [f"the longest context, {longest} tokens, exceeds {spec.name}'s max_position_embeddings ({limit}): "
-            "the model was not trained that long; estimated anyway"]
+            "the model was not trained that long; computed anyway"]
