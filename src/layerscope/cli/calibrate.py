@@ -24,7 +24,8 @@ def measurements_path(out: Path) -> Path:
 def calibrate_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Spec file to write (.yaml, or .json)."),
     device: str | None = typer.Option(None, "--device", help="cpu | cuda (default cpu)."),
-    quick: bool = typer.Option(False, "--quick", help="A smaller grid and shorter timings (see README)."),
+    quick: bool = typer.Option(False, "--quick", help="A smaller grid, shorter timings, no GEMM past 0.25 s a "
+                                                      "call: about 3 minutes on a busy 2-core CPU."),
     name: str | None = typer.Option(None, "--name", help="Spec name (default: calibrated-cpu (<CPU>, N threads))."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out and its measurements file if they exist."),
     from_measurements: Path | None = typer.Option(
