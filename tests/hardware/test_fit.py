@@ -731,7 +731,8 @@ def test_a_factor_that_is_not_positive_is_dropped_and_flagged() -> None:
 
 def test_an_impossible_gemv_bandwidth_is_dropped_and_main_memory_falls_back_to_copy_scale() -> None:
     # 1 PB/s of GEMV weight streaming on a CPU: not the machine. Main memory is then copy/scale's 20 GB/s.
-    meas = with_gemv({2048: 1.0}, ref_bw=1e15)
+    # The bf16 GEMV streams at 1.5x copy/scale's rate: its factor, now over that, stays in range.
+    meas = with_gemv({2048: 1.0}, ref_bw=1e15, median_s={2048: TRUE["overhead"] + 2048 * 2048 * 2 / (1.5 * 20e9)})
     hw = spec_of(meas)
     assert hw.calibration is not None
     [flag] = hw.calibration.fit.flags
@@ -739,6 +740,7 @@ def test_an_impossible_gemv_bandwidth_is_dropped_and_main_memory_falls_back_to_c
     assert flag.value == pytest.approx(1e15, rel=1e-3) and flag.bound == "[1e+08, 1e+13] B/s (a cpu)"
     assert hw.calibration.fit.weight_stream is None
     assert hw.achievable_bandwidth_bytes_per_s() == pytest.approx(TRUE["dram_bw"], rel=1e-6)
+    assert hw.weight_stream_k(DType.BF16) == (pytest.approx((2048.0, 1.5)),)
 
 
 def test_an_activation_stream_factor_above_the_bound_is_clamped_and_flagged() -> None:
