@@ -57,8 +57,10 @@ def calibrate_cmd(
                                  "nothing", param_hint="--from-measurements")
     if out.exists() and not force:
         raise OutputError(f"--out {str(out)!r} exists; pass --force to overwrite it")
-    if not (out.parent if str(out.parent) else Path(".")).is_dir():
-        raise OutputError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist")
+    from layerscope.units import check_writable
+
+    # Minutes of measuring come before the write: an output that cannot be written fails now.
+    check_writable(out, (from_measurements,) if from_measurements is not None else ())
     device = device or "cpu"
     if device not in ("cpu", "cuda"):
         from layerscope.errors import CaptureError
