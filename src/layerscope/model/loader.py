@@ -225,6 +225,8 @@ def model_spec_from_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         )
     except ValidationError as exc:
         raise ConfigError(_format_validation(name, exc)) from None
+    except ConfigError as exc:  # a field's own message, said of this config
+        raise ConfigError(f"{name}: {exc}") from None
     if generic:  # only once the standard fields made a model: a refused config prints one line
         log.warning("%s: model_type %r is not a known family (%s); read the standard fields",
                     name, model_type, ", ".join(sorted(FAMILIES)))
