@@ -48,7 +48,7 @@ typecheck:
 	$(PYTHON) -m mypy
 
 pytest:
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PYTHON) -m pytest -p no:cacheprovider -m '$(PYTEST_MARK)'
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PYTHON) -m pytest -p no:cacheprovider -m '$(PYTEST_MARK)' --durations=25
 
 test: install chromium lint typecheck pytest
 
