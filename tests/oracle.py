@@ -192,6 +192,22 @@ class OracleTrace:
         """trace_processor's import errors and data losses (``stats`` rows of those severities)."""
         return self.query(ERROR_STATS_SQL)
 
+    def assert_is_schedule(self, graph: Any, sched: Any) -> list[dict[str, Any]]:
+        """Assert trace_processor reads one depth-0 slice per op of ``graph`` on its engine's thread,
+        at the schedule's exact ns (``sched.start_ns``/``end_ns``/``engine``), and one flow per
+        dependency edge from the producer's slice to the consumer's; returns the slice rows."""
+        rows = self.query("SELECT s.name, s.ts, s.dur, s.depth, s.category, t.name AS thread FROM slice s "
+                          "JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)")
+        assert len(rows) == len(graph.ops)
+        assert {r["name"]: (r["ts"], r["dur"], r["depth"], r["category"], r["thread"]) for r in rows} == {
+            op.name: (int(sched.start_ns[i]), int(sched.end_ns[i] - sched.start_ns[i]), 0, op.kind,
+                      f"engine {sched.engine[i]}") for i, op in enumerate(graph.ops)}
+        flows = self.query("SELECT o.name AS src, i.name AS dst FROM flow f JOIN slice o ON f.slice_out = o.id "
+                           "JOIN slice i ON f.slice_in = i.id")
+        assert sorted((r["src"], r["dst"]) for r in flows) == sorted(
+            (graph.ops[j].name, op.name) for i, op in enumerate(graph.ops) for j in graph.dependencies[i])
+        return rows
+
     def disagreements(self, ours: Callable[[str], list[dict[str, Any]]],
                       sqls: Sequence[str] = AGREEMENT_SQL) -> list[str]:
         """Each query of ``sqls`` whose rows differ between trace_processor and ``ours`` (e.g.

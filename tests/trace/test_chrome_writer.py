@@ -122,17 +122,8 @@ def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, tim
     assert trace.errors() == []
     g = timed.graph
     # µs with three decimals in the file: trace_processor's ns must be the schedule's exactly.
-    rows = trace.query("SELECT s.name, s.ts, s.dur, s.depth, s.category, t.name AS thread FROM slice s "
-                       "JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)")
-    assert len(rows) == len(g.ops)
-    assert {r["name"]: (r["ts"], r["dur"], r["depth"], r["category"], r["thread"]) for r in rows} == {
-        op.name: (int(sched.start_ns[i]), int(sched.end_ns[i] - sched.start_ns[i]), 0, op.kind,
-                  f"engine {sched.engine[i]}") for i, op in enumerate(g.ops)}
-    # The s/f pairs bind to the producer's and the consumer's slices (by time on their threads).
-    flows = trace.query("SELECT o.name AS src, i.name AS dst FROM flow f JOIN slice o ON f.slice_out = o.id "
-                        "JOIN slice i ON f.slice_in = i.id")
-    assert sorted((r["src"], r["dst"]) for r in flows) == sorted(
-        (g.ops[j].name, op.name) for i, op in enumerate(g.ops) for j in g.dependencies[i])
+    # Spans at exact ns; the s/f pairs bind to the producer's and the consumer's slices (by time on their threads).
+    trace.assert_is_schedule(g, sched)
     args: dict[str, dict[str, Any]] = defaultdict(dict)
     for r in trace.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
                          "JOIN args a USING (arg_set_id)"):
