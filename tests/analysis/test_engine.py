@@ -172,15 +172,17 @@ def test_a_cache_hit_warns_as_the_first_read(run_cli: Run, tmp_path: Path) -> No
 
 
 def test_the_cache_is_keyed_on_the_reader(run_cli: Run, tmp_path: Path) -> None:
-    # The same (empty) bytes are an empty Perfetto trace but not a JSON trace.
-    (tmp_path / "empty.pftrace").write_bytes(b"")
-    (tmp_path / "empty.json").write_bytes(b"")
+    # The same bytes (one empty TracePacket: field 1, length 0) are a Perfetto trace with no slices
+    # but not a JSON trace.
+    (tmp_path / "empty.pftrace").write_bytes(b"\x0a\x00")
+    (tmp_path / "empty.json").write_bytes(b"\x0a\x00")
     env = {"LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache")}
     first = run_cli("query", str(tmp_path / "empty.pftrace"), "SELECT COUNT(*) AS n FROM slice", "--format", "csv",
                     env=env)
     assert first.returncode == 0 and first.stdout.splitlines() == ['"n"', "0"], first.stderr
     second = run_cli("query", str(tmp_path / "empty.json"), "SELECT COUNT(*) AS n FROM slice", env=env)
-    assert second.returncode == 2 and second.stderr == f"error: {str(tmp_path / 'empty.json')!r} is empty\n"
+    assert second.returncode == 2 and second.stderr.startswith(
+        f"error: {str(tmp_path / 'empty.json')!r} is not a JSON trace"), second.stderr
     assert content_key(tmp_path / "empty.json") != content_key(tmp_path / "empty.pftrace")
     assert content_key(tmp_path / "empty.json", "perfetto") == content_key(tmp_path / "empty.pftrace")
 

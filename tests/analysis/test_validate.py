@@ -450,7 +450,7 @@ def test_combine_repeats_rejects_other_phases() -> None:
 def test_validate_rejects_zero_repeats(tmp_path: Path) -> None:
     from layerscope.analysis.validate import validate
 
-    with pytest.raises(AnalysisError, match="repeats: 0 is out of range; must be >= 1"):
+    with pytest.raises(AnalysisError, match=r"repeats \(--repeats\): 0 is out of range; must be >= 1"):
         validate("no-such-model", "server-cpu", repeats=0, out_dir=tmp_path / "val")
     assert not (tmp_path / "val").exists()
 

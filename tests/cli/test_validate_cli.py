@@ -20,10 +20,10 @@ def config(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--batch", "0"], "batch: 0 is out of range"),
-    (["--decode-steps", "-1"], "decode_steps: -1 is out of range"),
-    (["--repeats", "0"], "repeats: 0 is out of range; must be >= 1"),
-    (["--repeats", "-2"], "repeats: -2 is out of range"),
+    (["--batch", "0"], "batch (--batch): 0 is out of range"),
+    (["--decode-steps", "-1"], "decode_steps (--decode-steps): -1 is out of range"),
+    (["--repeats", "0"], "repeats (--repeats): 0 is out of range; must be >= 1"),
+    (["--repeats", "-2"], "repeats (--repeats): -2 is out of range"),
     (["--prompt-len", "8", "--context", "16"], "disagree"),
     (["--hardware", "no-such-chip"], "no-such-chip"),
     (["--dtype", "int3"], "int3"),
