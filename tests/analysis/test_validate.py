@@ -252,7 +252,9 @@ def test_captured_times_count_the_aten_events_in_each_range(tmp_path: Path) -> N
     assert got.events["decode_step_0"] == {}
 
 
-@pytest.mark.parametrize("unprofiled", [True, False])
+# The profiled-trace path runs on every landing; the unprofiled pass (a second run of the same
+# iterations) only under `make test-slow`: the CLI test runs validate's default (unprofiled) end to end.
+@pytest.mark.parametrize("unprofiled", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -481,6 +483,7 @@ def test_validate_repeats_end_to_end(tmp_path: Path) -> None:
     assert doc["phases"][0]["repeats"] == 2 and len(doc["phases"][0]["forward_measured_all_s"]) == 2
 
 
+@pytest.mark.slow
 def test_rejoin_predicts_a_capture_again_on_other_hardware(tmp_path: Path) -> None:
     # The capture stays (same measured times); the predictions are those of the new hardware, and
     # rejoining on the first hardware gives the first validation back. Combined validations are refused.
