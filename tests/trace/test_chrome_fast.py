@@ -426,7 +426,7 @@ def _declined_by_design(events: list[dict[str, Any]], reason: str) -> bool:
     return False
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_KINETO_EVENT, min_size=1, max_size=16), gz=st.booleans())
 def test_random_kineto_like_events_same(tmp_path: Path, events: list[dict[str, Any]], gz: bool) -> None:
     # events as Kineto writes them: the fast path must build the tables, unless by design
@@ -449,7 +449,7 @@ def _big_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_ANY_EVENT | st.integers() | st.none(), min_size=1, max_size=12), gz=st.booleans())
 def test_random_events_same_or_fallback(tmp_path: Path, events: list[Any], gz: bool) -> None:
     _same_or_fallback(tmp_path, events, gz)
