@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -69,3 +70,70 @@ def perfetto_oracle() -> Iterator[object]:
         pytest.skip(reason)
     with oracle.PerfettoOracle() as session:
         yield session
+
+
+#: A real run's measurements file: a tiny fp32 + bf16 grid on the 2-core reference VM, under load.
+KEPT_CALIBRATION = Path(__file__).parent / "data" / "calibration" / "tiny.measurements.json"
+#: How much slower a disturbed GEMV reference reads: its weight-stream bandwidth (1.7 GB/s in the kept
+#: run) then fits at 35 MB/s, below the 100 MB/s floor of a CPU.
+REFERENCE_SLOWDOWN = 50.0
+
+ReplayFn = Callable[..., list[int]]
+
+
+@pytest.fixture
+def replay_calibration(monkeypatch: pytest.MonkeyPatch) -> ReplayFn:
+    """Make ``calibrate`` replay :data:`KEPT_CALIBRATION` instead of measuring: the same session (tasks,
+    checkpoints, re-measuring, the fit), each task appending its rows of the kept run, in milliseconds and
+    the same on any machine. ``replay(slow_calls=N)`` makes the first N takes of the GEMV reference rows
+    (2048 x 2048 fp32 weights beyond the LLC) :data:`REFERENCE_SLOWDOWN` times slower, as a busy machine
+    can; it returns a one-item list counting the reference takes."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from layerscope.capture import calibrate as module
+    from layerscope.hardware.calibration import read_calibration_run
+
+    run = read_calibration_run(KEPT_CALIBRATION)
+    meas = run.measurements
+
+    def replay(slow_calls: int = 0) -> list[int]:
+        calls = [0]
+
+        def plan(device: str, grid: object, quick: bool) -> object:
+            if device != "cpu":
+                raise module.CaptureError(f"calibrate: device {device!r}: use cpu or cuda")
+            tables = module._Tables()
+            tasks: list[tuple[str, Callable[[], None]]] = []
+
+            def add_row(name: str, row: dict[str, object], reference: bool) -> None:
+                if reference:
+                    calls[0] += 1
+                    if calls[0] <= slow_calls:
+                        row = {**row, "time_s": REFERENCE_SLOWDOWN * row["time_s"],  # type: ignore[operator]
+                               "median_s": REFERENCE_SLOWDOWN * row["median_s"]}  # type: ignore[operator]
+                tables.add(getattr(tables, name), **row)
+
+            def add_samples(name: str, samples: list[float]) -> None:
+                getattr(tables, name).extend(samples)
+
+            for name, value in vars(tables).items():
+                source = getattr(meas, name)
+                if not isinstance(value, dict):
+                    tasks.append((name, functools.partial(add_samples, name, list(source))))
+                    continue
+                columns = {column: list(getattr(source, column)) for column in value}
+                for i in range(len(next(iter(columns.values())))):
+                    row = {column: values[i] for column, values in columns.items()}
+                    reference = name == "stream" and row["kernel"] == "gemv"
+                    tasks.append((f"{name} {i}", functools.partial(add_row, name, row, reference)))
+            return module._Session(
+                torch=SimpleNamespace(inference_mode=contextlib.nullcontext), tasks=tasks, tables=tables,
+                levels=run.memory_levels, llc_bytes=run.llc_bytes, release=lambda: None,
+                meta={"device": meas.device, "device_name": meas.device_name, "threads": meas.threads,
+                      "torch_version": meas.torch_version, "quick": quick})
+
+        monkeypatch.setattr(module, "_plan", plan)
+        return calls
+
+    return replay

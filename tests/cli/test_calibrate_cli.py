@@ -1,4 +1,4 @@
-"""``layerscope calibrate``: output handling, errors and exit codes (a tiny grid stands in for --quick)."""
+"""``layerscope calibrate``: output handling, errors and exit codes (a kept run, replayed, stands in for measuring)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,14 @@ from typer.testing import CliRunner
 
 from layerscope.cli.app import app
 
-TINY = dict(gemm_m=(1, 64, 256), gemm_nk=((512, 512), (1024, 1024)), dtypes=("fp32",), stream_step=8,
-            vector_elements=(16 * 1024,), min_time_s=0.01, empty_op_samples=3, fresh_alloc_mib=(2, 64),
-            fresh_alloc_samples=2)
-
 
 @pytest.fixture
-def tiny_quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
-    from layerscope.capture import calibrate as module
-
-    monkeypatch.setattr(module, "QUICK_GRID", module.CalibrationGrid(**TINY))
+def replayed(replay_calibration) -> None:  # type: ignore[no-untyped-def]
+    """``calibrate`` replays the kept run (tests/conftest.py) instead of measuring: milliseconds, any machine."""
+    replay_calibration()
 
 
-def test_json_summary_and_file(tiny_quick: None, tmp_path: Path) -> None:
+def test_json_summary_and_file(replayed: None, tmp_path: Path) -> None:
     out = tmp_path / "hw.yaml"
     result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(out), "--json", "--name", "me"])
     assert result.exit_code == 0, result.output
@@ -175,19 +169,10 @@ def test_nothing_usable_exits_2_and_inputs_are_never_overwritten(run_cli, tmp_pa
 
 
 def test_a_run_keeps_its_measurements_and_flags_what_re_measuring_did_not_fix(
-        tiny_quick: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from layerscope.capture import calibrate as module
+        replay_calibration, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from layerscope.hardware.calibration import read_calibration_run
 
-    real = module.time_cold_linear
-
-    def slow_reference(torch, timer, x, weights, min_time_s):  # type: ignore[no-untyped-def]
-        best_s, median_s = real(torch, timer, x, weights, min_time_s)
-        if tuple(weights[0].shape) == (2048, 2048) and x.shape[0] == 1:  # the fp32 GEMV reference, always slow
-            return 50 * best_s, 50 * median_s
-        return best_s, median_s
-
-    monkeypatch.setattr(module, "time_cold_linear", slow_reference)
+    replay_calibration(slow_calls=10**6)  # the GEMV reference rows of the replayed run, always 50x slow
     out = tmp_path / "hw.yaml"
     result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -216,7 +201,7 @@ def test_a_run_keeps_its_measurements_and_flags_what_re_measuring_did_not_fix(
     assert "--from-measurements" in str(refused.exception) and not out.exists()
 
 
-def test_a_failed_fit_keeps_the_measurements_and_says_where(tiny_quick: None, tmp_path: Path,
+def test_a_failed_fit_keeps_the_measurements_and_says_where(replayed: None, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from layerscope.capture import calibrate as module
     from layerscope.errors import HardwareSpecError
