@@ -1004,7 +1004,7 @@ PyDoc_STRVAR(json_depth_doc,
 "run of backslashes is escaped; every other quote opens or closes a string (on valid JSON,\n"
 "exactly the strings; a backslash outside a string is a syntax error to every parser). Returns\n"
 "the state at the chunk's end and over_at, the offset in the chunk of the bracket that opens\n"
-"level limit + 1 (the walk stops there), or -1. It bounds the nesting a parser will meet; it\n"
+"level limit + 1 (the walk stops there, returning the state just after it), or -1. It bounds the nesting a parser will meet; it\n"
 "does not validate.");
 
 static PyObject *json_depth(PyObject *module, PyObject *args) {
@@ -1038,6 +1038,7 @@ static PyObject *json_depth(PyObject *module, PyObject *args) {
         } else if (c == '[' || c == '{') {
             if (++depth > limit) {
                 over = p - 1 - base;
+                escaped = 0; /* the state after the bracket, as the numpy walk returns it */
                 break;
             }
         } else if (depth > 0) {

@@ -134,7 +134,9 @@ def json_depth_numpy(data: Any, depth: int, in_string: bool, escaped: bool,
 
     A quote after an odd run of backslashes is escaped, every other quote toggles the string
     state; brackets outside strings open and close levels (never below 0). Returns the state
-    after ``data`` and the offset of the bracket that opens level ``limit + 1`` (else -1).
+    after ``data`` and the offset of the bracket that opens level ``limit + 1`` (else -1; where
+    it stops, the state just after that bracket). A quote at the chunk's start is escaped when
+    ``escaped`` is carried in, whatever backslashes follow in the chunk.
     """
     a = np.frombuffer(data, dtype=np.uint8)
     n = len(a)
@@ -155,9 +157,8 @@ def json_depth_numpy(data: Any, depth: int, in_string: bool, escaped: bool,
         hit = k < len(run_end)
         hit[hit] = run_end[k[hit]] == quotes[hit] - 1
         odd[hit] = run_len[k[hit]] % 2 == 1
-    elif escaped and len(quotes):
-        odd = quotes == 0
-    if escaped and len(quotes) and quotes[0] == 0 and not len(slash):
+    if escaped and len(quotes) and quotes[0] == 0:
+        # the run of backslashes that escapes it ended the last chunk (there may be others here)
         odd[0] = True
     toggles = quotes[~odd]
     brackets = np.flatnonzero(np.isin(a, np.frombuffer(b"[]{}", dtype=np.uint8)))
@@ -170,7 +171,8 @@ def json_depth_numpy(data: Any, depth: int, in_string: bool, escaped: bool,
     level = walk - np.minimum(np.minimum.accumulate(walk), 0)
     over = np.flatnonzero(opens & (level > limit))
     if len(over):
-        return int(level[over[0]]), in_string, False, int(brackets[over[0]])
+        # the state after that bracket: outside a string, no backslash run before the next byte
+        return int(level[over[0]]), False, False, int(brackets[over[0]])
     end_depth = int(level[-1]) if len(level) else depth
     trailing = len(run_end) and run_end[-1] == n - 1
     end_escaped = bool(trailing and run_len[-1] % 2 == 1)
