@@ -16,6 +16,8 @@ EXTRAS ?= dev,capture,oracle
 # pytest selection for `make test`; `make test-slow` runs the tests marked slow (the long
 # captures and the 1M-event oracle runs), `make test-all` both.
 PYTEST_MARK ?= not slow
+# pytest-xdist workers (a test file stays on one worker: its module fixtures are built once).
+PYTEST_WORKERS ?= 2
 
 .PHONY: install venv chromium demo test test-slow test-all lint typecheck pytest golden bench
 
@@ -48,7 +50,7 @@ typecheck:
 	$(PYTHON) -m mypy
 
 pytest:
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PYTHON) -m pytest -p no:cacheprovider -m '$(PYTEST_MARK)' --durations=25
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PYTHON) -m pytest -p no:cacheprovider -m '$(PYTEST_MARK)' -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 test: install chromium lint typecheck pytest
 

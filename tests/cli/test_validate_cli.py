@@ -43,6 +43,7 @@ def test_unknown_model_exits_2(run_cli, tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
 
 
+@pytest.mark.slow  # the same run in-process: tests/analysis/test_validate.py::test_validate_tiny_llama_end_to_end
 def test_table_and_json(config: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

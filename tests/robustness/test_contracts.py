@@ -10,6 +10,11 @@ from .corpus_traces import GOOD, REAL
 from .harness import Case, Corpus, violations
 from .inputs import markup_trace
 
+# Each contract also has a faster check on every landing (tests/cli/test_exit_codes.py: --json on every
+# command and verify's 0/1; tests/cli/test_analyze_cli.py and test_markup_cli.py: SQL from a pipe,
+# names printed literally); these run them once more over real traces under `make test-slow`.
+pytestmark = pytest.mark.slow
+
 #: Commands too slow to run here (they load torch and time a model): ``--json`` is checked as an
 #: accepted option (an unknown one is a usage error before ``--help`` is handled).
 JSON_ACCEPTED = ("open", "capture", "demo", "validate", "calibrate")
