@@ -208,6 +208,15 @@ class OracleTrace:
             (graph.ops[j].name, op.name) for i, op in enumerate(graph.ops) for j in graph.dependencies[i])
         return rows
 
+    def args_by_slice(self) -> dict[str, dict[str, Any]]:
+        """Each slice's args as trace_processor flattens them: slice name → {key: int or string value}."""
+        args: dict[str, dict[str, Any]] = {}
+        for r in self.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
+                            "JOIN args a USING (arg_set_id)"):
+            value = r["int_value"] if r["string_value"] is None else r["string_value"]
+            args.setdefault(r["name"], {})[r["key"]] = value
+        return args
+
     def disagreements(self, ours: Callable[[str], list[dict[str, Any]]],
                       sqls: Sequence[str] = AGREEMENT_SQL) -> list[str]:
         """Each query of ``sqls`` whose rows differ between trace_processor and ``ours`` (e.g.

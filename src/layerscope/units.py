@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 import os
+import reprlib
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from layerscope.errors import OutputError, WorkloadError
 
@@ -107,6 +108,25 @@ def parse_dtype(value: str | DType, *, field: str = "dtype") -> DType:
         return _DTYPE_ALIASES[key]
     known = ", ".join(d.value for d in DType)
     raise WorkloadError(f"{field}: unknown dtype {value!r}; known: {known}")
+
+
+#: Longest quoted value in an error message: a config or sheet value, a cell or
+#: an expanded YAML value, can be megabytes long.
+MAX_QUOTED_CHARS = 60
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = MAX_QUOTED_CHARS
+_QUOTE.maxother = MAX_QUOTED_CHARS
+_QUOTE.maxlevel = 2
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 3
+
+
+def quote(value: Any) -> str:
+    """``repr(value)`` for an error message, bounded: long strings and large or deep containers are
+    elided (``'9999…9999'``, ``[[…], …]``) without walking all of them, so quoting a huge or
+    alias-expanded value costs little and prints a short line."""
+    text = _QUOTE.repr(value)
+    return text if len(text) <= 2 * MAX_QUOTED_CHARS else text[: 2 * MAX_QUOTED_CHARS - 1] + "…"
 
 
 def s_to_ns(seconds: float) -> int:
@@ -229,7 +249,7 @@ def remove_stale_temporaries(directory: Path, name: str) -> list[Path]:
         pid_text = middle.split(".", 1)[0]
         try:
             if pid_text.isdigit() and "." in middle:
-                if _pid_alive(int(pid_text)):
+                if pid_alive(int(pid_text)):
                     continue
             elif now - entry.stat().st_mtime < STALE_TEMP_S:
                 continue
@@ -240,14 +260,16 @@ def remove_stale_temporaries(directory: Path, name: str) -> list[Path]:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (this process does; one we may not signal is taken to):
+    how a killed writer's temporary is told from a live writer's."""
     if pid == os.getpid():
         return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except OSError:  # PermissionError: someone else's process
         return True
     return True
 

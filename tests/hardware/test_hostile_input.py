@@ -24,7 +24,7 @@ from layerscope.hardware.loaders import (
     MAX_XLSX_UNPACKED_BYTES,
     MAX_YAML_ALIAS_NODES,
 )
-from layerscope.hardware.quantities import MAX_QUOTED_CHARS, quote
+from layerscope.units import MAX_QUOTED_CHARS, quote
 
 #: A bad file is refused within this many seconds (in-process; the CLI adds its start-up).
 FAST_S = 5.0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +123,7 @@ def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, tim
     # µs with three decimals in the file: trace_processor's ns must be the schedule's exactly.
     # Spans at exact ns; the s/f pairs bind to the producer's and the consumer's slices (by time on their threads).
     trace.assert_is_schedule(g, sched)
-    args: dict[str, dict[str, Any]] = defaultdict(dict)
-    for r in trace.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
-                         "JOIN args a USING (arg_set_id)"):
-        args[r["name"]][r["key"]] = r["int_value"] if r["string_value"] is None else r["string_value"]
+    args = trace.args_by_slice()
     for i, op in enumerate(g.ops):
         a = args[op.name]
         assert (a["args.flops"], a["args.weight_bytes"], a["args.bound"]) == (op.flops, op.weight_bytes,

@@ -171,10 +171,7 @@ def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, tim
                             "JOIN thread t USING (utid) JOIN process p USING (upid)")
     assert [r["name"] for r in processes] == ["tiny-llama:decode@64 on h100-sxm (roofline) · 3 engines (list)"]
     # Debug annotations of every op: ints, strings and the dependency list in order.
-    args: dict[str, dict[str, Any]] = defaultdict(dict)
-    for r in trace.query("SELECT s.name, a.key, a.int_value, a.string_value FROM slice s "
-                         "JOIN args a USING (arg_set_id)"):
-        args[r["name"]][r["key"]] = r["int_value"] if r["string_value"] is None else r["string_value"]
+    args = trace.args_by_slice()
     for i, op in enumerate(g.ops):
         a = args[op.name]
         assert (a["debug.flops"], a["debug.memory_bytes"], a["debug.kv_read_bytes"], a["debug.bound"]) == (

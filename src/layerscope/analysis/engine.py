@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from layerscope.errors import AnalysisError, TraceError
 from layerscope.trace.readers import format_for, read_trace
 from layerscope.trace.tables import SCHEMAS, TraceTables
-from layerscope.units import note_input
+from layerscope.units import note_input, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -135,18 +135,6 @@ def content_key(path: Path, fmt: str | None = None) -> str:
 _TMP = re.compile(r"^\.(?P<key>[^.]+)\.(?P<pid>\d+)\.")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    except OSError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(directory: Path, *, now: float | None = None) -> list[Path]:
     """Remove the cache temporaries in ``directory`` left by writers that died mid-write: those of
     a process that no longer runs, older than :data:`STALE_TMP_S`, and any older than
@@ -166,7 +154,7 @@ def remove_stale_temporaries(directory: Path, *, now: float | None = None) -> li
         except OSError:
             continue
         pid = int(match.group("pid"))
-        owner_gone = pid != os.getpid() and not _pid_alive(pid)
+        owner_gone = not pid_alive(pid)
         if not ((owner_gone and age_s > STALE_TMP_S) or age_s > ORPHAN_TMP_S):
             continue
         path = Path(entry.path)

@@ -55,9 +55,9 @@ from typing import Any, get_args
 from xml.etree.ElementTree import ParseError
 
 from layerscope.errors import HardwareSpecError, WorkloadError
-from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, quote, split_number
+from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, split_number
 from layerscope.hardware.spec import HardwareKind, HardwareSpec, MemoryLevel
-from layerscope.units import DType, atomic_write, note_input, parse_dtype
+from layerscope.units import DType, atomic_write, note_input, parse_dtype, quote
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import re
-import reprlib
-from typing import Any, Literal
+from typing import Literal
+
+from layerscope.units import quote
 
 Dimension = Literal["count", "fraction", "hz", "bytes", "bytes_per_s", "flops_per_s", "s"]
 
@@ -57,24 +58,6 @@ UNITS: dict[Dimension, dict[str, float]] = _unit_table()
 _BIT_RATE = re.compile(r"^([kKMGT]?)b(?:ps|/s)$")
 
 _NON_FINITE = re.compile(r"[-+]?(?:nan|inf(?:inity)?)(?![a-z])", re.IGNORECASE)
-
-#: Longest quoted value in an error message: a cell or YAML value can be megabytes long.
-MAX_QUOTED_CHARS = 60
-
-_QUOTE = reprlib.Repr()
-_QUOTE.maxstring = MAX_QUOTED_CHARS
-_QUOTE.maxother = MAX_QUOTED_CHARS
-_QUOTE.maxlevel = 2
-_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 3
-
-
-def quote(value: Any) -> str:
-    """``repr(value)`` for an error message, bounded: long strings and large or deep containers are
-    elided (``'9999…9999'``, ``[[…], …]``) without walking all of them, so quoting a huge or
-    alias-expanded value costs little and prints a short line."""
-    text = _QUOTE.repr(value)
-    return text if len(text) <= 2 * MAX_QUOTED_CHARS else text[: 2 * MAX_QUOTED_CHARS - 1] + "…"
-
 
 # Matched against stripped text with a greedy tail: a lazy tail before trailing spaces backtracks
 # quadratically on a long cell.

@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.calibration import CalibrationRecord
-from layerscope.hardware.quantities import quote
-from layerscope.units import DType, parse_dtype
+from layerscope.units import DType, parse_dtype, quote
 
 HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
 FlopsPath = Literal["matrix", "tf32", "vector"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from layerscope.errors import ConfigError
 from layerscope.model.spec import LayerAttention, MLASpec, ModuleNames, MoESpec
-from layerscope.units import DType
+from layerscope.units import DType, quote
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +50,6 @@ MAX_LAYERS = 2**14
 LAYER_COUNT_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages that quote a config value."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 @dataclass(frozen=True)
 class Fields:
     """Typed, validated access to one config dict (the text config of multimodal models)."""
@@ -83,7 +77,7 @@ class Fields:
         key, value = self._raw(keys, default)
         if isinstance(value, bool) or not isinstance(value, int):
             if not (isinstance(value, float) and value.is_integer()):
-                raise ConfigError(f"{key}: expected an integer, got {_short(value)}")
+                raise ConfigError(f"{key}: expected an integer, got {quote(value)}")
             value = int(value)
         limit = MAX_LAYERS if key in LAYER_COUNT_KEYS else MAX_CONFIG_INT
         if abs(value) > limit:
@@ -96,19 +90,19 @@ class Fields:
     def get_float(self, *keys: str, default: Any = _MISSING) -> float:
         key, value = self._raw(keys, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key}: expected a number, got {_short(value)}")
+            raise ConfigError(f"{key}: expected a number, got {quote(value)}")
         return float(value)
 
     def get_bool(self, *keys: str, default: Any = _MISSING) -> bool:
         key, value = self._raw(keys, default)
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {_short(value)}")
+            raise ConfigError(f"{key}: expected true or false, got {quote(value)}")
         return value
 
     def get_str(self, *keys: str, default: Any = _MISSING) -> str:
         key, value = self._raw(keys, default)
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {_short(value)}")
+            raise ConfigError(f"{key}: expected a string, got {quote(value)}")
         return value
 
     def int_list(self, key: str) -> list[int] | None:
@@ -116,7 +110,7 @@ class Fields:
         if value is None:
             return None
         if not isinstance(value, list) or not all(type(v) is int for v in value):
-            raise ConfigError(f"{key}: expected a list of integers, got {_short(value)}")
+            raise ConfigError(f"{key}: expected a list of integers, got {quote(value)}")
         return list(value)
 
 
@@ -180,7 +174,7 @@ def _layer_types(f: Fields, num_layers: int) -> tuple[LayerAttention, ...] | Non
         return None
     if not isinstance(value, list) or len(value) != num_layers or any(v not in _LAYER_TYPES for v in value):
         raise ConfigError(
-            f"layer_types: expected {num_layers} entries from {sorted(_LAYER_TYPES)}, got {_short(value)}"
+            f"layer_types: expected {num_layers} entries from {sorted(_LAYER_TYPES)}, got {quote(value)}"
         )
     return tuple(_LAYER_TYPES[v] for v in value)
 
