@@ -7,11 +7,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# No test reads or writes the user's own machine specs: calibrate keeps one there and demo prefers it, which
+# would make a demo test time on whatever the developer calibrated last.
+os.environ["LAYERSCOPE_MACHINES_DIR"] = tempfile.mkdtemp(prefix="layerscope-machines-")
 
 # CI runs a fixed, reproducible set of examples (a red CI must be reproducible); local runs explore.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)

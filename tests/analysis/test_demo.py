@@ -1,30 +1,101 @@
-"""The README's main job, end to end on the bundled default (a shorter prompt to keep CI quick)."""
+"""The README's main job, end to end on the bundled default (a shorter prompt to keep CI quick), and its verdict."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from layerscope.analysis.demo import run_demo
+from layerscope.analysis.demo import KNOWN_REASONS, known_reason, run_demo, verdict
+from layerscope.hardware.host import CpuLoad, cpu_name, saved_spec_path
+from layerscope.hardware.loaders import dump_hardware_yaml
 
 
-def test_demo_estimates_simulates_captures_and_compares(tmp_path):
-    result = run_demo(tmp_path / "demo", prompt_len=32, engines=4, iterations=1)
-    out = tmp_path / "demo"
-    for name in ("this-machine.yaml", "simulated-1engine.json.gz", "simulated-4engines.json.gz", "captured.json.gz"):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    return run_demo(out, prompt_len=32, engines=4, iterations=1, max_wait_s=0)
+
+
+def test_demo_estimates_simulates_captures_and_compares(demo):
+    out = demo.out_dir
+    for name in ("this-machine.yaml", "simulated-1engine.json.gz", "simulated-4engines.json.gz", "captured.json.gz",
+                 "validation.json"):
         assert (out / name).is_file(), name
     sim = json.loads(gzip.decompress((out / "simulated-4engines.json.gz").read_bytes()))
     threads = {e["args"]["name"] for e in sim["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
     assert threads == {f"engine {i}" for i in range(4)}
-    assert result.estimate.scope == "layer 0"
+    assert demo.estimate.scope == "layer 0"
     # The projections and norms of the layer join by name between the simulation and the capture.
-    joined = set(result.comparison.ops.column("op").to_pylist())
+    joined = set(demo.comparison.ops.column("op").to_pylist())
     assert {"layers.0.self_attn.q_proj", "layers.0.mlp.down_proj", "layers.0.input_layernorm"} <= joined
-    assert result.comparison.median_abs_error is not None
-    doc = result.to_dict()
+    assert demo.comparison.median_abs_error is not None
+    doc = demo.to_dict()
     assert doc["comparison"]["ops_joined"] == len(joined)
+
+
+def test_demo_measures_in_rounds_and_records_the_machine_state(demo):
+    assert demo.hardware_source == "measured"
+    m = demo.measurement
+    assert m is not None and len(m.rounds) == 3
+    # Best of the rounds: the kept GEMM rate is the largest round's, the slowest spec's the smallest.
+    rates = [r.gemm_flops_per_s["fp32"] for r in m.rounds]
+    assert m.spec.engines.peak_flops_per_s["fp32"] == pytest.approx(max(rates))
+    assert m.slowest.engines.peak_flops_per_s["fp32"] == pytest.approx(min(rates))
+    assert demo.predicted_slowest_s >= demo.comparison.forward.predicted_s
+    assert demo.thread_choice is not None and demo.validation.threads == demo.thread_choice.threads
+    doc = demo.to_dict()
+    assert doc["machine_measurement"]["rounds"] == 3 and "gemm_fp32" in doc["machine_measurement"]["spread"]
+    assert len(doc["capture_loads"]) == 1 and doc["error_sign"].startswith("error = (predicted - measured)")
+
+
+def test_verdict_says_the_error_its_sign_where_time_went_and_what_to_open(demo):
+    text = "\n".join(demo.verdict)
+    f = demo.comparison.forward
+    assert f"error {f.error:+.0%}" in text
+    assert "(predicted − measured) / measured" in text
+    assert ("too fast" if f.error < 0 else "too slow") in text
+    assert "Where the time went (measured): gemm" in text
+    assert "Error bars:" in text and "During the capture" in text and "Machine check" in text
+    assert f"layerscope open {demo.simulated_n.trace_path}" in text
+    assert "layerscope compare --sim" in text and "validation.json" in text
+    assert "layerscope calibrate --quick" in text  # measured now: says how to make it tighter
+
+
+def test_verdict_names_a_busy_machine_and_a_drifting_machine_check(demo):
+    v = demo.validation
+    busy = CpuLoad(wall_s=5.0, cores=2, own_cores=1.0, others_cores=1.5, steal_cores=0.0)
+    probes = [replace(p, readings=tuple(replace(r, measured_s=r.predicted_s * (1.0 if p.when == "before" else 1.5))
+                                        for r in p.readings)) for p in v.probes]
+    worse = replace(demo, validation=replace(v, capture_loads=(busy,), probes=tuple(probes)))
+    text = "\n".join(verdict(worse))
+    assert f"other processes used 1.5 of 2 cores: our {v.threads} threads were" in text
+    assert "measured times are inflated" in text
+    assert "1.00 before, 1.50 after" in text and "50% slower after the capture" in text
+
+
+def test_every_known_reason_is_reachable_and_unknown_kinds_say_so():
+    for (source, kind) in KNOWN_REASONS:
+        assert known_reason("measured" if source == "*" else source, kind)
+    assert known_reason("measured", "no-such-kind") is None
+
+
+def test_demo_prefers_the_spec_calibrate_kept_for_this_machine(demo, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(tmp_path / "machines"))
+    threads = demo.validation.threads
+    saved = saved_spec_path("cpu", cpu_name(), threads)
+    saved.parent.mkdir(parents=True)
+    saved.write_text(dump_hardware_yaml(demo.hardware))
+    again = run_demo(tmp_path / "again", prompt_len=32, engines=2, iterations=1, threads=threads, max_wait_s=0)
+    assert again.hardware_source == "calibrated" and again.hardware_path == saved
+    assert again.measurement is None and not (tmp_path / "again" / "this-machine.yaml").exists()
+    assert any("the spec `layerscope calibrate` saved for this machine" in line for line in again.verdict)
+    assert not any("layerscope calibrate --quick" in line for line in again.verdict)
+    remeasured = run_demo(tmp_path / "re", prompt_len=32, engines=2, iterations=1, threads=threads, max_wait_s=0,
+                          use_saved=False)
+    assert remeasured.hardware_source == "measured"

@@ -217,3 +217,30 @@ def test_a_failed_fit_keeps_the_measurements_and_says_where(replayed: None, tmp_
     assert isinstance(result.exception, HardwareSpecError)
     assert f"the measurements are kept in {str(kept)!r}" in str(result.exception)
     assert not out.exists() and read_calibration_run(kept).complete
+
+
+def test_a_measured_spec_is_kept_as_this_machines_for_the_demo(replayed: None, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from layerscope.hardware import load_hardware
+    from layerscope.hardware.host import saved_spec_path
+
+    monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(tmp_path / "machines"))
+    out = tmp_path / "hw.json"
+    result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    kept = load_hardware(out)
+    assert kept.calibration is not None
+    m = kept.calibration.measurements
+    saved = saved_spec_path(m.device, m.device_name, m.threads)
+    assert json.loads(result.stdout)["saved_as_machine_spec"] == str(saved)
+    # Kept as YAML whatever --out's format, with the same figures.
+    assert saved.suffix == ".yaml" and load_hardware(saved).engines.peak_flops_per_s == kept.engines.peak_flops_per_s
+    assert saved.name == f"cpu-{m.device_name.lower().replace(' ', '-')}-{m.threads}t.yaml"
+    # --no-save keeps nothing; a refit of kept measurements (maybe another machine's) is never kept.
+    saved.unlink()
+    again = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(tmp_path / "b.yaml"), "--no-save"])
+    assert again.exit_code == 0, again.output and not saved.exists()
+    refit = CliRunner().invoke(app, ["calibrate", "--from-measurements", str(tmp_path / "hw.measurements.json"),
+                                     "--out", str(tmp_path / "c.yaml")])
+    assert refit.exit_code == 0, refit.output
+    assert not saved.exists()

@@ -1,39 +1,61 @@
-"""The main job on the bundled default: one decoder layer estimated, simulated, captured, compared.
+"""The main job on the bundled default: one decoder layer estimated, simulated, captured, compared — and said in
+plain words.
 
 ``run_demo`` takes Llama-3.2-1B's layer 0 (a real config, random weights, no downloads) and:
 
-1. measures this machine through torch (GEMM rate, memory bandwidth, per-op overhead) into a
-   ``HardwareSpec`` written as YAML, so the model times ops on the hardware they really run on;
-2. estimates the layer's prefill op by op on that spec;
-3. simulates it on 1 engine (ops in sequence, as eager PyTorch runs them) and on N engines
-   (how the ops would overlap), writing both Perfetto traces;
-4. validates: captures a 1-layer model (the layer with its embedding, final norm and lm_head)
-   on the same prompt with torch.profiler, simulates it on 1 engine, and joins predicted and
-   measured time op by op (:func:`layerscope.analysis.validate.validate`).
+1. picks torch's intra-op threads: as many as other processes leave a free core
+   (:func:`~layerscope.capture.machine.choose_threads`), so that neither the measurement nor the capture shares a
+   core with someone else's work;
+2. finds this machine's spec: the one given (``hardware``), else the spec ``layerscope calibrate`` saved for this
+   CPU at that thread count (:func:`~layerscope.hardware.host.saved_spec_path`), else a quick measurement in
+   rounds (:func:`~layerscope.capture.machine.measure_machine_robust`: best of each figure, its spread, the other
+   processes' load; a busy machine is waited for, up to ``max_wait_s``), written as YAML;
+3. estimates the layer's prefill op by op on that spec and simulates it on 1 engine (ops in sequence, as eager
+   PyTorch runs them) and on N engines (how the ops would overlap), writing both Perfetto traces;
+4. validates: captures a 1-layer model (the layer with its embedding, final norm and lm_head) on the same prompt
+   with torch.profiler, the machine checked before and after, and joins predicted and measured time op by op
+   (:func:`layerscope.analysis.validate.validate`);
+5. says what the numbers mean (:func:`verdict`): the whole forward's error with its sign, where the time went,
+   how busy the machine was and the error bars that follow, which ops are off and the known reason, which files to
+   open.
 
-Without torch, steps 1 and 4–5 are skipped and the ``server-cpu`` preset is used instead.
+Without torch, steps 1–2 and 4 are skipped and the ``server-cpu`` preset is used instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from layerscope.analysis.validate import PhaseValidation, ValidationResult, resolve_hardware, validate
 from layerscope.cost import Estimate, estimate
 from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
+from layerscope.hardware.host import CpuLoad, cpu_name, saved_spec_path
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
 from layerscope.units import make_output_dir
 from layerscope.workload import make_workload
 
+if TYPE_CHECKING:
+    from layerscope.capture.machine import MachineMeasurement, ThreadChoice
+
 log = logging.getLogger(__name__)
 
 DEMO_MODEL = "llama-3.2-1b"
+#: What ``layerscope calibrate --quick`` takes on the reference 2-core VM (bench/RESULTS.md), said to the user.
+QUICK_CALIBRATION_S = 170
+#: A forward error within this is "close"; an op off by more than this is explained.
+CLOSE_ERROR = 0.15
+OFF_ERROR = 0.25
+#: Ops below this share of the measured forward are not listed one by one.
+MIN_SHARE = 0.005
+
+HardwareSource = Literal["given", "calibrated", "measured", "preset"]
 
 
 @dataclass(frozen=True)
@@ -41,11 +63,19 @@ class DemoResult:
     out_dir: Path
     hardware: HardwareSpec
     hardware_path: Path | None
+    hardware_source: HardwareSource
+    """``given`` (``--hardware``), ``calibrated`` (the spec ``calibrate`` saved for this machine), ``measured``
+    (measured now), ``preset`` (no torch)."""
     estimate: Estimate
     simulated_1: SimulationResult
     simulated_n: SimulationResult
     validation: ValidationResult | None
     notes: tuple[str, ...]
+    measurement: MachineMeasurement | None = None
+    thread_choice: ThreadChoice | None = None
+    predicted_slowest_s: float | None = None
+    """The validated forward predicted with each measured figure's slowest round (``measured`` only)."""
+    verdict: tuple[str, ...] = field(default=())
 
     @property
     def capture(self) -> Any | None:
@@ -62,45 +92,93 @@ class DemoResult:
             "out_dir": str(self.out_dir),
             "hardware": self.hardware.name,
             "hardware_spec": str(self.hardware_path) if self.hardware_path else None,
+            "hardware_source": self.hardware_source,
+            "threads": None if self.thread_choice is None else self.thread_choice.to_dict(),
+            "machine_measurement": None if self.measurement is None else self.measurement.to_dict(),
             "estimate": {"scope": self.estimate.scope, "ttft_s": self.estimate.ttft_s,
                          "ops": len(self.estimate.ops), "by_kind": self.estimate.breakdown("kind")},
             "simulated_1_engine": self.simulated_1.to_dict(),
             "simulated_n_engines": self.simulated_n.to_dict(),
             "captured": self.capture.model_dump(mode="json", exclude={"summary"}) if self.capture else None,
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
+            "capture_loads": [] if self.validation is None else
+            [None if c is None else c.to_dict() for c in self.validation.capture_loads],
+            "machine_probes": [] if self.validation is None else [p.to_dict() for p in self.validation.probes],
+            "predicted_slowest_s": self.predicted_slowest_s,
+            "error_sign": "error = (predicted - measured) / measured: negative when the prediction is too fast",
             "notes": list(self.notes),
+            "verdict": list(self.verdict),
         }
 
 
 def _torch_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
 def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_MODEL, prompt_len: int = 256,
-             engines: int = 4, iterations: int = 3, hardware: str | None = None) -> DemoResult:
-    """Run the main job; traces and the measured hardware spec go to ``out_dir`` (created)."""
+             engines: int = 4, iterations: int = 3, hardware: str | None = None,
+             threads: int | Literal["auto"] = "auto", max_wait_s: float = 10.0, use_saved: bool = True) -> DemoResult:
+    """Run the main job; traces, the spec and ``validation.json`` go to ``out_dir`` (created).
+
+    ``threads``: torch's intra-op threads, ``"auto"`` as many as other processes leave a free core. ``max_wait_s``:
+    how long measuring may wait for a busy machine. ``use_saved``: time on the spec ``calibrate`` saved for this
+    machine when there is one (else measure)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {str(out)!r} exists and is not a directory")
     for name, value in (("prompt_len", prompt_len), ("engines", engines), ("iterations", iterations)):
         if value < 1:
             raise WorkloadError(f"{name} (--{name.replace('_', '-')}): {value} is out of range; must be >= 1")
-    notes: list[str] = []
+    if max_wait_s < 0:
+        raise WorkloadError(f"--wait-quiet {max_wait_s}: must be >= 0 seconds")
     spec = load_model_spec(model)
-    have_torch = _torch_available()
-    hw_path: Path | None = None
     # Inputs first: a bad model or hardware name fails before anything is created.
     user_hw = load_hardware(hardware) if hardware is not None else None
+    if not _torch_available():
+        make_output_dir(out)
+        hw = user_hw or load_hardware("server-cpu")
+        bare = () if user_hw else ("torch is not installed: no measurement or capture; timed on the server-cpu "
+                                   "preset (pip install 'layerscope[capture]' torch==2.13.0)",)
+        est, sim1, simn = _predict(spec, hw, out, prompt_len, engines)
+        result = DemoResult(out, hw, None, "given" if user_hw else "preset", est, sim1, simn, None, bare)
+        return _with_verdict(result)
+
+    from layerscope.capture.machine import choose_threads, torch_threads
+
+    choice = choose_threads(None if threads == "auto" else threads)
     make_output_dir(out)
-    if user_hw is not None:
-        hw = user_hw
-    elif have_torch:
-        hw, hw_path = resolve_hardware("measure", device="cpu", out=out / "this-machine.yaml")
-    else:
-        hw = load_hardware("server-cpu")
-        notes.append("torch is not installed: no measurement or capture; timed on the server-cpu preset")
+    notes: list[str] = []
+    with torch_threads(choice.threads):
+        measurement = None
+        hw_path: Path | None = None
+        source: HardwareSource
+        saved = saved_spec_path("cpu", cpu_name(), choice.threads)
+        if user_hw is not None:
+            hw, source = user_hw, "given"
+        elif use_saved and saved.is_file():
+            hw, hw_path, source = load_hardware(saved), saved, "calibrated"
+        else:
+            hw, hw_path, measurement = resolve_hardware("measure", device="cpu", out=out / "this-machine.yaml",
+                                                        max_wait_s=max_wait_s)
+            source = "measured"
+            others = sorted(saved.parent.glob(f"{saved.name.rsplit('-', 1)[0]}-*t.yaml")) if use_saved else []
+            if others:
+                names = ", ".join(o.stem for o in others)
+                notes.append(f"a calibrated spec of this CPU exists for other thread counts ({names}); this run "
+                             f"uses {choice.threads} threads, so it measured instead")
+        est, sim1, simn = _predict(spec, hw, out, prompt_len, engines)
+        validation = validate(model, hw, layers=1, dtype="fp32", prompt_len=prompt_len, warmup=2,
+                              iterations=iterations, device="cpu", out_dir=out)
+        slowest_s = None
+        if measurement is not None and validation.spec is not None:
+            slowest_s = _slowest_forward_s(validation, measurement)
+    result = DemoResult(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
+                        slowest_s)
+    return _with_verdict(result)
+
+
+def _predict(spec: Any, hw: HardwareSpec, out: Path, prompt_len: int, engines: int
+             ) -> tuple[Estimate, SimulationResult, SimulationResult]:
     # CPU eager PyTorch computes in fp32 well; bf16 GEMMs on CPUs without bf16 units are emulated.
     dtype = "fp32"
     workload = make_workload(phase="prefill", input_len=prompt_len, weight_dtype=dtype, act_dtype=dtype,
@@ -110,8 +188,175 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
                               "weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
     sim1 = simulate(spec, hw, engines=1, out=out / "simulated-1engine.json.gz", **common)
     simn = simulate(spec, hw, engines=engines, out=out / f"simulated-{engines}engines.json.gz", **common)
-    validation = None
-    if have_torch:
-        validation = validate(model, hw, layers=1, dtype=dtype, prompt_len=prompt_len, warmup=2,
-                              iterations=iterations, device="cpu", out_dir=out)
-    return DemoResult(out, hw, hw_path, est, sim1, simn, validation, tuple(notes))
+    return est, sim1, simn
+
+
+def _slowest_forward_s(validation: ValidationResult, measurement: MachineMeasurement) -> float:
+    """The validated prefill forward predicted on the spec of each figure's slowest round: the prediction scaled
+    by the whole-model estimate's ratio between the two specs (same graph, same cost model)."""
+    assert validation.spec is not None
+    workload = make_workload(phase="prefill", input_len=validation.prompt_len, weight_dtype="fp32",
+                             act_dtype="fp32", kv_dtype="fp32")
+    best = estimate(validation.spec, measurement.spec, workload, attention="fused").ttft_s or 0.0
+    slow = estimate(validation.spec, measurement.slowest, workload, attention="fused").ttft_s or 0.0
+    forward = validation.phase("prefill").forward.predicted_s
+    return forward * slow / best if best > 0 else forward
+
+
+# --- The verdict ---------------------------------------------------------------------------------------------
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs"
+
+
+def _fast_or_slow(error: float) -> str:
+    return "too fast" if error < 0 else "too slow"
+
+
+#: Why an op kind's prediction is off, by the spec's source: the reasons this project has found and measured
+#: (bench/ACCURACY.md, cost/execution.py); a kind with none here is reported as unexplained.
+KNOWN_REASONS: dict[tuple[str, str], str] = {
+    ("measured", "gemm"): "the quick measurement takes the best of five GEMM shapes as the rate of every GEMM; "
+                          "the layer's projections read their weights cold from memory at few rows and run "
+                          "slower. `layerscope calibrate` fits the rate by shape (Hockney's half-size) and the "
+                          "weight stream",
+    ("calibrated", "gemm"): "the GEMM rate of this VM moves by 10-30% within seconds between modes (see the "
+                            "machine check); the calibration saw one of them",
+    ("measured", "norm"): "an eager RMSNorm runs six kernels (pow, mean, add, rsqrt, mul, mul); the quick "
+                          "measurement times one add per kernel in cache, while in a model each kernel's code and "
+                          "data come back cold. `layerscope calibrate` measures small ops in a model",
+    ("measured", "activation"): "SiLU and the gate multiply are small eager kernels timed from the quick "
+                                "measurement's cached add; `layerscope calibrate` fits the rate per kind",
+    ("measured", "residual_add"): "a residual add is one small kernel; its time is mostly dispatch and "
+                                  "allocation, which the quick measurement takes from an add on one-element tensors",
+    ("measured", "embedding"): "the embedding gathers rows scattered over a large table (a page and a TLB miss "
+                               "each); the roofline charges only their bytes",
+    ("calibrated", "embedding"): "the embedding gathers rows scattered over a large table (a page and a TLB miss "
+                                 "each); the roofline charges only their bytes",
+    ("*", "sampling"): "greedy sampling (argmax over the logits) is one small kernel whose time is dispatch and "
+                       "Python around generate's step, more than the roofline's bytes",
+    ("*", "attention+kv_write+rope"): "this row is the attention module's own time beyond its projections: RoPE, "
+                                      "the KV write, SDPA and the eager reshapes between them; on this CPU SDPA's "
+                                      "fp32 flash kernel runs below the GEMM rate the attention FLOPs are "
+                                      "charged at (bench/ACCURACY.md: about -40% after calibration too)",
+}
+
+
+def known_reason(source: str, kind: str) -> str | None:
+    """The reason :data:`KNOWN_REASONS` gives for ``kind`` on a spec from ``source``, if any."""
+    return KNOWN_REASONS.get((source, kind)) or KNOWN_REASONS.get(("*", kind))
+
+
+def _load_words(load: CpuLoad | None, threads: int) -> str:
+    if load is None:
+        return "how busy the machine was is unknown (no /proc)"
+    over = load.oversubscribed_cores(threads)
+    base = f"other processes used {load.busy_cores:.1f} of {load.cores} cores"
+    if over < 0.25:
+        return f"{base}, leaving each of our {threads} threads a core: quiet enough"
+    return (f"{base}: our {threads} threads were {over:.1f} cores short, so they waited for other work and the "
+            f"measured times are inflated")
+
+
+def verdict(r: DemoResult) -> tuple[str, ...]:
+    """The demo's result in plain words: a handful of sentences, each about one question a user asks."""
+    lines: list[str] = []
+    phase = r.comparison
+    if phase is None or r.validation is None:
+        lines.append(f"Predicted: the layer's {r.estimate.workload.input_len}-token prefill takes "
+                     f"{_ms(r.estimate.ttft_s or 0.0)} on {r.hardware.name}; nothing was measured (no torch), so "
+                     "there is no error to report.")
+        lines.append(f"Open the simulated trace: layerscope open {r.simulated_n.trace_path}")
+        return tuple(lines)
+    v = r.validation
+    f = phase.forward
+    err = f.error
+    closeness = "close" if abs(err) <= CLOSE_ERROR else "off"
+    lines.append(
+        f"Whole forward ({v.prompt_len}-token prefill of {v.layers} decoder layer with its embedding, final norm "
+        f"and lm_head, {v.threads} threads): predicted {_ms(f.predicted_s)}, measured {_ms(f.measured_s)}, "
+        f"error {_pct(err)}, {closeness}: the prediction is {abs(err):.0%} {_fast_or_slow(err)}. "
+        "(Every error here is (predicted − measured) / measured: negative means predicted too fast.)")
+    kinds = phase.by_kind()
+    total = sum(k.measured_s for k in kinds) or 1.0
+    shares = ", ".join(f"{k.kind} {k.measured_s / total:.0%}" for k in kinds[:4])
+    lines.append(f"Where the time went (measured): {shares}" +
+                 (f", the rest {sum(k.measured_s for k in kinds[4:]) / total:.0%}." if len(kinds) > 4 else "."))
+    lines.extend(_machine_lines(r, v, err))
+    off = [k for k in kinds if abs(k.error) > OFF_ERROR and k.measured_s / total >= MIN_SHARE]
+    if not off:
+        lines.append(f"No kind of op is off by more than {OFF_ERROR:.0%}.")
+    for k in off:
+        reason = known_reason(r.hardware_source, k.kind)
+        lines.append(f"{k.kind} ({k.rows} op{'s' if k.rows > 1 else ''}, {k.measured_s / total:.0%} of the time) is "
+                     f"predicted {abs(k.error):.0%} {_fast_or_slow(k.error)} ({_pct(k.error)}): " +
+                     (reason + "." if reason else "no known reason; its rows are in validation.json."))
+    if r.hardware_source == "measured":
+        lines.append(f"For a tighter comparison, calibrate this machine once (`layerscope calibrate --quick --out "
+                     f"hw.yaml`, about {QUICK_CALIBRATION_S // 60} minutes here; the full grid takes longer): it "
+                     f"keeps the spec in {saved_spec_path('cpu', cpu_name(), v.threads).parent} and the demo uses "
+                     "it from then on.")
+    sim = v.traces.get("simulated_prefill")
+    cap = v.traces.get("captured")
+    lines.append(f"Open: the simulated overlap on {r.simulated_n.sweep.rows[-1]['engines']} engines with "
+                 f"`layerscope open {r.simulated_n.trace_path}`; the capture with `layerscope open {cap}`; op by "
+                 f"op with `layerscope compare --sim {sim} --real {cap}`; every row in "
+                 f"{r.out_dir / 'validation.json'}.")
+    return tuple(lines)
+
+
+def _machine_lines(r: DemoResult, v: ValidationResult, err: float) -> list[str]:
+    lines: list[str] = []
+    if r.thread_choice is not None and r.thread_choice.reduced:
+        lines.append(f"Threads: {r.thread_choice.describe()} (pass --threads to choose).")
+    if r.hardware_source == "calibrated":
+        lines.append(f"Hardware: the spec `layerscope calibrate` saved for this machine ({r.hardware_path}).")
+    elif r.hardware_source == "given":
+        lines.append(f"Hardware: the spec you gave ({r.hardware.name}).")
+    m = r.measurement
+    if m is not None:
+        spread = m.spread("gemm")
+        waited = f" after waiting {m.waited_s:.0f} s for the machine to quieten" if m.waited_s > 0 else ""
+        lines.append(f"Hardware: this machine measured now in {len(m.rounds)} rounds{waited} (each figure the best "
+                     f"round; the GEMM rate varied {spread:.0%} between rounds); while measuring, "
+                     f"{_load_words(m.load, m.threads)}.")
+        if r.predicted_slowest_s is not None and v.phase("prefill").forward.measured_s > 0:
+            measured = v.phase("prefill").forward.measured_s
+            low_err = err
+            high_err = (r.predicted_slowest_s - measured) / measured
+            lines.append(f"Error bars: with each figure's slowest round instead of its best the forward is predicted "
+                         f"{_ms(r.predicted_slowest_s)}, so the error lies between {_pct(low_err)} and "
+                         f"{_pct(high_err)} for this measurement.")
+    load = v.busiest_capture_load
+    if load is not None:
+        lines.append(f"During the capture {_load_words(load, v.threads)}.")
+    probe = _probe_drift(v)
+    if probe is not None:
+        label, before, after = probe
+        change = after / before - 1
+        state = ("the machine ran the same before and after" if abs(change) < 0.1 else
+                 f"the machine's GEMMs ran {abs(change):.0%} {'slower' if change > 0 else 'faster'} after the capture "
+                 "than before: it changed during the capture")
+        lines.append(f"Machine check ({label} GEMM over cold weights, measured / predicted): {before:.2f} before, "
+                     f"{after:.2f} after; {state}.")
+    return lines
+
+
+def _probe_drift(v: ValidationResult) -> tuple[str, float, float] | None:
+    """The machine check's prefill-sized call: its label and its measured/predicted ratio before and after."""
+    before = [p for p in v.probes if p.when == "before"]
+    after = [p for p in v.probes if p.when == "after"]
+    if not before or not after:
+        return None
+    first, last = before[0].readings[-1], after[-1].readings[-1]
+    return first.label, first.ratio, last.ratio
+
+
+def _with_verdict(r: DemoResult) -> DemoResult:
+    from dataclasses import replace
+
+    return replace(r, verdict=verdict(r))

@@ -99,6 +99,7 @@ capture's whole-forward time (``forward_measured_all_s``) and their spread, (max
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import json
 import logging
@@ -107,19 +108,21 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from layerscope.analysis.compare import abs_error_stats
 from layerscope.errors import AnalysisError, OutputError
+from layerscope.hardware.host import CpuLoad, cpu_sample, load_between
 from layerscope.units import atomic_write, make_output_dir
 from layerscope.workload.steps import PHASE_RANGE_RE, STEP_PREFIX, step_range
 
 if TYPE_CHECKING:
     from layerscope.analysis.engine import TraceDB
     from layerscope.capture import CaptureResult
+    from layerscope.capture.machine import MachineMeasurement, ThreadChoice
     from layerscope.capture.probe import MachineProbe
     from layerscope.capture.unprofiled import UnprofiledTimes
     from layerscope.cost import Estimate
@@ -137,6 +140,7 @@ __all__ = [
     "OpRow",
     "PhaseValidation",
     "PredictedOp",
+    "ResolvedHardware",
     "Unmatched",
     "ValidationResult",
     "captured_times",
@@ -756,6 +760,18 @@ class ValidationResult:
     """Whether the instrumentation and profiler time were subtracted (``correct_instrumentation``)."""
     probes: tuple[MachineProbe, ...] = ()
     """The machine check before and after each capture (:mod:`layerscope.capture.probe`), if run."""
+    measurement: MachineMeasurement | None = None
+    """How this machine was measured (``hardware="measure"``): rounds, spread, other processes' load."""
+    capture_loads: tuple[CpuLoad | None, ...] = ()
+    """Other processes' CPU load during each capture (``None`` where the OS cannot tell)."""
+    thread_choice: ThreadChoice | None = None
+    """How ``threads`` was chosen (``threads="auto"`` or a count); ``None``: torch's count as it was."""
+
+    @property
+    def busiest_capture_load(self) -> CpuLoad | None:
+        """The capture load that left our threads the fewest cores."""
+        known = [c for c in self.capture_loads if c is not None]
+        return max(known, key=lambda c: c.oversubscribed_cores(self.threads), default=None)
 
     def phase(self, name: str) -> PhaseValidation:
         for p in self.phases:
@@ -784,6 +800,9 @@ class ValidationResult:
             "phases": [p.to_dict() for p in self.phases],
             "traces": {k: str(v) for k, v in self.traces.items()},
             "machine_probes": [p.to_dict() for p in self.probes],
+            "machine_measurement": None if self.measurement is None else self.measurement.to_dict(),
+            "capture_loads": [None if c is None else c.to_dict() for c in self.capture_loads],
+            "thread_choice": None if self.thread_choice is None else self.thread_choice.to_dict(),
         }
 
 
@@ -826,27 +845,37 @@ def combine_repeats(results: Sequence[ValidationResult]) -> ValidationResult:
               **{f"captured_{i}": r.capture.trace_path for i, r in enumerate(results[1:], start=2)}}
     # The i-th result's probes belong to capture i (separate validations each number theirs 1).
     probes = tuple(dataclasses.replace(p, capture=i) for i, r in enumerate(results, start=1) for p in r.probes)
-    return dataclasses.replace(first, phases=phases, traces=traces, probes=probes)
+    loads = tuple(c for r in results for c in r.capture_loads)
+    return dataclasses.replace(first, phases=phases, traces=traces, probes=probes, capture_loads=loads)
+
+
+class ResolvedHardware(NamedTuple):
+    """The spec a validation times on, where it was written, and (when this machine was measured) how."""
+
+    spec: HardwareSpec
+    path: Path | None
+    measurement: MachineMeasurement | None = None
 
 
 def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device: str = "cpu",
-                     out: Path | None = None) -> tuple[HardwareSpec, Path | None]:
-    """A spec object, a preset name or file, or ``"measure"``: this machine measured through torch
-    (a few seconds; written as YAML to ``out`` when given). Returns the spec and the YAML path."""
+                     out: Path | None = None, max_wait_s: float = 0.0) -> ResolvedHardware:
+    """A spec object, a preset name or file, or ``"measure"``: this machine measured through torch in rounds
+    (:func:`~layerscope.capture.machine.measure_machine_robust`, waiting up to ``max_wait_s`` for a busy machine
+    to quieten; written as YAML to ``out`` when given)."""
     from layerscope.hardware import HardwareSpec, load_hardware
 
     if isinstance(hardware, HardwareSpec):
-        return hardware, None
+        return ResolvedHardware(hardware, None)
     if os.fspath(hardware) != MEASURE:
-        return load_hardware(os.fspath(hardware)), None
-    from layerscope.capture.machine import measure_machine
+        return ResolvedHardware(load_hardware(os.fspath(hardware)), None)
+    from layerscope.capture.machine import measure_machine_robust
     from layerscope.hardware.loaders import dump_hardware_yaml
 
-    hw = measure_machine(device)
+    measurement = measure_machine_robust(device, max_wait_s=max_wait_s)
     if out is not None:
         with atomic_write(out, "w") as fh:
-            fh.write(dump_hardware_yaml(hw))
-    return hw, out
+            fh.write(dump_hardware_yaml(measurement.spec))
+    return ResolvedHardware(measurement.spec, out, measurement)
 
 
 def _check_args(layers: int | None, batch: int, prompt_len: int, decode_steps: int, warmup: int,
@@ -1033,6 +1062,8 @@ def validate(
     repeats: int = 1,
     unprofiled: bool = True,
     probe: bool = True,
+    max_wait_s: float = 0.0,
+    threads: int | Literal["auto"] | None = None,
 ) -> ValidationResult:
     """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
 
@@ -1044,11 +1075,16 @@ def validate(
     the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). ``unprofiled``
     (on the CPU; ignored on CUDA) runs each capture's iterations again without the profiler and
     measures from that pass (module docstring, "Instrumentation"). ``probe`` times the machine check
-    (:mod:`layerscope.capture.probe`, about a second) before and after each capture. Raises
+    (:mod:`layerscope.capture.probe`, about a second) before and after each capture; other processes' CPU load
+    is read during each (``capture_loads``). ``max_wait_s``: how long measuring this machine may wait for a busy
+    one to quieten (:func:`resolve_hardware`). ``threads`` (CPU): torch's intra-op threads for the measurement and
+    the captures, ``"auto"`` as many as other processes leave a free core
+    (:func:`~layerscope.capture.machine.choose_threads`), ``None`` torch's current count. Raises
     :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
     from layerscope.capture.build import capture_dtype, require_torch
+    from layerscope.capture.machine import choose_threads, torch_threads
     from layerscope.capture.probe import probe_machine
     from layerscope.cost.models import get_cost_model
     from layerscope.hardware import HardwareSpec, load_hardware
@@ -1063,39 +1099,46 @@ def validate(
     if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
         hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
     torch, _ = require_torch()
-    make_output_dir(out)
-    hw, hw_path = resolve_hardware(hardware, device=device, out=out / "hardware.yaml")
+    choice = None
+    if threads is not None and device == "cpu":
+        choice = choose_threads(None if threads == "auto" else int(threads))
+    with torch_threads(choice.threads) if choice is not None else contextlib.nullcontext():
+        make_output_dir(out)
+        hw, hw_path, measurement = resolve_hardware(hardware, device=device, out=out / "hardware.yaml",
+                                                    max_wait_s=max_wait_s)
 
-    est, sims, traces = _predict(spec, hw, dtype=dt, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
-                                 cost_model=cost_model, out=out)
-    results = []
-    for repeat in range(1, repeats + 1):
-        before = (probe_machine(hw, when="before", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
-                  ) if probe else ()
-        cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
-                      decode_steps=decode_steps, warmup=warmup, iterations=iterations,
-                      random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
-                      unprofiled=unprofiled and correct_instrumentation and device == "cpu")
-        after = (probe_machine(hw, when="after", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
-                 ) if probe else ()
-        phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
-                               correct_instrumentation=correct_instrumentation)
-        results.append(ValidationResult(
-            model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
-            layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
-            threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
-            traces={**traces, "captured": cap.trace_path}, spec=spec, corrected=correct_instrumentation,
-            probes=before + after,
-        ))
-        if repeats > 1:
-            log.info("capture %d/%d: forward measured %s", repeat, repeats,
-                     ", ".join(f"{p.phase} {p.forward.measured_s:.4g} s" for p in phases))
-    result = combine_repeats(results)
-    with atomic_write(out / "validation.json", "w") as fh:
-        json.dump(_strict(result.to_dict()), fh, indent=2)
-    for p in result.phases:
-        log.info("%s: forward error %+.1f%%, median |error| %s over %d ops", p.phase, 100 * p.forward.error,
-                 p.median_abs_error, len(p.rows))
+        est, sims, traces = _predict(spec, hw, dtype=dt, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+                                     cost_model=cost_model, out=out)
+        results = []
+        for repeat in range(1, repeats + 1):
+            before = (probe_machine(hw, when="before", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
+                      ) if probe else ()
+            start = cpu_sample()
+            cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
+                          decode_steps=decode_steps, warmup=warmup, iterations=iterations,
+                          random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
+                          unprofiled=unprofiled and correct_instrumentation and device == "cpu")
+            load = load_between(start, cpu_sample()) if device == "cpu" else None
+            after = (probe_machine(hw, when="after", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
+                     ) if probe else ()
+            phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
+                                   correct_instrumentation=correct_instrumentation)
+            results.append(ValidationResult(
+                model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
+                layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
+                threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
+                traces={**traces, "captured": cap.trace_path}, spec=spec, corrected=correct_instrumentation,
+                probes=before + after, measurement=measurement, capture_loads=(load,), thread_choice=choice,
+            ))
+            if repeats > 1:
+                log.info("capture %d/%d: forward measured %s", repeat, repeats,
+                         ", ".join(f"{p.phase} {p.forward.measured_s:.4g} s" for p in phases))
+        result = combine_repeats(results)
+        with atomic_write(out / "validation.json", "w") as fh:
+            json.dump(_strict(result.to_dict()), fh, indent=2)
+        for p in result.phases:
+            log.info("%s: forward error %+.1f%%, median |error| %s over %d ops", p.phase, 100 * p.forward.error,
+                     p.median_abs_error, len(p.rows))
     return result
 
 

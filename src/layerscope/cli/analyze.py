@@ -205,9 +205,10 @@ def compare_cmd(
                         "only_sim": result.only_sim, "only_real": result.only_real})
             return
         how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
+        from layerscope.cli.common import ERROR_SIGN, console, esc
+
         _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
-                     title=f"predicted vs measured ({result.ops.num_rows} ops, {how})")
-        from layerscope.cli.common import console, esc
+                     title=f"predicted vs measured ({result.ops.num_rows} ops, {how})", caption=ERROR_SIGN)
 
         s = result.summary()
         forward = ("" if s["forward_error"] is None else
@@ -247,13 +248,13 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
-def _print_table(table: Any, title: str | None) -> None:
+def _print_table(table: Any, title: str | None, caption: str | None = None) -> None:
     """``table`` (a pyarrow Table) as a rich table; names and values print literally (no markup)."""
     from rich.table import Table
 
     from layerscope.cli.common import console, text
 
-    out = Table(title=None if title is None else text(title))
+    out = Table(title=None if title is None else text(title), caption=None if caption is None else text(caption))
     for name in table.column_names:
         out.add_column(text(name), overflow="fold")
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]

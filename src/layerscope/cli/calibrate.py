@@ -31,6 +31,9 @@ def calibrate_cmd(
     from_measurements: Path | None = typer.Option(
         None, "--from-measurements", help="Fit a kept measurements file (OUT.measurements.json of an earlier run) "
                                           "instead of measuring."),
+    save: bool = typer.Option(True, "--save/--no-save",
+                              help="Also keep the spec as this machine's, for `layerscope demo` (in "
+                                   "$LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fitted figures and residuals as one JSON object."),
 ) -> None:
     """Time GEMMs (a grid of shapes and dtypes), copy/scale bandwidth, elementwise/norm/softmax
@@ -46,6 +49,9 @@ def calibrate_cmd(
 
     Uses torch's current thread count (set OMP_NUM_THREADS to change it). Timings on a busy
     machine are slower than the hardware.
+
+    A spec measured here (not --from-measurements) is also kept as this machine's, keyed by device, CPU/GPU model
+    and thread count, where `layerscope demo` looks for it first (--no-save: not kept).
     """
     from layerscope.errors import LayerscopeError, OutputError
 
@@ -92,12 +98,30 @@ def calibrate_cmd(
     assert spec.calibration is not None
     for flag in spec.calibration.fit.flags:
         typer.echo(f"warning: calibrate: {flag.message()}", err=True)
+    saved = _save_for_machine(spec, text if suffix != ".json" else dump_hardware_yaml(spec)) \
+        if save and from_measurements is None else None
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json({"out": str(out), "name": spec.name, **spec.calibration.summary()})
+        print_json({"out": str(out), "name": spec.name, "saved_as_machine_spec": None if saved is None else str(saved),
+                    **spec.calibration.summary()})
         return
     _render(spec, out)
+    if saved is not None:
+        typer.echo(f"kept as this machine's spec for layerscope demo: {saved}")
+
+
+def _save_for_machine(spec: Any, yaml_text: str) -> Path:
+    """Write the calibrated spec where ``demo`` looks for this machine's (:func:`saved_spec_path`)."""
+    from layerscope.hardware.host import saved_spec_path
+    from layerscope.units import atomic_write
+
+    m = spec.calibration.measurements
+    path = saved_spec_path(m.device, m.device_name or m.device, m.threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as fh:
+        fh.write(yaml_text)
+    return path
 
 
 def _refit(path: Path, out: Path, name: str | None) -> Any:

@@ -109,3 +109,7 @@ def fmt_time_s(seconds: float) -> str:
     if size >= 1e-6:
         return f"{seconds * 1e6:.2f} µs"
     return f"{seconds * 1e9:.0f} ns"
+
+
+#: The sign convention printed under every table with an error column.
+ERROR_SIGN = "error = (predicted − measured) / measured: negative when the prediction is too fast"

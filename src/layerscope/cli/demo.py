@@ -12,6 +12,19 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo_cmd)
 
 
+def parse_threads(value: str) -> int | str:
+    """``auto`` or a positive count (``--threads``)."""
+    if value == "auto":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: use auto or a thread count", param_hint="--threads") from None
+    if count < 1:
+        raise typer.BadParameter(f"{count}: must be >= 1 (or auto)", param_hint="--threads")
+    return count
+
+
 def demo_cmd(
     out: Path = typer.Option(Path("out/demo"), "--out", "-o", help="Directory for the traces and the measured spec."),
     model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id or config.json."),
@@ -19,14 +32,25 @@ def demo_cmd(
     engines: int = typer.Option(4, "--engines", "-e", help="Engines of the overlap simulation."),
     iterations: int = typer.Option(3, "--iterations", help="Recorded capture iterations."),
     hardware: str | None = typer.Option(None, "--hardware", "-H",
-                                        help="Time on this spec instead of measuring this machine."),
+                                        help="Time on this spec instead of this machine's calibrated or measured one."),
+    threads: str = typer.Option("auto", "--threads",
+                                help="torch intra-op threads; auto: as many as other processes leave a free core."),
+    wait_quiet: float = typer.Option(10.0, "--wait-quiet",
+                                     help="Seconds the measurement may wait for a busy machine to quieten."),
+    remeasure: bool = typer.Option(False, "--remeasure",
+                                   help="Measure this machine even when `calibrate` saved a spec for it."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Estimate, simulate on N engines, capture on this machine and compare one decoder layer."""
+    """Estimate, simulate on N engines, capture on this machine and compare one decoder layer, then say what
+    the numbers mean.
+
+    The hardware is, in order: --hardware; the spec `layerscope calibrate` saved for this CPU and thread count
+    (in $LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines); a measurement taken now in rounds."""
     from layerscope.analysis.demo import run_demo
 
     result = run_demo(out, model=model, prompt_len=prompt_len, engines=engines, iterations=iterations,
-                      hardware=hardware)
+                      hardware=hardware, threads=parse_threads(threads),  # type: ignore[arg-type]
+                      max_wait_s=wait_quiet, use_saved=not remeasure)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -40,7 +64,8 @@ def _render(r: Any) -> None:
 
     con = console()
     hw = r.hardware
-    con.print(f"[bold]1. hardware[/]: {esc(hw.name)}" + (f" → {esc(r.hardware_path)}" if r.hardware_path else ""))
+    con.print(f"[bold]1. hardware[/] ({r.hardware_source}): {esc(hw.name)}"
+              + (f" → {esc(r.hardware_path)}" if r.hardware_path else ""))
     con.print(f"[bold]2. estimate[/] {esc(r.estimate.model)} {esc(r.estimate.scope)}, prefill "
               f"{r.estimate.workload.input_len} tokens: {fmt_time_s(r.estimate.ttft_s)} over {len(r.estimate.ops)} ops")
     n1, nn = r.simulated_1, r.simulated_n
@@ -56,4 +81,6 @@ def _render(r: Any) -> None:
         render_phase(con, r.comparison, title="5. predicted (1 engine) vs measured, per op")
     for note in r.notes:
         con.print(f"[yellow]note[/]: {esc(note)}")
-    con.print("Open a trace: layerscope open " + esc(r.simulated_n.trace_path))
+    con.print("[bold]What this means[/]")
+    for line in r.verdict:
+        con.print("• " + esc(line))

@@ -45,10 +45,17 @@ def validate_cmd(
     probe: bool = typer.Option(True, "--probe/--no-probe",
                                help="Time a few reference GEMMs before and after each capture and divide them by "
                                     "the spec's prediction: whether the machine ran as the spec describes it."),
+    threads: str = typer.Option("auto", "--threads",
+                                help="torch intra-op threads on the CPU; auto: as many as other processes leave a "
+                                     "free core."),
+    wait_quiet: float = typer.Option(10.0, "--wait-quiet",
+                                     help="Seconds measuring this machine (--hardware measure) may wait for a busy "
+                                          "machine to quieten."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
     from layerscope.analysis.validate import validate
+    from layerscope.cli.demo import parse_threads
     from layerscope.errors import WorkloadError
 
     if prompt_len is not None and context is not None and prompt_len != context:
@@ -59,7 +66,8 @@ def validate_cmd(
                       decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
                       device=device, random_weights=random_weights, out_dir=out,
                       correct_instrumentation=not raw_times, repeats=repeats,
-                      unprofiled=not profiled_times, probe=probe)
+                      unprofiled=not profiled_times, probe=probe, max_wait_s=wait_quiet,
+                      threads=parse_threads(threads))  # type: ignore[arg-type]
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -78,6 +86,7 @@ def validate_cmd(
         render_phase(con, phase, top=top)
     if result.probes:
         render_probes(con, result.probes)
+    render_machine_state(con, result)
     con.print("Traces: " + esc(", ".join(f"{k} {v}" for k, v in result.traces.items())))
 
 
@@ -90,9 +99,9 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     the whole forward and the unmatched ops."""
     from rich.table import Table
 
-    from layerscope.cli.common import esc, fmt_time_s
+    from layerscope.cli.common import ERROR_SIGN, esc, fmt_time_s
 
-    t = Table(title=title or f"{phase.phase}: predicted vs measured, per op (per iteration)")
+    t = Table(title=title or f"{phase.phase}: predicted vs measured, per op (per iteration)", caption=ERROR_SIGN)
     for col in ("op", "kind", "rule", "predicted", "measured", "error"):
         t.add_column(col, justify="left" if col in ("op", "kind", "rule") else "right")
     rows = sorted(phase.rows, key=lambda r: -r.measured_s)
@@ -100,9 +109,9 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
         t.add_row(esc(r.name), esc(r.kind), esc(r.rule), fmt_time_s(r.predicted_s), fmt_time_s(r.measured_s),
                   _pct(r.error))
     if len(rows) > top:
-        t.caption = f"{len(rows) - top} more rows in --json"
+        t.caption = f"{ERROR_SIGN}; {len(rows) - top} more rows in --json"
     con.print(t)
-    k = Table(title=f"{phase.phase}: per kind")
+    k = Table(title=f"{phase.phase}: per kind", caption=ERROR_SIGN)
     for col in ("kind", "rows", "predicted", "measured", "error"):
         k.add_column(col, justify="left" if col == "kind" else "right")
     for g in phase.by_kind():
@@ -134,6 +143,28 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
         con.print(f"  only predicted: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
     for u in phase.only_measured:
         con.print(f"  only measured: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
+
+
+def render_machine_state(con: Any, result: Any) -> None:
+    """How the threads were chosen, how the machine was measured and how busy it was during the captures."""
+    from layerscope.cli.common import esc
+
+    if result.thread_choice is not None:
+        con.print(f"threads: {esc(result.thread_choice.describe())}")
+    m = result.measurement
+    if m is not None:
+        busy = "unknown" if m.load is None else f"{m.load.busy_cores:.1f} of {m.load.cores} cores"
+        con.print(f"machine measured in {len(m.rounds)} rounds (best of each figure; GEMM spread "
+                  f"{m.spread('gemm'):.0%}); other processes' load {busy}"
+                  + (f"; waited {m.waited_s:.0f} s for quiet" if m.waited_s else "")
+                  + ("; [yellow]busy: our threads were short of cores[/]" if m.busy else ""))
+    for i, load in enumerate(result.capture_loads, start=1):
+        if load is None:
+            continue
+        over = load.oversubscribed_cores(result.threads)
+        con.print(f"capture {i}: other processes' load {load.busy_cores:.1f} of {load.cores} cores"
+                  + (f"; [yellow]busy: our {result.threads} threads were {over:.1f} cores short, measured times "
+                     "are inflated[/]" if over >= 0.25 else ""))
 
 
 def render_probes(con: Any, probes: Any) -> None:
