@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from layerscope.model import ModelSpec
 
 
 def register(app: typer.Typer) -> None:
@@ -25,6 +28,9 @@ def simulate_cmd(
     input_len: int | None = typer.Option(None, "--input", help="Prompt tokens (prefill)."),
     chunk: int | None = typer.Option(None, "--chunk", help="Prompt tokens per chunked-prefill pass."),
     all_layers: bool = typer.Option(False, "--all-layers", help="The whole model, not one layer."),
+    layers: int | None = typer.Option(None, "--layers",
+                                      help="Keep only the first N decoder layers and simulate that model whole "
+                                           "(embedding, N layers, final norm, lm_head), as capture --layers runs it."),
     steps: int | None = typer.Option(None, "--steps", help="Decode steps with a growing KV cache."),
     layer: int = typer.Option(0, "--layer", help="Decoder layer simulated alone (default 0)."),
     attention: str = typer.Option("unfused", "--attention", help="unfused (QKᵀ, softmax, PV ops) | fused"),
@@ -51,10 +57,16 @@ def simulate_cmd(
         from layerscope.errors import GraphError
 
         raise GraphError(f"--attention: {attention!r}; known: fused, unfused")
+    if layers is not None and layer != 0:
+        from layerscope.errors import WorkloadError
+
+        raise WorkloadError(f"--layer {layer} and --layers {layers}: --layers simulates the first N layers whole; "
+                            "give one of them")
     result = simulate(
-        model, hardware, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
-        cost_model=cost, phase=phase, batch=batch, context=context, input_len=input_len, chunk=chunk,
-        all_layers=all_layers, steps=steps, layer=layer, attention=attention,  # type: ignore[arg-type]
+        model if layers is None else _first_layers(model, layers), hardware, engines=engines, policy=policy,
+        share_bandwidth=not no_shared_bandwidth, cost_model=cost, phase=phase, batch=batch, context=context,
+        input_len=input_len, chunk=chunk, all_layers=all_layers or layers is not None, steps=steps, layer=layer,
+        attention=attention,  # type: ignore[arg-type]
         weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, out=out,
     )
     if as_json:
@@ -65,6 +77,17 @@ def simulate_cmd(
         _render(result)
     if open_ui and result.trace_path is not None:
         _open(result.trace_path)
+
+
+def _first_layers(model: str, layers: int) -> ModelSpec:
+    """The spec of ``model`` cut to its first ``layers`` decoder layers, as ``capture --layers`` builds it
+    (its quantization kept, as simulate reads a whole model)."""
+    from layerscope.capture.build import prepare_config
+    from layerscope.capture.source import resolve_model
+    from layerscope.model import model_spec_from_dict
+
+    source = resolve_model(model)
+    return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=True), source.name)
 
 
 def open_cmd(
