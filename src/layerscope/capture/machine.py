@@ -49,9 +49,10 @@ log = logging.getLogger(__name__)
 #: (m, k, n) of the measured GEMMs: squares, and the tall-skinny shapes of LLM projections
 #: (a few hundred tokens times hidden x FFN widths) that BLAS libraries tile differently.
 #: Each shape's work is at most 8x the one before, so a rate disturbed on a small shape (a thread waiting for a
-#: core at every barrier) still lets the next be timed (:data:`MAX_GEMM_CALL_S`).
-_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (512, 2048, 8192),
-                (256, 8192, 2048))
+#: core at every barrier) still lets the next be timed (:data:`MAX_GEMM_CALL_S`). On a CPU they bound what the
+#: projection-shaped GEMMs below would take; on a GPU, where these are launch-bound, larger squares set the rate.
+_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024))
+_GEMM_SHAPES_GPU = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192))
 #: (m, k, n) of the GEMMs timed as a decoder layer runs them: ``F.linear`` of a 256-token prefill through an MLP's
 #: up (2048 -> 8192) and down (8192 -> 2048) projections, each call over the next of a set of weights twice the
 #: last-level cache, so every call reads its weights from main memory. When any is timed, the spec's GEMM rate is
@@ -127,7 +128,8 @@ def torch_device(device: str) -> tuple[Any, Any, Timer]:
     return torch, torch.device(device), Timer(torch, device)
 
 
-def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_time_s: float) -> tuple[float, float]:
+def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_time_s: float, *,
+                     min_reps: int = 3) -> tuple[float, float]:
     """Best and median seconds per ``F.linear(x[m, k], W[n, k])`` call, each call taking the next of
     ``weights``, so a list that overflows the cache keeps every weight cold."""
     linear = torch.nn.functional.linear
@@ -136,7 +138,7 @@ def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_t
         for w in weights:
             linear(x, w)
 
-    timing = timer.time(run, min_time_s)
+    timing = timer.time(run, min_time_s, min_reps=min_reps)
     return timing.best_s / len(weights), timing.median_s / len(weights)
 
 
@@ -257,32 +259,38 @@ class MachineMeasurement:
         }
 
 
-def _cold_weights(torch: Any, dev: Any, dtypes: tuple[str, ...]) -> dict[tuple[str, int, int], list[Any]]:
-    """Per (dtype, n, k) of :data:`_COLD_LINEAR_SHAPES`, weights ``W[n, k]`` enough to span twice the last-level
-    cache (at least two), allocated once for every round."""
-    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    llc = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or _DEFAULT_LLC_BYTES
-    out: dict[tuple[str, int, int], list[Any]] = {}
-    for dt in dtypes:
-        for _, k, n in _COLD_LINEAR_SHAPES:
-            size = n * k * torch.tensor([], dtype=torch_dtypes[dt]).element_size()
-            count = max(2, min(16, math.ceil(2 * llc / size)))
-            out[(dt, n, k)] = [torch.randn(n, k, device=dev).to(torch_dtypes[dt]) for _ in range(count)]
-    return out
+class _ColdWeights:
+    """Per (dtype, n, k), weights ``W[n, k]`` enough to span twice the last-level cache (at least two), made on
+    first use and kept for every round."""
+
+    def __init__(self, torch: Any, dev: Any) -> None:
+        self.torch, self.dev = torch, dev
+        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or _DEFAULT_LLC_BYTES
+        self.sets: dict[tuple[str, int, int], list[Any]] = {}
+
+    def get(self, dtype: Any, n: int, k: int) -> list[Any]:
+        key = (str(dtype), n, k)
+        if key not in self.sets:
+            size = n * k * self.torch.tensor([], dtype=dtype).element_size()
+            count = max(2, min(16, math.ceil(2 * self.llc_bytes / size)))
+            self.sets[key] = [self.torch.randn(n, k, device=self.dev).to(dtype) for _ in range(count)]
+        return self.sets[key]
 
 
 def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tuple[str, ...], min_time_s: float,
                    best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]],
-                   cold: dict[tuple[str, int, int], list[Any]]) -> RoundFigures:
+                   cold: _ColdWeights) -> RoundFigures:
     """One round of every probe. ``best_so_far`` (updated) is each dtype's best GEMM rate over earlier rounds: a
     GEMM it predicts to take over :data:`MAX_GEMM_CALL_S` is not timed, so one disturbed small shape cannot keep
     the large ones out of every round."""
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     gemm: dict[str, float] = {}
-    budget_s = min_time_s / (len(_GEMM_SHAPES) + len(_COLD_LINEAR_SHAPES))
+    squares = _GEMM_SHAPES if device == "cpu" else _GEMM_SHAPES_GPU
+    cold_shapes = _COLD_LINEAR_SHAPES if device == "cpu" else ()
+    budget_s = min_time_s / (len(squares) + len(cold_shapes))
     for dt in dtypes:
         best = 0.0
-        for m, k, n in sorted(_GEMM_SHAPES, key=lambda s: s[0] * s[1] * s[2]):
+        for m, k, n in sorted(squares, key=lambda s: s[0] * s[1] * s[2]):
             flops = 2.0 * m * k * n
             bound = max(best, best_so_far.get(dt, 0.0))
             if bound and flops / bound > MAX_GEMM_CALL_S:
@@ -297,12 +305,12 @@ def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tupl
         bound = max(best, best_so_far.get(dt, 0.0))
         best_so_far[dt] = bound
         best_cold = 0.0
-        for m, k, n in _COLD_LINEAR_SHAPES:
+        for m, k, n in cold_shapes:
             flops = 2.0 * m * k * n
             if not bound or flops / bound > MAX_GEMM_CALL_S:
                 continue
             x = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
-            best_s, _ = time_cold_linear(torch, timer, x, cold[(dt, n, k)], budget_s)
+            best_s, _ = time_cold_linear(torch, timer, x, cold.get(torch_dtypes[dt], n, k), budget_s, min_reps=2)
             best_cold = max(best_cold, flops / best_s)
             if (m, k, n) not in timed_shapes.setdefault(f"{dt} cold", []):
                 timed_shapes[f"{dt} cold"].append((m, k, n))
@@ -354,8 +362,7 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
     threads = torch.get_num_threads() if device == "cpu" else 1
     best_so_far: dict[str, float] = {}
     timed_shapes: dict[str, list[tuple[int, int, int]]] = {}
-    with torch.inference_mode():
-        cold = _cold_weights(torch, dev, dtypes)
+    cold = _ColdWeights(torch, dev)
     attempts: list[tuple[tuple[RoundFigures, ...], CpuLoad | None]] = []
     waited = 0.0
     while True:
