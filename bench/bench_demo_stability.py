@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import itertools
+
 from _util import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,8 +54,8 @@ def _old_measure_machine() -> Any:
 def _old_prediction_s() -> float:
     """The demo layer's estimate (Llama-3.2-1B layer 0, 256-token fp32 prefill) on the old measurement, in a child
     process so that torch's thread count is its default, as the old demo ran."""
-    code = ("import sys; sys.path.insert(0, %r); import bench_demo_stability as b; print(b._old_in_process())"
-            % str(Path(__file__).parent))
+    bench = str(Path(__file__).parent)
+    code = f"import sys; sys.path.insert(0, {bench!r}); import bench_demo_stability as b; print(b._old_in_process())"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -102,7 +104,7 @@ def _spread(values: list[float]) -> float:
 
 def _back_to_back(values: list[float]) -> float:
     """The largest relative difference between consecutive runs."""
-    return max((abs(b - a) / min(a, b) for a, b in zip(values, values[1:], strict=False)), default=0.0)
+    return max((abs(b - a) / min(a, b) for a, b in itertools.pairwise(values)), default=0.0)
 
 
 def run(runs: int, conditions: list[str]) -> dict[str, Any]:
