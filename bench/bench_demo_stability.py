@@ -70,6 +70,38 @@ def _old_in_process() -> float:
     return float(estimate(load_model_spec("llama-3.2-1b"), hw, workload, layer=0, attention="fused").ttft_s)
 
 
+def _measure_in_process() -> str:
+    """What the demo predicts, without the capture: threads chosen from the load, this machine measured in rounds
+    (waiting up to 10 s for quiet), the demo layer estimated on it. One JSON line."""
+    from layerscope.capture.machine import choose_threads, measure_machine_robust, torch_threads
+    from layerscope.cost import estimate
+    from layerscope.model import load_model_spec
+    from layerscope.workload import make_workload
+
+    choice = choose_threads(None)
+    with torch_threads(choice.threads):
+        m = measure_machine_robust("cpu", max_wait_s=10.0)
+    workload = make_workload(phase="prefill", input_len=256, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    spec = load_model_spec("llama-3.2-1b")
+    return json.dumps({
+        "layer_predicted_s": estimate(spec, m.spec, workload, layer=0, attention="fused").ttft_s,
+        "layer_slowest_s": estimate(spec, m.slowest, workload, layer=0, attention="fused").ttft_s,
+        "threads": choice.threads, "measure_busy_cores": None if m.load is None else m.load.busy_cores,
+        "measure_gemm_spread": m.spread("gemm"), "waited_s": m.waited_s,
+        "forward_predicted_s": None, "forward_slowest_s": None, "forward_measured_s": None, "forward_error": None,
+        "capture_busy_cores": None})
+
+
+def _measure(out: Path, machines: Path) -> dict[str, Any]:
+    bench = str(Path(__file__).parent)
+    code = (f"import sys; sys.path.insert(0, {bench!r}); import bench_demo_stability as b; "
+            "print(b._measure_in_process())")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    row: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"wall_s": time.perf_counter() - t0, **row}
+
+
 def _demo(out: Path, machines: Path) -> dict[str, Any]:
     env = {**os.environ, "LAYERSCOPE_MACHINES_DIR": str(machines)}
     t0 = time.perf_counter()
@@ -79,6 +111,7 @@ def _demo(out: Path, machines: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         raise SystemExit(f"layerscope demo failed ({proc.returncode}): {proc.stderr[-2000:]}")
     doc = json.loads(proc.stdout)
+    assert doc["hardware_source"] == "measured", doc["hardware_source"]  # --remeasure: never a kept spec
     cmp = doc["comparison"]["forward"]
     meas = doc["machine_measurement"] or {}
     loads = [c for c in doc["capture_loads"] if c]
@@ -94,6 +127,7 @@ def _demo(out: Path, machines: Path) -> dict[str, Any]:
         "measure_gemm_spread": meas.get("spread", {}).get("gemm_fp32"),
         "waited_s": meas.get("waited_s"),
         "capture_busy_cores": loads[0]["busy_cores"] if loads else None,
+        "verdict": doc["verdict"],
     }
 
 
@@ -107,7 +141,7 @@ def _back_to_back(values: list[float]) -> float:
     return max((abs(b - a) / min(a, b) for a, b in itertools.pairwise(values)), default=0.0)
 
 
-def run(runs: int, conditions: list[str]) -> dict[str, Any]:
+def run(runs: int, conditions: list[str], mode: str = "demo") -> dict[str, Any]:
     results: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="demo-stability-"))
     for condition in conditions:
@@ -118,11 +152,12 @@ def run(runs: int, conditions: list[str]) -> dict[str, Any]:
         try:
             rows = []
             for i in range(runs):
-                row = _demo(work / f"{condition}-{i}", work / "machines")
+                row = (_demo if mode == "demo" else _measure)(work / f"{condition}-{i}", work / "machines")
                 row["before_layer_predicted_s"] = _old_prediction_s()
                 rows.append(row)
                 print(f"{condition} {i + 1}/{runs}: " + ", ".join(
-                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
+                    if k != "verdict"), flush=True)
         finally:
             if spinner is not None:
                 spinner.kill()
@@ -143,13 +178,13 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             "layer_ms": [1e3 * x for x in col("layer_predicted_s")],
             "layer_spread": _spread(col("layer_predicted_s")),
             "layer_back_to_back": _back_to_back(col("layer_predicted_s")),
-            "forward_spread": _spread(col("forward_predicted_s")),
+            "forward_spread": _spread(col("forward_predicted_s")) if col("forward_predicted_s") else None,
             "before_ms": [1e3 * x for x in col("before_layer_predicted_s")],
             "before_spread": _spread(col("before_layer_predicted_s")),
             "before_back_to_back": _back_to_back(col("before_layer_predicted_s")),
-            "errors": col("forward_error"),
+            "errors": col("forward_error") or [float("nan")],
             "measure_busy": col("measure_busy_cores"),
-            "capture_busy": col("capture_busy_cores"),
+            "capture_busy": col("capture_busy_cores") or [float("nan")],
             "wall_s": statistics.median(col("wall_s")),
         })
     return out
@@ -180,10 +215,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--conditions", default="quiet,loaded")
+    parser.add_argument("--mode", choices=("demo", "measure"), default="demo",
+                        help="demo: whole `layerscope demo` runs; measure: only what its prediction depends on (the "
+                             "thread choice, the measurement in rounds, the estimate), each in a fresh process")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--append", action="store_true", help="Add the table to bench/RESULTS.md's section.")
     args = parser.parse_args()
-    results = run(args.runs, args.conditions.split(","))
+    results = run(args.runs, args.conditions.split(","), args.mode)
     summ = summary(results)
     command = "python bench/bench_demo_stability.py " + " ".join(sys.argv[1:])
     table = markdown(summ, command)

@@ -142,3 +142,10 @@ def replay_calibration(monkeypatch: pytest.MonkeyPatch) -> ReplayFn:
         return calls
 
     return replay
+
+
+@pytest.fixture(autouse=True)
+def _own_machines_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own (empty) folder of kept machine specs: a spec one test's calibrate keeps is never the one
+    another test's demo times on."""
+    monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(tmp_path_factory.mktemp("machines")))

@@ -13,7 +13,7 @@ from layerscope.units import DType
 
 
 def test_measured_spec_is_plausible_and_round_trips(tmp_path):
-    hw = measure_machine("cpu", min_time_s=0.05, dtypes=("fp32",))
+    hw = measure_machine("cpu", min_time_s=0.05, dtypes=("fp32",), rounds=1)
     # Any CPU this runs on does between 1 GFLOP/s and 100 TFLOP/s of fp32 GEMM and moves 0.5-2000 GB/s.
     assert 1e9 < hw.peak_flops(DType.FP32) < 1e14
     assert 0.5e9 < hw.memory_bandwidth_bytes_per_s < 2e12
@@ -43,7 +43,7 @@ def test_threads_for_load_leave_each_thread_a_free_core(cores, busy, max_threads
 def test_rounds_keep_each_figures_best_and_bound_it_with_the_worst():
     from layerscope.capture.machine import measure_machine_robust, torch_threads
 
-    with torch_threads(1):  # one thread: a free core even on a busy CI machine, so every shape is timed
+    with torch_threads(1):  # one thread: a free core even on a busy CI machine
         m = measure_machine_robust("cpu", min_time_s=0.03, rounds=2, dtypes=("fp32",))
     assert len(m.rounds) == 2 and m.attempts == 1 and m.waited_s == 0
     assert m.spec.peak_flops(DType.FP32) == pytest.approx(max(r.gemm_flops_per_s["fp32"] for r in m.rounds))
@@ -51,8 +51,7 @@ def test_rounds_keep_each_figures_best_and_bound_it_with_the_worst():
     assert m.spec.launch_overhead_s == pytest.approx(min(r.launch_overhead_s for r in m.rounds))
     assert m.spec.memory_bandwidth_bytes_per_s >= m.slowest.memory_bandwidth_bytes_per_s
     assert 0 <= m.spread("gemm") < 1 and m.spread("launch") >= 0
-    # The GEMM rate is timed as a layer runs it: F.linear over weights that do not stay in the cache.
-    assert "F.linear over weights twice the last-level cache" in m.spec.source("engines.peak_flops_per_s.fp32")
+    assert m.spec.source("engines.peak_flops_per_s.fp32").endswith("best of 2 rounds")
     doc = m.to_dict()
     assert doc["rounds"] == 2 and set(doc["spread"]) == {"gemm_fp32", "bandwidth", "vector", "launch"}
 

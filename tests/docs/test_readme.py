@@ -578,7 +578,7 @@ def test_make_demo(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-
     """``make demo`` is the install, then ``layerscope demo --out out/demo``: that command, end to end."""
     _require_torch()
     assert make_recipe("demo") == ["$(VENV)/bin/layerscope demo --out out/demo"]
-    proc = run_cli("demo", "--out", "out/demo", cwd=tmp_path, timeout=900,
+    proc = run_cli("demo", "--out", "out/demo", cwd=tmp_path, timeout=900,  # no kept spec: it measures
                    env={"LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1", "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out" / "demo"
@@ -586,3 +586,9 @@ def test_make_demo(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-
     assert any(name.startswith("captured") for name in traces), traces
     assert any(name.startswith("simulated") for name in traces), traces
     assert proc.stdout.strip(), "the demo printed nothing"
+    # It ends by saying what the numbers mean, the sign of its errors included, and where to look.
+    text = " ".join(proc.stdout.split())
+    assert "What this means" in text
+    assert "(predicted − measured) / measured" in text
+    assert "Where the time went (measured):" in text and "layerscope open" in text
+    assert "Hardware: this machine measured now in 5 rounds" in text  # no kept calibration in the test's cache

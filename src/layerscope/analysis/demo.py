@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,7 +344,27 @@ def _machine_lines(r: DemoResult, v: ValidationResult, err: float) -> list[str]:
                  "than before: it changed during the capture")
         lines.append(f"Machine check ({label} GEMM over cold weights, measured / predicted): {before:.2f} before, "
                      f"{after:.2f} after; {state}.")
+        adjusted = machine_adjusted_error(v)
+        if adjusted is not None and abs(math.sqrt(before * after) - 1) > 0.1:
+            lines.append(f"With every GEMM timed at the machine check's rate instead of the spec's (its predicted time "
+                         f"x {math.sqrt(before * after):.2f}, the check's mean), the forward error would be "
+                         f"{_pct(adjusted)}: {'most' if abs(adjusted) < abs(err) / 2 else 'part'} of the error is the "
+                         "GEMM rate the capture saw, not the rest of the model.")
     return lines
+
+
+def machine_adjusted_error(v: ValidationResult) -> float | None:
+    """The prefill forward's error with the predicted GEMM time scaled by the machine check's prefill-sized ratio
+    (geometric mean of before and after): what the error would be had the spec's GEMM rate been the one the
+    machine ran at around the capture. ``None`` without a machine check or GEMM rows."""
+    probe = _probe_drift(v)
+    phase = v.phase("prefill")
+    gemm = next((k for k in phase.by_kind() if k.kind == "gemm"), None)
+    if probe is None or gemm is None or phase.forward.measured_s <= 0:
+        return None
+    ratio = math.sqrt(probe[1] * probe[2])
+    predicted = phase.forward.predicted_s + gemm.predicted_s * (ratio - 1)
+    return (predicted - phase.forward.measured_s) / phase.forward.measured_s
 
 
 def _probe_drift(v: ValidationResult) -> tuple[str, float, float] | None:

@@ -2,10 +2,8 @@
 
 Measures, through torch on ``device``, in rounds (:func:`measure_machine_robust`):
 
-* matrix throughput: ``F.linear`` of a 256-token prefill through an MLP's up and down projections, each call over
-  the next of a set of weights twice the last-level cache (as a layer reads its weights); a ladder of
-  cache-resident squares first bounds what those would take (a dtype the CPU emulates is not timed for minutes);
-  2·m·k·n FLOPs each;
+* matrix throughput: the best of a ladder of GEMM shapes (squares and LLM-projection shapes) per dtype,
+  2·m·k·n FLOPs each (a shape predicted to take over a second a call is skipped: a dtype the CPU emulates);
 * memory bandwidth: ``out = a + b`` over arrays far larger than the caches, 3 · 4 B moved per
   element (two reads, one write; the STREAM "add" kernel, McCalpin 1995);
 * vector throughput: the same add on a cache-resident array, 1 FLOP per element;
@@ -48,17 +46,13 @@ log = logging.getLogger(__name__)
 
 #: (m, k, n) of the measured GEMMs: squares, and the tall-skinny shapes of LLM projections
 #: (a few hundred tokens times hidden x FFN widths) that BLAS libraries tile differently.
-#: Each shape's work is at most 8x the one before, so a rate disturbed on a small shape (a thread waiting for a
-#: core at every barrier) still lets the next be timed (:data:`MAX_GEMM_CALL_S`). On a CPU they bound what the
-#: projection-shaped GEMMs below would take; on a GPU, where these are launch-bound, larger squares set the rate.
-_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024))
-_GEMM_SHAPES_GPU = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192))
-#: (m, k, n) of the GEMMs timed as a decoder layer runs them: ``F.linear`` of a 256-token prefill through an MLP's
-#: up (2048 -> 8192) and down (8192 -> 2048) projections, each call over the next of a set of weights twice the
-#: last-level cache, so every call reads its weights from main memory. When any is timed, the spec's GEMM rate is
-#: the best of these; the cache-resident squares above then only bound what the large shapes would take.
-_COLD_LINEAR_SHAPES = ((256, 2048, 8192), (256, 8192, 2048))
-_DEFAULT_LLC_BYTES = 32 * 1024 * 1024
+#: (m, k, n) of the measured GEMMs: squares, and the tall-skinny shapes of LLM projections (a few hundred tokens
+#: times hidden x FFN widths) that BLAS libraries tile differently. Each shape's work is at most 8x the one before,
+#: so a rate disturbed on a small shape (a thread waiting for a core at every barrier) still lets the next be timed
+#: (:data:`MAX_GEMM_CALL_S`). F.linear over cache-cold weights would be closer to a layer, but measured 45% apart
+#: between quiet runs on the reference VM where these agree within 20% (bench/RESULTS.md, "demo stability").
+_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (512, 2048, 8192),
+                (256, 8192, 2048))
 #: A GEMM predicted (from the best rate of the smaller shapes) to take longer than this per call is not
 #: timed: a dtype the CPU emulates (bf16 without AVX512-BF16/AMX: ~0.2 GFLOP/s measured on an EPYC VM)
 #: would take minutes a shape, and a call that long adds nothing to the peak the fast shapes bound.
@@ -104,9 +98,11 @@ class Timer:
         return time.perf_counter() - t0
 
     def time(self, fn: Callable[[], object], min_time_s: float, *, min_reps: int = 3,
-             max_reps: int = 10_000) -> Timing:
-        """Times of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up call)."""
-        fn()
+             max_reps: int = 10_000, warmup: bool = True) -> Timing:
+        """Times of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up call, unless
+        ``warmup`` is false: the caller ran it already)."""
+        if warmup:
+            fn()
         self.sync()
         samples: list[float] = []
         start = time.perf_counter()
@@ -191,7 +187,7 @@ def mem_total_bytes() -> float:
 #: Other processes' load (cores' worth beyond what our threads leave free) from which a measurement is "busy".
 BUSY_OVERSUBSCRIBED_CORES = 0.25
 #: Rounds of the whole probe set; each figure is the best over them (the round least disturbed).
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 5
 
 
 class RoundFigures(NamedTuple):
@@ -259,62 +255,33 @@ class MachineMeasurement:
         }
 
 
-class _ColdWeights:
-    """Per (dtype, n, k), weights ``W[n, k]`` enough to span twice the last-level cache (at least two), made on
-    first use and kept for every round."""
-
-    def __init__(self, torch: Any, dev: Any) -> None:
-        self.torch, self.dev = torch, dev
-        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or _DEFAULT_LLC_BYTES
-        self.sets: dict[tuple[str, int, int], list[Any]] = {}
-
-    def get(self, dtype: Any, n: int, k: int) -> list[Any]:
-        key = (str(dtype), n, k)
-        if key not in self.sets:
-            size = n * k * self.torch.tensor([], dtype=dtype).element_size()
-            count = max(2, min(16, math.ceil(2 * self.llc_bytes / size)))
-            self.sets[key] = [self.torch.randn(n, k, device=self.dev).to(dtype) for _ in range(count)]
-        return self.sets[key]
-
-
 def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tuple[str, ...], min_time_s: float,
-                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]],
-                   cold: _ColdWeights) -> RoundFigures:
+                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]], *,
+                   first: bool) -> RoundFigures:
     """One round of every probe. ``best_so_far`` (updated) is each dtype's best GEMM rate over earlier rounds: a
     GEMM it predicts to take over :data:`MAX_GEMM_CALL_S` is not timed, so one disturbed small shape cannot keep
-    the large ones out of every round."""
+    the large ones out of every round. After the ``first`` round a GEMM shape timed before runs warm (no warm-up
+    call) and twice at least, so that more, shorter rounds spread the samples over time."""
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     gemm: dict[str, float] = {}
-    squares = _GEMM_SHAPES if device == "cpu" else _GEMM_SHAPES_GPU
-    cold_shapes = _COLD_LINEAR_SHAPES if device == "cpu" else ()
-    budget_s = min_time_s / (len(squares) + len(cold_shapes))
+    budget_s = min_time_s / len(_GEMM_SHAPES)
     for dt in dtypes:
         best = 0.0
-        for m, k, n in sorted(squares, key=lambda s: s[0] * s[1] * s[2]):
+        for m, k, n in sorted(_GEMM_SHAPES, key=lambda s: s[0] * s[1] * s[2]):
             flops = 2.0 * m * k * n
             bound = max(best, best_so_far.get(dt, 0.0))
             if bound and flops / bound > MAX_GEMM_CALL_S:
                 continue
             a = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
             b = torch.randn(k, n, device=dev).to(torch_dtypes[dt])
-            t = timer.time(partial(torch.mm, a, b), budget_s,
-                           min_reps=1 if bound and flops / bound > budget_s else 3).best_s
+            warm = not first and (m, k, n) in timed_shapes.get(dt, [])
+            t = timer.time(partial(torch.mm, a, b), budget_s, warmup=not warm,
+                           min_reps=1 if bound and flops / bound > budget_s else 2 if warm else 3).best_s
             best = max(best, flops / t)
             if (m, k, n) not in timed_shapes.setdefault(dt, []):
                 timed_shapes[dt].append((m, k, n))
-        bound = max(best, best_so_far.get(dt, 0.0))
-        best_so_far[dt] = bound
-        best_cold = 0.0
-        for m, k, n in cold_shapes:
-            flops = 2.0 * m * k * n
-            if not bound or flops / bound > MAX_GEMM_CALL_S:
-                continue
-            x = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
-            best_s, _ = time_cold_linear(torch, timer, x, cold.get(torch_dtypes[dt], n, k), budget_s, min_reps=2)
-            best_cold = max(best_cold, flops / best_s)
-            if (m, k, n) not in timed_shapes.setdefault(f"{dt} cold", []):
-                timed_shapes[f"{dt} cold"].append((m, k, n))
-        gemm[dt] = best_cold or best
+        best_so_far[dt] = max(best, best_so_far.get(dt, 0.0))
+        gemm[dt] = best
     t_stream = _time_add(torch, dev, _STREAM_ELEMENTS, min_time_s, timer)
     cached = _CACHED_ELEMENTS if device == "cpu" else _CACHED_ELEMENTS_GPU
     t_vec = _time_add(torch, dev, cached, min_time_s / 2, timer)
@@ -362,14 +329,13 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
     threads = torch.get_num_threads() if device == "cpu" else 1
     best_so_far: dict[str, float] = {}
     timed_shapes: dict[str, list[tuple[int, int, int]]] = {}
-    cold = _ColdWeights(torch, dev)
     attempts: list[tuple[tuple[RoundFigures, ...], CpuLoad | None]] = []
     waited = 0.0
     while True:
         start = cpu_sample()
         with torch.inference_mode():
             measured = tuple(_measure_round(torch, dev, timer, device, dtypes, min_time_s, best_so_far, timed_shapes,
-                                            cold) for _ in range(rounds))
+                                            first=i == 0) for i in range(rounds))
         load = load_between(start, cpu_sample())
         attempts.append((measured, load))
         quiet = load is None or load.oversubscribed_cores(threads) < BUSY_OVERSUBSCRIBED_CORES
@@ -417,14 +383,9 @@ def _spec_from_figures(fig: RoundFigures, torch: Any, device: str, name: str | N
         memory = [{"name": "hbm", "capacity_bytes": float(props.total_memory),
                    "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s}]
     of_rounds = f"; best of {kept} rounds" if rounds > 1 else ""
-    def shapes(key: str) -> str:
-        return ", ".join("x".join(map(str, s)) for s in timed_shapes.get(key, []))
-
     sources = {f"engines.peak_flops_per_s.{dt}": (
-        f"measured: best F.linear over weights twice the last-level cache, (m x k x n) {shapes(dt + ' cold')} in "
-        f"{dt}, 2mkn/t{of_rounds}" if timed_shapes.get(f"{dt} cold") else
-        f"measured: best torch.mm over (m x k x n) {shapes(dt)} in {dt}, 2mkn/t{of_rounds}")
-        for dt in fig.gemm_flops_per_s}
+        f"measured: best torch.mm over (m x k x n) {', '.join('x'.join(map(str, s)) for s in timed_shapes[dt])} "
+        f"in {dt}, 2mkn/t{of_rounds}") for dt in fig.gemm_flops_per_s}
     sources.update({
         "memory.dram.bandwidth_bytes_per_s" if device == "cpu" else "memory.hbm.bandwidth_bytes_per_s":
             f"measured: torch.add over {_STREAM_ELEMENTS} fp32 elements, 12 B/element (STREAM add){of_rounds}",
