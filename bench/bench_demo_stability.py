@@ -1,15 +1,21 @@
 """How stable is the demo's prediction on a busy machine? Ten demos back to back, quiet and with another process
-spinning on one core, each measuring this machine afresh (``layerscope demo --remeasure``).
+spinning on one core.
 
-For each run it records what the demo predicted (the layer's estimate and the validated 1-layer forward, both
-timed on the spec measured in that run), what it measured, the threads it chose and how busy the machine was.
-Beside every demo run, in the same condition, the machine measurement as it was before issue #25 (one pass,
-torch's own threads: ``measure_machine`` of commit 80a85e0, loaded from git) times the same layer: the peer this
-is compared against. The spread of a condition's predictions is (max − min) / median over its runs.
+``--mode demo`` (default) runs ``layerscope demo --json`` as a user does: the first run of a condition measures this
+machine and keeps the measurement (when the machine was not busy), the others time on it (``--remeasure``: every
+run measures afresh). For each run it records what the demo predicted (the layer's estimate and the validated
+1-layer forward), what it measured, the threads it chose, how busy the machine was and the verdict.
+``--mode measure`` runs, in a fresh process each time, only what a fresh prediction depends on: the thread choice,
+the measurement in rounds and the layer's estimate on it.
 
-    python bench/bench_demo_stability.py --runs 10 [--conditions quiet,loaded] [--json out.json] [--append]
+Beside every run, in the same condition, the machine measurement as it was before issue #25 (one pass, torch's own
+threads: ``measure_machine`` of commit 80a85e0, loaded from git) times the same layer: the peer this is compared
+against. The spread of a condition's predictions is (max − min) / median over its runs.
 
-``--append`` adds the section to bench/RESULTS.md. Needs the ``capture`` extra (torch) and git.
+    python bench/bench_demo_stability.py --runs 10 [--mode demo|measure] [--remeasure] [--conditions quiet,loaded]
+        [--json out.json] [--append]
+
+``--append`` adds the table to bench/RESULTS.md. Needs the ``capture`` extra (torch) and git.
 """
 
 from __future__ import annotations
@@ -102,21 +108,24 @@ def _measure(out: Path, machines: Path) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - t0, **row}
 
 
+REMEASURE = False
+
+
 def _demo(out: Path, machines: Path) -> dict[str, Any]:
     env = {**os.environ, "LAYERSCOPE_MACHINES_DIR": str(machines)}
     t0 = time.perf_counter()
-    proc = subprocess.run([LAYERSCOPE, "demo", "--out", str(out), "--json", "--remeasure"], capture_output=True,
-                          text=True, env=env, check=False)
+    proc = subprocess.run([LAYERSCOPE, "demo", "--out", str(out), "--json", *(["--remeasure"] if REMEASURE else [])],
+                          capture_output=True, text=True, env=env, check=False)
     wall_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"layerscope demo failed ({proc.returncode}): {proc.stderr[-2000:]}")
     doc = json.loads(proc.stdout)
-    assert doc["hardware_source"] == "measured", doc["hardware_source"]  # --remeasure: never a kept spec
     cmp = doc["comparison"]["forward"]
     meas = doc["machine_measurement"] or {}
     loads = [c for c in doc["capture_loads"] if c]
     return {
         "wall_s": wall_s,
+        "hardware_source": doc["hardware_source"],
         "layer_predicted_s": doc["estimate"]["ttft_s"],
         "forward_predicted_s": cmp["predicted_s"],
         "forward_slowest_s": doc["predicted_slowest_s"],
@@ -146,6 +155,8 @@ def run(runs: int, conditions: list[str], mode: str = "demo") -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="demo-stability-"))
     for condition in conditions:
         spinner = None
+        if condition not in ("quiet", "loaded"):
+            raise SystemExit(f"--conditions: unknown {condition!r}; use quiet and/or loaded")
         if condition == "loaded":
             spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             time.sleep(1.0)
@@ -218,9 +229,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=("demo", "measure"), default="demo",
                         help="demo: whole `layerscope demo` runs; measure: only what its prediction depends on (the "
                              "thread choice, the measurement in rounds, the estimate), each in a fresh process")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="demo mode: every demo measures afresh (else the first of a condition measures and "
+                             "keeps its measurement, and the others time on it, as `layerscope demo` does)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--append", action="store_true", help="Add the table to bench/RESULTS.md's section.")
     args = parser.parse_args()
+    global REMEASURE
+    REMEASURE = args.remeasure
     results = run(args.runs, args.conditions.split(","), args.mode)
     summ = summary(results)
     command = "python bench/bench_demo_stability.py " + " ".join(sys.argv[1:])

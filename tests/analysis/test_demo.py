@@ -18,9 +18,17 @@ from layerscope.hardware.loaders import dump_hardware_yaml
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo_machines(tmp_path_factory):
+    """The demo fixture's own folder of kept specs: it measures, and keeps its measurement there."""
+    return tmp_path_factory.mktemp("machines")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, demo_machines):
     out = tmp_path_factory.mktemp("demo") / "demo"
-    return run_demo(out, prompt_len=32, engines=4, iterations=1, max_wait_s=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERSCOPE_MACHINES_DIR", str(demo_machines))
+        return run_demo(out, prompt_len=32, engines=4, iterations=1, max_wait_s=0)
 
 
 def test_demo_estimates_simulates_captures_and_compares(demo):
@@ -98,3 +106,22 @@ def test_demo_prefers_the_spec_calibrate_kept_for_this_machine(demo, tmp_path, m
     assert again.measurement is None and not (tmp_path / "again" / "this-machine.yaml").exists()
     assert any("the spec `layerscope calibrate` saved for this machine" in line for line in again.verdict)
     assert not any("layerscope calibrate --quick" in line for line in again.verdict)
+
+
+
+def test_a_quiet_measurement_is_kept_and_the_next_demo_predicts_on_it(demo, demo_machines, tmp_path, monkeypatch):
+    from layerscope.hardware.host import quick_spec_path
+
+    monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(demo_machines))
+    threads = demo.validation.threads
+    kept = quick_spec_path("cpu", cpu_name(), threads)
+    assert demo.hardware_source == "measured"
+    assert kept.is_file() == (not demo.measurement.busy)
+    if not kept.is_file():
+        pytest.skip("this machine was busy while the demo measured it: a busy measurement is not kept")
+    second = run_demo(tmp_path / "two", prompt_len=32, engines=4, iterations=1, threads=threads, max_wait_s=0)
+    assert second.hardware_source == "kept" and second.hardware_path == kept
+    # The same spec, so the same prediction, to the last digit.
+    assert second.estimate.ttft_s == demo.estimate.ttft_s
+    assert any("the quick measurement an earlier demo kept" in line for line in second.verdict)
+    assert known_reason("kept", "gemm") == known_reason("measured", "gemm")

@@ -591,4 +591,4 @@ def test_make_demo(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-
     assert "What this means" in text
     assert "(predicted − measured) / measured" in text
     assert "Where the time went (measured):" in text and "layerscope open" in text
-    assert "Hardware: this machine measured now in 5 rounds" in text  # no kept calibration in the test's cache
+    assert "Hardware: this machine measured now in 3 rounds" in text  # no kept calibration in the test's cache

@@ -7,9 +7,11 @@ plain words.
    (:func:`~layerscope.capture.machine.choose_threads`), so that neither the measurement nor the capture shares a
    core with someone else's work;
 2. finds this machine's spec: the one given (``hardware``), else the spec ``layerscope calibrate`` saved for this
-   CPU at that thread count (:func:`~layerscope.hardware.host.saved_spec_path`), else a quick measurement in
-   rounds (:func:`~layerscope.capture.machine.measure_machine_robust`: best of each figure, its spread, the other
-   processes' load; a busy machine is waited for, up to ``max_wait_s``), written as YAML;
+   CPU at that thread count (:func:`~layerscope.hardware.host.saved_spec_path`), else the quick measurement an
+   earlier demo kept (:func:`~layerscope.hardware.host.quick_spec_path`), else a quick measurement in rounds
+   (:func:`~layerscope.capture.machine.measure_machine_robust`: best of each figure, its spread, the other
+   processes' load; a busy machine is waited for, up to ``max_wait_s``), written as YAML and, when the machine was
+   not busy, kept for the next demo;
 3. estimates the layer's prefill op by op on that spec and simulates it on 1 engine (ops in sequence, as eager
    PyTorch runs them) and on N engines (how the ops would overlap), writing both Perfetto traces;
 4. validates: captures a 1-layer model (the layer with its embedding, final norm and lm_head) on the same prompt
@@ -36,7 +38,7 @@ from layerscope.analysis.validate import PhaseValidation, ValidationResult, reso
 from layerscope.cost import Estimate, estimate
 from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
-from layerscope.hardware.host import CpuLoad, cpu_name, saved_spec_path
+from layerscope.hardware.host import CpuLoad, cpu_name, quick_spec_path, saved_spec_path
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
 from layerscope.units import make_output_dir
@@ -56,7 +58,7 @@ OFF_ERROR = 0.25
 #: Ops below this share of the measured forward are not listed one by one.
 MIN_SHARE = 0.005
 
-HardwareSource = Literal["given", "calibrated", "measured", "preset"]
+HardwareSource = Literal["given", "calibrated", "kept", "measured", "preset"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,8 @@ class DemoResult:
     hardware: HardwareSpec
     hardware_path: Path | None
     hardware_source: HardwareSource
-    """``given`` (``--hardware``), ``calibrated`` (the spec ``calibrate`` saved for this machine), ``measured``
-    (measured now), ``preset`` (no torch)."""
+    """``given`` (``--hardware``), ``calibrated`` (the spec ``calibrate`` saved for this machine), ``kept`` (the quick
+    measurement an earlier demo kept for it), ``measured`` (measured now), ``preset`` (no torch)."""
     estimate: Estimate
     simulated_1: SimulationResult
     simulated_n: SimulationResult
@@ -123,7 +125,8 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
 
     ``threads``: torch's intra-op threads, ``"auto"`` as many as other processes leave a free core. ``max_wait_s``:
     how long measuring may wait for a busy machine. ``use_saved``: time on the spec ``calibrate`` saved for this
-    machine when there is one (else measure)."""
+    machine when there is one, else on the quick measurement an earlier demo kept (else measure, and keep the
+    measurement when the machine was not busy)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {str(out)!r} exists and is not a directory")
@@ -154,14 +157,21 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
         hw_path: Path | None = None
         source: HardwareSource
         saved = saved_spec_path("cpu", cpu_name(), choice.threads)
+        quick = quick_spec_path("cpu", cpu_name(), choice.threads)
         if user_hw is not None:
             hw, source = user_hw, "given"
         elif use_saved and saved.is_file():
             hw, hw_path, source = load_hardware(saved), saved, "calibrated"
+        elif use_saved and quick.is_file():
+            hw, hw_path, source = load_hardware(quick), quick, "kept"
         else:
             hw, hw_path, measurement = resolve_hardware("measure", device="cpu", out=out / "this-machine.yaml",
                                                         max_wait_s=max_wait_s)
             source = "measured"
+            if measurement is not None and not measurement.busy:
+                # Kept for the next demo: this VM's GEMM rate moves 15-20% between minutes (bench/RESULTS.md, "demo
+                # stability"), so two fresh measurements disagree by that much while one kept spec predicts the same.
+                _keep(quick, out / "this-machine.yaml")
             others = sorted(saved.parent.glob(f"{saved.name.rsplit('-', 1)[0]}-*t.yaml")) if use_saved else []
             if others:
                 names = ", ".join(o.stem for o in others)
@@ -176,6 +186,14 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
     result = DemoResult(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
                         slowest_s)
     return _with_verdict(result)
+
+
+def _keep(path: Path, measured: Path) -> None:
+    from layerscope.units import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as fh:
+        fh.write(measured.read_text())
 
 
 def _predict(spec: Any, hw: HardwareSpec, out: Path, prompt_len: int, engines: int
@@ -248,8 +266,19 @@ KNOWN_REASONS: dict[tuple[str, str], str] = {
 
 
 def known_reason(source: str, kind: str) -> str | None:
-    """The reason :data:`KNOWN_REASONS` gives for ``kind`` on a spec from ``source``, if any."""
+    """The reason :data:`KNOWN_REASONS` gives for ``kind`` on a spec from ``source``, if any (a kept quick
+    measurement has a measured spec's reasons)."""
+    source = "measured" if source == "kept" else source
     return KNOWN_REASONS.get((source, kind)) or KNOWN_REASONS.get(("*", kind))
+
+
+def _taken(path: Path | None) -> str:
+    import datetime
+
+    try:
+        return datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M") if path else "?"
+    except OSError:
+        return "?"
 
 
 def _load_words(load: CpuLoad | None, threads: int) -> str:
@@ -296,7 +325,7 @@ def verdict(r: DemoResult) -> tuple[str, ...]:
         lines.append(f"{k.kind} ({k.rows} op{'s' if k.rows > 1 else ''}, {k.measured_s / total:.0%} of the time) is "
                      f"predicted {abs(k.error):.0%} {_fast_or_slow(k.error)} ({_pct(k.error)}): " +
                      (reason + "." if reason else "no known reason; its rows are in validation.json."))
-    if r.hardware_source == "measured":
+    if r.hardware_source in ("measured", "kept"):
         lines.append(f"For a tighter comparison, calibrate this machine once (`layerscope calibrate --quick --out "
                      f"hw.yaml`, about {QUICK_CALIBRATION_S // 60} minutes here; the full grid takes longer): it "
                      f"keeps the spec in {saved_spec_path('cpu', cpu_name(), v.threads).parent} and the demo uses "
@@ -316,6 +345,9 @@ def _machine_lines(r: DemoResult, v: ValidationResult, err: float) -> list[str]:
         lines.append(f"Threads: {r.thread_choice.describe()} (pass --threads to choose).")
     if r.hardware_source == "calibrated":
         lines.append(f"Hardware: the spec `layerscope calibrate` saved for this machine ({r.hardware_path}).")
+    elif r.hardware_source == "kept":
+        lines.append(f"Hardware: the quick measurement an earlier demo kept for this machine ({r.hardware_path}, "
+                     f"taken {_taken(r.hardware_path)}), so that runs predict alike; `--remeasure` measures again.")
     elif r.hardware_source == "given":
         lines.append(f"Hardware: the spec you gave ({r.hardware.name}).")
     m = r.measurement

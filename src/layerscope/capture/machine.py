@@ -98,11 +98,9 @@ class Timer:
         return time.perf_counter() - t0
 
     def time(self, fn: Callable[[], object], min_time_s: float, *, min_reps: int = 3,
-             max_reps: int = 10_000, warmup: bool = True) -> Timing:
-        """Times of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up call, unless
-        ``warmup`` is false: the caller ran it already)."""
-        if warmup:
-            fn()
+             max_reps: int = 10_000) -> Timing:
+        """Times of ``fn`` over repetitions lasting about ``min_time_s`` (after one warm-up call)."""
+        fn()
         self.sync()
         samples: list[float] = []
         start = time.perf_counter()
@@ -187,7 +185,7 @@ def mem_total_bytes() -> float:
 #: Other processes' load (cores' worth beyond what our threads leave free) from which a measurement is "busy".
 BUSY_OVERSUBSCRIBED_CORES = 0.25
 #: Rounds of the whole probe set; each figure is the best over them (the round least disturbed).
-DEFAULT_ROUNDS = 5
+DEFAULT_ROUNDS = 3
 
 
 class RoundFigures(NamedTuple):
@@ -256,12 +254,11 @@ class MachineMeasurement:
 
 
 def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tuple[str, ...], min_time_s: float,
-                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]], *,
-                   first: bool) -> RoundFigures:
+                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]]
+                   ) -> RoundFigures:
     """One round of every probe. ``best_so_far`` (updated) is each dtype's best GEMM rate over earlier rounds: a
     GEMM it predicts to take over :data:`MAX_GEMM_CALL_S` is not timed, so one disturbed small shape cannot keep
-    the large ones out of every round. After the ``first`` round a GEMM shape timed before runs warm (no warm-up
-    call) and twice at least, so that more, shorter rounds spread the samples over time."""
+    the large ones out of every round."""
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     gemm: dict[str, float] = {}
     budget_s = min_time_s / len(_GEMM_SHAPES)
@@ -274,9 +271,8 @@ def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tupl
                 continue
             a = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
             b = torch.randn(k, n, device=dev).to(torch_dtypes[dt])
-            warm = not first and (m, k, n) in timed_shapes.get(dt, [])
-            t = timer.time(partial(torch.mm, a, b), budget_s, warmup=not warm,
-                           min_reps=1 if bound and flops / bound > budget_s else 2 if warm else 3).best_s
+            t = timer.time(partial(torch.mm, a, b), budget_s,
+                           min_reps=1 if bound and flops / bound > budget_s else 3).best_s
             best = max(best, flops / t)
             if (m, k, n) not in timed_shapes.setdefault(dt, []):
                 timed_shapes[dt].append((m, k, n))
@@ -334,8 +330,8 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
     while True:
         start = cpu_sample()
         with torch.inference_mode():
-            measured = tuple(_measure_round(torch, dev, timer, device, dtypes, min_time_s, best_so_far, timed_shapes,
-                                            first=i == 0) for i in range(rounds))
+            measured = tuple(_measure_round(torch, dev, timer, device, dtypes, min_time_s, best_so_far, timed_shapes)
+                             for _ in range(rounds))
         load = load_between(start, cpu_sample())
         attempts.append((measured, load))
         quiet = load is None or load.oversubscribed_cores(threads) < BUSY_OVERSUBSCRIBED_CORES

@@ -38,14 +38,16 @@ def demo_cmd(
     wait_quiet: float = typer.Option(10.0, "--wait-quiet",
                                      help="Seconds the measurement may wait for a busy machine to quieten."),
     remeasure: bool = typer.Option(False, "--remeasure",
-                                   help="Measure this machine even when `calibrate` saved a spec for it."),
+                                   help="Measure this machine even when `calibrate` or an earlier demo kept a spec "
+                                        "for it."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Estimate, simulate on N engines, capture on this machine and compare one decoder layer, then say what
     the numbers mean.
 
     The hardware is, in order: --hardware; the spec `layerscope calibrate` saved for this CPU and thread count
-    (in $LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines); a measurement taken now in rounds."""
+    (in $LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines); the quick measurement an earlier demo kept
+    there; a measurement taken now in rounds (kept there when the machine was not busy)."""
     from layerscope.analysis.demo import run_demo
 
     result = run_demo(out, model=model, prompt_len=prompt_len, engines=engines, iterations=iterations,

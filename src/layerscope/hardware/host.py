@@ -143,3 +143,9 @@ def machine_key(device: str, device_name: str, threads: int) -> str:
 def saved_spec_path(device: str, device_name: str, threads: int) -> Path:
     """Where the calibrated spec of this device at ``threads`` threads is kept (it may not exist)."""
     return machines_dir() / f"{machine_key(device, device_name, threads)}.yaml"
+
+
+def quick_spec_path(device: str, device_name: str, threads: int) -> Path:
+    """Where ``demo`` keeps its own quick measurement of this device at ``threads`` threads, for later demos
+    (a ``calibrate`` spec, :func:`saved_spec_path`, comes first)."""
+    return machines_dir() / f"{machine_key(device, device_name, threads)}.quick.yaml"
