@@ -131,6 +131,7 @@ def _demo(out: Path, machines: Path) -> dict[str, Any]:
         "forward_slowest_s": doc["predicted_slowest_s"],
         "forward_measured_s": cmp["measured_s"],
         "forward_error": cmp["error"],
+        "machine_adjusted_error": doc.get("machine_adjusted_error"),
         "threads": doc["threads"]["threads"],
         "measure_busy_cores": (meas.get("load") or {}).get("busy_cores"),
         "measure_gemm_spread": meas.get("spread", {}).get("gemm_fp32"),

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from layerscope.analysis.demo import KNOWN_REASONS, known_reason, run_demo, verdict
+from layerscope.analysis.demo import KNOWN_REASONS, known_reason, machine_adjusted_error, run_demo, verdict
 from layerscope.capture.machine import DEFAULT_ROUNDS
 from layerscope.hardware.host import CpuLoad, cpu_name, saved_spec_path
 from layerscope.hardware.loaders import dump_hardware_yaml
@@ -62,6 +62,7 @@ def test_demo_measures_in_rounds_and_records_the_machine_state(demo):
     assert doc["machine_measurement"]["rounds"] == DEFAULT_ROUNDS
     assert "gemm_fp32" in doc["machine_measurement"]["spread"]
     assert len(doc["capture_loads"]) == 1 and doc["error_sign"].startswith("error = (predicted - measured)")
+    assert doc["machine_adjusted_error"] == pytest.approx(machine_adjusted_error(demo.validation))
 
 
 def test_verdict_says_the_error_its_sign_where_time_went_and_what_to_open(demo):

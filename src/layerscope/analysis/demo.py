@@ -108,6 +108,7 @@ class DemoResult:
             [None if c is None else c.to_dict() for c in self.validation.capture_loads],
             "machine_probes": [] if self.validation is None else [p.to_dict() for p in self.validation.probes],
             "predicted_slowest_s": self.predicted_slowest_s,
+            "machine_adjusted_error": None if self.validation is None else machine_adjusted_error(self.validation),
             "error_sign": "error = (predicted - measured) / measured: negative when the prediction is too fast",
             "notes": list(self.notes),
             "verdict": list(self.verdict),
@@ -239,9 +240,10 @@ def _fast_or_slow(error: float) -> str:
 #: Why an op kind's prediction is off, by the spec's source: the reasons this project has found and measured
 #: (bench/ACCURACY.md, cost/execution.py); a kind with none here is reported as unexplained.
 KNOWN_REASONS: dict[tuple[str, str], str] = {
-    ("measured", "gemm"): "the quick measurement takes the best of five GEMM shapes as the rate of every GEMM; "
-                          "the layer's projections read their weights cold from memory at few rows and run "
-                          "slower. `layerscope calibrate` fits the rate by shape (Hockney's half-size) and the "
+    ("measured", "gemm"): "the quick measurement takes the best of a ladder of GEMM shapes, run over and over on "
+                          "the same operands, as the rate of every GEMM; the layer's projections read their "
+                          "weights cold from memory at 256 rows and run slower (the machine check below times "
+                          "one). `layerscope calibrate` fits the rate by shape (Hockney's half-size) and the "
                           "weight stream",
     ("calibrated", "gemm"): "the GEMM rate of this VM moves by 10-30% within seconds between modes (see the "
                             "machine check); the calibration saw one of them",
