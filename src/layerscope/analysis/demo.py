@@ -240,11 +240,11 @@ def _fast_or_slow(error: float) -> str:
 #: Why an op kind's prediction is off, by the spec's source: the reasons this project has found and measured
 #: (bench/ACCURACY.md, cost/execution.py); a kind with none here is reported as unexplained.
 KNOWN_REASONS: dict[tuple[str, str], str] = {
-    ("measured", "gemm"): "the quick measurement takes the best of a ladder of GEMM shapes, run over and over on "
-                          "the same operands, as the rate of every GEMM; the layer's projections read their "
-                          "weights cold from memory at 256 rows and run slower (the machine check below times "
-                          "one). `layerscope calibrate` fits the rate by shape (Hockney's half-size) and the "
-                          "weight stream",
+    ("measured", "gemm"): "the quick measurement times two MLP projections (256 rows over cache-cold weights) and "
+                          "charges every GEMM their rate: the lm_head's 128256-wide GEMM and the small attention "
+                          "projections run at other rates, and this VM's GEMM rate moves between modes (see the "
+                          "machine check). `layerscope calibrate` fits the rate by shape (Hockney's half-size) and "
+                          "the weight stream",
     ("calibrated", "gemm"): "the GEMM rate of this VM moves by 10-30% within seconds between modes (see the "
                             "machine check); the calibration saw one of them",
     ("measured", "norm"): "an eager RMSNorm runs six kernels (pow, mean, add, rsqrt, mul, mul); the quick "

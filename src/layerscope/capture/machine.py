@@ -2,8 +2,10 @@
 
 Measures, through torch on ``device``, in rounds (:func:`measure_machine_robust`):
 
-* matrix throughput: the best of a ladder of GEMM shapes (squares and LLM-projection shapes) per dtype,
-  2·m·k·n FLOPs each (a shape predicted to take over a second a call is skipped: a dtype the CPU emulates);
+* matrix throughput (CPU): ``F.linear`` as ``nn.Linear`` runs a 256-token prefill through an MLP's projections,
+  each call over the next of a set of weights twice the last-level cache, median times; a ladder of ``torch.mm``
+  squares first bounds what those would take (a dtype the CPU emulates is not timed for minutes, and its rate is
+  the ladder's). On a GPU, the best of large squares. 2·m·k·n FLOPs each;
 * memory bandwidth: ``out = a + b`` over arrays far larger than the caches, 3 · 4 B moved per
   element (two reads, one write; the STREAM "add" kernel, McCalpin 1995);
 * vector throughput: the same add on a cache-resident array, 1 FLOP per element;
@@ -44,15 +46,20 @@ from layerscope.hardware.spec import HardwareSpec
 
 log = logging.getLogger(__name__)
 
-#: (m, k, n) of the measured GEMMs: squares, and the tall-skinny shapes of LLM projections
-#: (a few hundred tokens times hidden x FFN widths) that BLAS libraries tile differently.
-#: (m, k, n) of the measured GEMMs: squares, and the tall-skinny shapes of LLM projections (a few hundred tokens
-#: times hidden x FFN widths) that BLAS libraries tile differently. Each shape's work is at most 8x the one before,
-#: so a rate disturbed on a small shape (a thread waiting for a core at every barrier) still lets the next be timed
-#: (:data:`MAX_GEMM_CALL_S`). F.linear over cache-cold weights would be closer to a layer, but measured 45% apart
-#: between quiet runs on the reference VM where these agree within 20% (bench/RESULTS.md, "demo stability").
-_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (512, 2048, 8192),
-                (256, 8192, 2048))
+#: (m, k, n) of the ladder of GEMMs ``torch.mm(a[m, k], b[k, n])``, each at most 8x the work of the one before, so
+#: a rate disturbed on a small shape (a thread waiting for a core at every barrier) still lets the next be timed
+#: (:data:`MAX_GEMM_CALL_S`). On a CPU they only bound what the layer-shaped GEMMs below would take (and give the
+#: rate of a dtype whose layer GEMMs would take too long: one the CPU emulates); on a GPU, where the layer shapes
+#: are launch-bound, the larger squares set the rate.
+_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024))
+_GEMM_SHAPES_GPU = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192))
+#: (m, k, n) of the GEMMs that set a CPU's rate: ``F.linear(x[m, k], W[n, k])`` as ``nn.Linear`` runs a 256-token
+#: prefill through an MLP's up (2048 -> 8192) and down (8192 -> 2048) projections, each call over the next of a set
+#: of weights twice the last-level cache, as a layer streams its weights; the rate is their FLOPs over their median
+#: times. On the reference VM these ran at 47-90 GFLOP/s (2 threads) where ``torch.mm`` of cached squares ran at
+#: 120-160: a spec from the squares predicted a layer 1.6-3x too fast (bench/RESULTS.md, "demo stability").
+_LINEAR_SHAPES = ((256, 2048, 8192), (256, 8192, 2048))
+_DEFAULT_LLC_BYTES = 32 * 1024 * 1024
 #: A GEMM predicted (from the best rate of the smaller shapes) to take longer than this per call is not
 #: timed: a dtype the CPU emulates (bf16 without AVX512-BF16/AMX: ~0.2 GFLOP/s measured on an EPYC VM)
 #: would take minutes a shape, and a call that long adds nothing to the peak the fast shapes bound.
@@ -253,18 +260,38 @@ class MachineMeasurement:
         }
 
 
+class _LayerWeights:
+    """Per (dtype, n, k), weights ``W[n, k]`` spanning twice the last-level cache (at least two), made on first use
+    and kept for every round."""
+
+    def __init__(self, torch: Any, dev: Any) -> None:
+        self.torch, self.dev = torch, dev
+        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or _DEFAULT_LLC_BYTES
+        self.sets: dict[tuple[str, int, int], list[Any]] = {}
+
+    def get(self, dtype: Any, n: int, k: int) -> list[Any]:
+        key = (str(dtype), n, k)
+        if key not in self.sets:
+            size = n * k * self.torch.tensor([], dtype=dtype).element_size()
+            count = max(2, min(16, math.ceil(2 * self.llc_bytes / size)))
+            self.sets[key] = [self.torch.randn(n, k, device=self.dev).to(dtype) for _ in range(count)]
+        return self.sets[key]
+
+
 def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tuple[str, ...], min_time_s: float,
-                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]]
-                   ) -> RoundFigures:
-    """One round of every probe. ``best_so_far`` (updated) is each dtype's best GEMM rate over earlier rounds: a
-    GEMM it predicts to take over :data:`MAX_GEMM_CALL_S` is not timed, so one disturbed small shape cannot keep
+                   best_so_far: dict[str, float], timed_shapes: dict[str, list[tuple[int, int, int]]],
+                   layer_weights: _LayerWeights) -> RoundFigures:
+    """One round of every probe. ``best_so_far`` (updated) is each dtype's best ladder GEMM rate over earlier rounds:
+    a GEMM it predicts to take over :data:`MAX_GEMM_CALL_S` is not timed, so one disturbed small shape cannot keep
     the large ones out of every round."""
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     gemm: dict[str, float] = {}
-    budget_s = min_time_s / len(_GEMM_SHAPES)
+    ladder = _GEMM_SHAPES if device == "cpu" else _GEMM_SHAPES_GPU
+    layer_shapes = _LINEAR_SHAPES if device == "cpu" else ()
+    budget_s = min_time_s / (len(ladder) + len(layer_shapes))
     for dt in dtypes:
         best = 0.0
-        for m, k, n in sorted(_GEMM_SHAPES, key=lambda s: s[0] * s[1] * s[2]):
+        for m, k, n in sorted(ladder, key=lambda s: s[0] * s[1] * s[2]):
             flops = 2.0 * m * k * n
             bound = max(best, best_so_far.get(dt, 0.0))
             if bound and flops / bound > MAX_GEMM_CALL_S:
@@ -276,8 +303,19 @@ def _measure_round(torch: Any, dev: Any, timer: Timer, device: str, dtypes: tupl
             best = max(best, flops / t)
             if (m, k, n) not in timed_shapes.setdefault(dt, []):
                 timed_shapes[dt].append((m, k, n))
-        best_so_far[dt] = max(best, best_so_far.get(dt, 0.0))
-        gemm[dt] = best
+        bound = best_so_far[dt] = max(best, best_so_far.get(dt, 0.0))
+        layer_flops = layer_s = 0.0
+        for m, k, n in layer_shapes:
+            flops = 2.0 * m * k * n
+            if not bound or flops / bound > MAX_GEMM_CALL_S:
+                continue
+            x = torch.randn(m, k, device=dev).to(torch_dtypes[dt])
+            _, median_s = time_cold_linear(torch, timer, x, layer_weights.get(torch_dtypes[dt], n, k), budget_s)
+            layer_flops += flops
+            layer_s += median_s
+            if (m, k, n) not in timed_shapes.setdefault(f"{dt} layer", []):
+                timed_shapes[f"{dt} layer"].append((m, k, n))
+        gemm[dt] = layer_flops / layer_s if layer_s > 0 else best
     t_stream = _time_add(torch, dev, _STREAM_ELEMENTS, min_time_s, timer)
     cached = _CACHED_ELEMENTS if device == "cpu" else _CACHED_ELEMENTS_GPU
     t_vec = _time_add(torch, dev, cached, min_time_s / 2, timer)
@@ -325,13 +363,14 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
     threads = torch.get_num_threads() if device == "cpu" else 1
     best_so_far: dict[str, float] = {}
     timed_shapes: dict[str, list[tuple[int, int, int]]] = {}
+    layer_weights = _LayerWeights(torch, dev)
     attempts: list[tuple[tuple[RoundFigures, ...], CpuLoad | None]] = []
     waited = 0.0
     while True:
         start = cpu_sample()
         with torch.inference_mode():
-            measured = tuple(_measure_round(torch, dev, timer, device, dtypes, min_time_s, best_so_far, timed_shapes)
-                             for _ in range(rounds))
+            measured = tuple(_measure_round(torch, dev, timer, device, dtypes, min_time_s, best_so_far, timed_shapes,
+                                            layer_weights) for _ in range(rounds))
         load = load_between(start, cpu_sample())
         attempts.append((measured, load))
         quiet = load is None or load.oversubscribed_cores(threads) < BUSY_OVERSUBSCRIBED_CORES
@@ -379,9 +418,15 @@ def _spec_from_figures(fig: RoundFigures, torch: Any, device: str, name: str | N
         memory = [{"name": "hbm", "capacity_bytes": float(props.total_memory),
                    "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s}]
     of_rounds = f"; best of {kept} rounds" if rounds > 1 else ""
+    def shapes(key: str) -> str:
+        return ", ".join("x".join(map(str, s)) for s in timed_shapes.get(key, []))
+
     sources = {f"engines.peak_flops_per_s.{dt}": (
-        f"measured: best torch.mm over (m x k x n) {', '.join('x'.join(map(str, s)) for s in timed_shapes[dt])} "
-        f"in {dt}, 2mkn/t{of_rounds}") for dt in fig.gemm_flops_per_s}
+        f"measured: F.linear as nn.Linear runs a layer, weights twice the last-level cache, (m x k x n) "
+        f"{shapes(dt + ' layer')} in {dt}, their 2mkn over their median times{of_rounds}"
+        if timed_shapes.get(f"{dt} layer") else
+        f"measured: best torch.mm over (m x k x n) {shapes(dt)} in {dt}, 2mkn/t{of_rounds}")
+        for dt in fig.gemm_flops_per_s}
     sources.update({
         "memory.dram.bandwidth_bytes_per_s" if device == "cpu" else "memory.hbm.bandwidth_bytes_per_s":
             f"measured: torch.add over {_STREAM_ELEMENTS} fp32 elements, 12 B/element (STREAM add){of_rounds}",
