@@ -81,3 +81,27 @@ def test_machine_keys_differ_by_device_chip_and_threads():
     assert len(keys) == 4
     assert machine_key("cpu", "../../etc/passwd", 1) == "cpu-etc-passwd-1t"  # no path in a name
     assert machine_key("cpu", "", 1) == "cpu-unknown-1t"
+
+
+def test_saved_spec_paths_lists_this_chips_thread_counts_only(monkeypatch, tmp_path):
+    from layerscope.hardware.host import keep_spec, quick_spec_path, saved_spec_paths
+
+    monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(tmp_path / "m"))
+    for threads in (1, 2, 16):
+        keep_spec(saved_spec_path("cpu", "AMD EPYC", threads), "name: x\n")
+    keep_spec(saved_spec_path("cpu", "AMD EPYC 7763", 2), "name: other chip\n")  # its slug starts like ours
+    keep_spec(quick_spec_path("cpu", "AMD EPYC", 2), "name: quick\n")  # a demo's quick one, not calibrated
+    assert [p.name for p in saved_spec_paths("cpu", "AMD EPYC")] == [
+        "cpu-amd-epyc-16t.yaml", "cpu-amd-epyc-1t.yaml", "cpu-amd-epyc-2t.yaml"]
+    assert saved_spec_path("cpu", "AMD EPYC", 2).read_text() == "name: x\n"
+
+
+def test_busy_means_short_of_cores_by_the_threshold():
+    from layerscope.hardware.host import BUSY_OVERSUBSCRIBED_CORES
+
+    def load(busy: float) -> CpuLoad:
+        return CpuLoad(wall_s=1.0, cores=2, own_cores=0.0, others_cores=busy, steal_cores=0.0)
+
+    assert not load(0.2).is_busy_for(2)  # 0.2 short: within the threshold
+    assert load(BUSY_OVERSUBSCRIBED_CORES).is_busy_for(2)
+    assert not load(1.0).is_busy_for(1)  # one thread on the free core

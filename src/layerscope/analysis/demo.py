@@ -38,7 +38,7 @@ from layerscope.analysis.validate import PhaseValidation, ValidationResult, reso
 from layerscope.cost import Estimate, estimate
 from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
-from layerscope.hardware.host import CpuLoad, cpu_name, quick_spec_path, saved_spec_path
+from layerscope.hardware.host import CpuLoad, cpu_name, keep_spec, quick_spec_path, saved_spec_path, saved_spec_paths
 from layerscope.model import load_model_spec
 from layerscope.trace.simulate import SimulationResult, simulate
 from layerscope.units import make_output_dir
@@ -172,8 +172,8 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
             if measurement is not None and not measurement.busy:
                 # Kept for the next demo: this VM's GEMM rate moves 15-20% between minutes (bench/RESULTS.md, "demo
                 # stability"), so two fresh measurements disagree by that much while one kept spec predicts the same.
-                _keep(quick, out / "this-machine.yaml")
-            others = sorted(saved.parent.glob(f"{saved.name.rsplit('-', 1)[0]}-*t.yaml")) if use_saved else []
+                keep_spec(quick, (out / "this-machine.yaml").read_text())
+            others = saved_spec_paths("cpu", cpu_name()) if use_saved else []
             if others:
                 names = ", ".join(o.stem for o in others)
                 notes.append(f"a calibrated spec of this CPU exists for other thread counts ({names}); this run "
@@ -187,14 +187,6 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
     result = DemoResult(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
                         slowest_s)
     return _with_verdict(result)
-
-
-def _keep(path: Path, measured: Path) -> None:
-    from layerscope.units import atomic_write
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "w") as fh:
-        fh.write(measured.read_text())
 
 
 def _predict(spec: Any, hw: HardwareSpec, out: Path, prompt_len: int, engines: int
@@ -213,12 +205,14 @@ def _predict(spec: Any, hw: HardwareSpec, out: Path, prompt_len: int, engines: i
 
 def _slowest_forward_s(validation: ValidationResult, measurement: MachineMeasurement) -> float:
     """The validated prefill forward predicted on the spec of each figure's slowest round: the prediction scaled
-    by the whole-model estimate's ratio between the two specs (same graph, same cost model)."""
+    by the whole-model estimate's ratio between the two specs (same graph, same cost model; the validation's own
+    estimate is the one on the best-round spec)."""
     assert validation.spec is not None
-    workload = make_workload(phase="prefill", input_len=validation.prompt_len, weight_dtype="fp32",
-                             act_dtype="fp32", kv_dtype="fp32")
-    best = estimate(validation.spec, measurement.spec, workload, attention="fused").ttft_s or 0.0
-    slow = estimate(validation.spec, measurement.slowest, workload, attention="fused").ttft_s or 0.0
+    workload = make_workload(phase="prefill", input_len=validation.prompt_len, weight_dtype=validation.dtype,
+                             act_dtype=validation.dtype, kv_dtype=validation.dtype)
+    best = validation.estimate.ttft_s or 0.0
+    slow = estimate(validation.spec, measurement.slowest, workload, cost_model=validation.cost_model,
+                    attention="fused").ttft_s or 0.0
     forward = validation.phase("prefill").forward.predicted_s
     return forward * slow / best if best > 0 else forward
 
@@ -288,7 +282,7 @@ def _load_words(load: CpuLoad | None, threads: int) -> str:
         return "how busy the machine was is unknown (no /proc)"
     over = load.oversubscribed_cores(threads)
     base = f"other processes used {load.busy_cores:.1f} of {load.cores} cores"
-    if over < 0.25:
+    if not load.is_busy_for(threads):
         return f"{base}, leaving each of our {threads} threads a core: quiet enough"
     return (f"{base}: our {threads} threads were {over:.1f} cores short, so they waited for other work and the "
             f"measured times are inflated")

@@ -41,7 +41,14 @@ from typing import Any, NamedTuple
 
 from layerscope.capture.build import require_torch
 from layerscope.errors import CaptureError
-from layerscope.hardware.host import CpuLoad, cpu_name, cpu_sample, load_between, measure_load
+from layerscope.hardware.host import (
+    BUSY_OVERSUBSCRIBED_CORES,
+    CpuLoad,
+    cpu_name,
+    cpu_sample,
+    load_between,
+    measure_load,
+)
 from layerscope.hardware.spec import HardwareSpec
 
 log = logging.getLogger(__name__)
@@ -59,7 +66,8 @@ _GEMM_SHAPES_GPU = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), 
 #: times. On the reference VM these ran at 47-90 GFLOP/s (2 threads) where ``torch.mm`` of cached squares ran at
 #: 120-160: a spec from the squares predicted a layer 1.6-3x too fast (bench/RESULTS.md, "demo stability").
 _LINEAR_SHAPES = ((256, 2048, 8192), (256, 8192, 2048))
-_DEFAULT_LLC_BYTES = 32 * 1024 * 1024
+#: Last-level cache assumed where sysfs gives none.
+DEFAULT_LLC_BYTES = 64 * 1024 * 1024
 #: A GEMM predicted (from the best rate of the smaller shapes) to take longer than this per call is not
 #: timed: a dtype the CPU emulates (bf16 without AVX512-BF16/AMX: ~0.2 GFLOP/s measured on an EPYC VM)
 #: would take minutes a shape, and a call that long adds nothing to the peak the fast shapes bound.
@@ -129,8 +137,7 @@ def torch_device(device: str) -> tuple[Any, Any, Timer]:
     return torch, torch.device(device), Timer(torch, device)
 
 
-def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_time_s: float, *,
-                     min_reps: int = 3) -> tuple[float, float]:
+def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_time_s: float) -> tuple[float, float]:
     """Best and median seconds per ``F.linear(x[m, k], W[n, k])`` call, each call taking the next of
     ``weights``, so a list that overflows the cache keeps every weight cold."""
     linear = torch.nn.functional.linear
@@ -139,8 +146,16 @@ def time_cold_linear(torch: Any, timer: Timer, x: Any, weights: list[Any], min_t
         for w in weights:
             linear(x, w)
 
-    timing = timer.time(run, min_time_s, min_reps=min_reps)
+    timing = timer.time(run, min_time_s)
     return timing.best_s / len(weights), timing.median_s / len(weights)
+
+
+def cold_weights(torch: Any, dev: Any, dtype: Any, n: int, k: int, llc_bytes: float) -> list[Any]:
+    """Weights ``W[n, k]`` of ``dtype`` enough to span twice ``llc_bytes`` (at least 2, at most 64, as calibrate's
+    GEMMs): cycled by :func:`time_cold_linear`, every call reads its weight from main memory."""
+    size = n * k * torch.tensor([], dtype=dtype).element_size()
+    count = max(2, min(64, math.ceil(2 * llc_bytes / size)))
+    return list(torch.randn(count, n, k, device=dev).to(dtype).unbind(0))
 
 
 def _best_s(fn: Callable[[], object], min_time_s: float, timer: Timer) -> float:
@@ -189,8 +204,6 @@ def mem_total_bytes() -> float:
     return float("inf")
 
 
-#: Other processes' load (cores' worth beyond what our threads leave free) from which a measurement is "busy".
-BUSY_OVERSUBSCRIBED_CORES = 0.25
 #: Rounds of the whole probe set; each figure is the best over them (the round least disturbed).
 DEFAULT_ROUNDS = 3
 
@@ -205,13 +218,16 @@ class RoundFigures(NamedTuple):
     launch_overhead_s: float
 
 
-#: The figures a measurement reports, with whether larger is better (rates) or smaller (overheads).
-FIGURES: dict[str, bool] = {"gemm": True, "bandwidth": True, "vector": True, "launch": False}
+#: The figures a measurement reports: the field of :class:`RoundFigures` holding each, and whether larger is better
+#: (rates) or smaller (overheads).
+FIGURES: dict[str, tuple[str, bool]] = {"gemm": ("gemm_flops_per_s", True),
+                                        "bandwidth": ("bandwidth_bytes_per_s", True),
+                                        "vector": ("vector_flops_per_s", True), "launch": ("launch_overhead_s", False)}
 
 
 def _figure(r: RoundFigures, figure: str, dtype: str) -> float:
-    return {"gemm": lambda: r.gemm_flops_per_s[dtype], "bandwidth": lambda: r.bandwidth_bytes_per_s,
-            "vector": lambda: r.vector_flops_per_s, "launch": lambda: r.launch_overhead_s}[figure]()
+    value = getattr(r, FIGURES[figure][0])
+    return float(value[dtype] if figure == "gemm" else value)
 
 
 @dataclass(frozen=True)
@@ -227,16 +243,19 @@ class MachineMeasurement:
     threads: int
     load: CpuLoad | None
     """Other processes' load during the kept attempt (``None`` where the OS cannot tell)."""
-    attempts: int
     waited_s: float
-    loads_tried: tuple[CpuLoad | None, ...] = ()
+    loads_tried: tuple[CpuLoad | None, ...]
     """The load of every attempt, the kept one included."""
+
+    @property
+    def attempts(self) -> int:
+        return len(self.loads_tried)
 
     def spread(self, figure: str, dtype: str = "fp32") -> float:
         """(worst − best) / best of ``figure`` (:data:`FIGURES`) over the rounds, as a fraction of the best."""
         values = [_figure(r, figure, dtype) for r in self.rounds]
-        best = max(values) if FIGURES[figure] else min(values)
-        return abs(max(values) - min(values)) / best if best > 0 else math.nan
+        best = max(values) if FIGURES[figure][1] else min(values)
+        return (max(values) - min(values)) / best if best > 0 else math.nan
 
     @property
     def oversubscribed_cores(self) -> float:
@@ -246,7 +265,7 @@ class MachineMeasurement:
     @property
     def busy(self) -> bool:
         """Whether other processes took cores our threads needed during the kept attempt."""
-        return self.oversubscribed_cores >= BUSY_OVERSUBSCRIBED_CORES
+        return self.load is not None and self.load.is_busy_for(self.threads)
 
     def to_dict(self) -> dict[str, Any]:
         dtypes = list(self.rounds[0].gemm_flops_per_s) if self.rounds else []
@@ -261,20 +280,17 @@ class MachineMeasurement:
 
 
 class _LayerWeights:
-    """Per (dtype, n, k), weights ``W[n, k]`` spanning twice the last-level cache (at least two), made on first use
-    and kept for every round."""
+    """Per (dtype, n, k), :func:`cold_weights` made on first use and kept for every round."""
 
     def __init__(self, torch: Any, dev: Any) -> None:
         self.torch, self.dev = torch, dev
-        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or _DEFAULT_LLC_BYTES
+        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or DEFAULT_LLC_BYTES
         self.sets: dict[tuple[str, int, int], list[Any]] = {}
 
     def get(self, dtype: Any, n: int, k: int) -> list[Any]:
         key = (str(dtype), n, k)
         if key not in self.sets:
-            size = n * k * self.torch.tensor([], dtype=dtype).element_size()
-            count = max(2, min(16, math.ceil(2 * self.llc_bytes / size)))
-            self.sets[key] = [self.torch.randn(n, k, device=self.dev).to(dtype) for _ in range(count)]
+            self.sets[key] = cold_weights(self.torch, self.dev, dtype, n, k, self.llc_bytes)
         return self.sets[key]
 
 
@@ -342,7 +358,7 @@ def wait_until_quiet(threads: int, max_wait_s: float, *, window_s: float = 1.0) 
     while waited < max_wait_s:
         load = measure_load(min(window_s, max_wait_s - waited))
         waited += load.wall_s if load is not None else window_s
-        if load is None or load.oversubscribed_cores(threads) < BUSY_OVERSUBSCRIBED_CORES:
+        if load is None or not load.is_busy_for(threads):
             break
     return waited, load
 
@@ -373,8 +389,7 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
                                             layer_weights) for _ in range(rounds))
         load = load_between(start, cpu_sample())
         attempts.append((measured, load))
-        quiet = load is None or load.oversubscribed_cores(threads) < BUSY_OVERSUBSCRIBED_CORES
-        if quiet or waited >= max_wait_s:
+        if load is None or not load.is_busy_for(threads) or waited >= max_wait_s:
             break
         log.info("machine busy (other processes %.2f cores): waiting up to %.0f s to measure again",
                  load.busy_cores if load else math.nan, max_wait_s - waited)
@@ -387,13 +402,12 @@ def measure_machine_robust(device: str = "cpu", *, min_time_s: float = 0.2, roun
     kept_rounds, kept_load = min(attempts, key=disturbance)
     best = _combine(kept_rounds, max)
     worst = _combine(kept_rounds, min)
-    spec = _spec_from_figures(best, torch, device, name, timed_shapes, rounds, len(kept_rounds))
-    slowest = _spec_from_figures(worst, torch, device, name, timed_shapes, rounds, len(kept_rounds))
+    spec = _spec_from_figures(best, torch, device, name, timed_shapes, rounds, "best")
+    slowest = _spec_from_figures(worst, torch, device, name, timed_shapes, rounds, "worst")
     log.info("measured %s: %s FLOP/s, %.3g B/s, launch %.3g s (best of %d rounds; others' load %s)", spec.name,
              best.gemm_flops_per_s, best.bandwidth_bytes_per_s, best.launch_overhead_s, rounds,
              "unknown" if kept_load is None else f"{kept_load.busy_cores:.2f} cores")
-    return MachineMeasurement(spec, slowest, kept_rounds, threads, kept_load, len(attempts), waited,
-                              tuple(a[1] for a in attempts))
+    return MachineMeasurement(spec, slowest, kept_rounds, threads, kept_load, waited, tuple(a[1] for a in attempts))
 
 
 def measure_machine(device: str = "cpu", *, min_time_s: float = 0.2, dtypes: tuple[str, ...] = ("fp32", "bf16"),
@@ -404,8 +418,9 @@ def measure_machine(device: str = "cpu", *, min_time_s: float = 0.2, dtypes: tup
 
 
 def _spec_from_figures(fig: RoundFigures, torch: Any, device: str, name: str | None,
-                       timed_shapes: dict[str, list[tuple[int, int, int]]], rounds: int, kept: int) -> HardwareSpec:
-    """The ``HardwareSpec`` of one set of figures, every number's source naming its method."""
+                       timed_shapes: dict[str, list[tuple[int, int, int]]], rounds: int, which: str) -> HardwareSpec:
+    """The ``HardwareSpec`` of one set of figures (``which`` of ``rounds`` rounds: ``best`` or ``worst``), every
+    number's source naming its method."""
     threads = torch.get_num_threads() if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
     cached = _CACHED_ELEMENTS if device == "cpu" else _CACHED_ELEMENTS_GPU
     if device == "cpu":
@@ -417,7 +432,8 @@ def _spec_from_figures(fig: RoundFigures, torch: Any, device: str, name: str | N
         label = name or f"this-gpu ({props.name})"
         memory = [{"name": "hbm", "capacity_bytes": float(props.total_memory),
                    "bandwidth_bytes_per_s": fig.bandwidth_bytes_per_s}]
-    of_rounds = f"; best of {kept} rounds" if rounds > 1 else ""
+    of_rounds = f"; {which} of {rounds} rounds" if rounds > 1 else ""
+
     def shapes(key: str) -> str:
         return ", ".join("x".join(map(str, s)) for s in timed_shapes.get(key, []))
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from layerscope.capture.machine import time_cold_linear, torch_device
+from layerscope.capture.machine import DEFAULT_LLC_BYTES, cold_weights, time_cold_linear, torch_device
 from layerscope.errors import CaptureError
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.units import DType
@@ -36,7 +36,6 @@ __all__ = ["PROBE_SHAPES", "MachineProbe", "ProbeReading", "predict_probe", "pro
 PROBE_SHAPES: tuple[tuple[int, int, int], ...] = ((1, 8192, 2048), (8, 8192, 2048), (32, 8192, 2048),
                                                    (256, 8192, 2048))
 
-_DEFAULT_LLC_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ class MachineProbe:
 def _last_level_bytes(hw: HardwareSpec) -> float:
     """Bytes of the spec's largest on-chip level (all engines' share for per-engine levels)."""
     sizes = [lv.capacity_bytes * (hw.engines.count if lv.per_engine else 1) for lv in hw.memory[:-1]]
-    return max(sizes, default=float(_DEFAULT_LLC_BYTES))
+    return max(sizes, default=float(DEFAULT_LLC_BYTES))
 
 
 def predict_probe(readings: Sequence[ProbeReading], hw: HardwareSpec, cost_model: str = "roofline"
@@ -124,9 +123,7 @@ def probe_machine(hw: HardwareSpec, *, when: str, capture: int = 0, device: str 
     for m, n, k in shapes:
         if (n, k) not in weights:
             weights.clear()  # one set alive at a time
-            w_bytes = n * k * dt.bytes
-            count = max(2, min(64, math.ceil(2 * llc / w_bytes)))  # at most 64, as calibrate's GEMMs
-            weights[(n, k)] = list(torch.randn(count, n, k, device=dev).to(tdt).unbind(0))
+            weights[(n, k)] = cold_weights(torch, dev, tdt, n, k, llc)
         x = torch.randn(m, k, device=dev).to(tdt)
         _, median_s = time_cold_linear(torch, timer, x, weights[(n, k)], min_time_s)
         readings.append(ProbeReading(m, n, k, dt.value, median_s, math.nan))

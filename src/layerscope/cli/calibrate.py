@@ -113,15 +113,10 @@ def calibrate_cmd(
 
 def _save_for_machine(spec: Any, yaml_text: str) -> Path:
     """Write the calibrated spec where ``demo`` looks for this machine's (:func:`saved_spec_path`)."""
-    from layerscope.hardware.host import saved_spec_path
-    from layerscope.units import atomic_write
+    from layerscope.hardware.host import keep_spec, saved_spec_path
 
     m = spec.calibration.measurements
-    path = saved_spec_path(m.device, m.device_name or m.device, m.threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "w") as fh:
-        fh.write(yaml_text)
-    return path
+    return keep_spec(saved_spec_path(m.device, m.device_name or m.device, m.threads), yaml_text)
 
 
 def _refit(path: Path, out: Path, name: str | None) -> Any:

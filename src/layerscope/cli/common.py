@@ -13,7 +13,7 @@ import json
 import math
 import sys
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 
 def _default(value: Any) -> Any:
@@ -113,3 +113,18 @@ def fmt_time_s(seconds: float) -> str:
 
 #: The sign convention printed under every table with an error column.
 ERROR_SIGN = "error = (predicted − measured) / measured: negative when the prediction is too fast"
+
+
+def parse_threads(value: str) -> int | Literal["auto"]:
+    """``--threads``: ``auto`` or a positive count."""
+    import typer
+
+    if value == "auto":
+        return "auto"
+    try:
+        count = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: use auto or a thread count", param_hint="--threads") from None
+    if count < 1:
+        raise typer.BadParameter(f"{count}: must be >= 1 (or auto)", param_hint="--threads")
+    return count

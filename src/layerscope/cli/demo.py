@@ -12,19 +12,6 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo_cmd)
 
 
-def parse_threads(value: str) -> int | str:
-    """``auto`` or a positive count (``--threads``)."""
-    if value == "auto":
-        return value
-    try:
-        count = int(value)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r}: use auto or a thread count", param_hint="--threads") from None
-    if count < 1:
-        raise typer.BadParameter(f"{count}: must be >= 1 (or auto)", param_hint="--threads")
-    return count
-
-
 def demo_cmd(
     out: Path = typer.Option(Path("out/demo"), "--out", "-o", help="Directory for the traces and the measured spec."),
     model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id or config.json."),
@@ -49,10 +36,11 @@ def demo_cmd(
     (in $LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines); the quick measurement an earlier demo kept
     there; a measurement taken now in rounds (kept there when the machine was not busy)."""
     from layerscope.analysis.demo import run_demo
+    from layerscope.cli.common import parse_threads
 
     result = run_demo(out, model=model, prompt_len=prompt_len, engines=engines, iterations=iterations,
-                      hardware=hardware, threads=parse_threads(threads),  # type: ignore[arg-type]
-                      max_wait_s=wait_quiet, use_saved=not remeasure)
+                      hardware=hardware, threads=parse_threads(threads), max_wait_s=wait_quiet,
+                      use_saved=not remeasure)
     if as_json:
         from layerscope.cli.common import print_json
 

@@ -55,7 +55,7 @@ def validate_cmd(
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
     from layerscope.analysis.validate import validate
-    from layerscope.cli.demo import parse_threads
+    from layerscope.cli.common import parse_threads
     from layerscope.errors import WorkloadError
 
     if prompt_len is not None and context is not None and prompt_len != context:
@@ -67,7 +67,7 @@ def validate_cmd(
                       device=device, random_weights=random_weights, out_dir=out,
                       correct_instrumentation=not raw_times, repeats=repeats,
                       unprofiled=not profiled_times, probe=probe, max_wait_s=wait_quiet,
-                      threads=parse_threads(threads))  # type: ignore[arg-type]
+                      threads=parse_threads(threads))
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -164,7 +164,7 @@ def render_machine_state(con: Any, result: Any) -> None:
         over = load.oversubscribed_cores(result.threads)
         con.print(f"capture {i}: other processes' load {load.busy_cores:.1f} of {load.cores} cores"
                   + (f"; [yellow]busy: our {result.threads} threads were {over:.1f} cores short, measured times "
-                     "are inflated[/]" if over >= 0.25 else ""))
+                     "are inflated[/]" if load.is_busy_for(result.threads) else ""))
 
 
 def render_probes(con: Any, probes: Any) -> None:

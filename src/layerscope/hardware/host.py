@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from layerscope.units import atomic_write
+
 
 def cpu_name() -> str:
     """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` says, else ``"CPU"``."""
@@ -28,6 +30,10 @@ def cpu_name() -> str:
 # them); steal is time the hypervisor gave our virtual CPUs to other guests. Both take cores our threads wanted.
 _BUSY_FIELDS = (0, 1, 2, 5, 6)  # user, nice, system, irq, softirq
 _STEAL_FIELD = 7
+
+
+#: Cores' worth by which our threads plus the others' load may exceed the cores before a window counts as busy.
+BUSY_OVERSUBSCRIBED_CORES = 0.25
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class CpuLoad:
     def oversubscribed_cores(self, threads: int) -> float:
         """How far ``threads`` busy threads plus the others' load exceed the cores (0: everyone had a core)."""
         return max(0.0, threads + self.busy_cores - self.cores)
+
+    def is_busy_for(self, threads: int) -> bool:
+        """Whether the others took cores ``threads`` threads needed (:data:`BUSY_OVERSUBSCRIBED_CORES` or more)."""
+        return self.oversubscribed_cores(threads) >= BUSY_OVERSUBSCRIBED_CORES
 
     def to_dict(self) -> dict[str, float | int]:
         return {"wall_s": self.wall_s, "cores": self.cores, "own_cores": self.own_cores,
@@ -136,13 +146,31 @@ def machine_key(device: str, device_name: str, threads: int) -> str:
     """File stem of a saved spec: the device kind, its model name and the thread count it ran with
     (``cpu-amd-epyc-7763-64-core-processor-2t``); a spec measured with other threads or on another chip
     is another file."""
+    return f"{_key_prefix(device, device_name)}{threads}t"
+
+
+def _key_prefix(device: str, device_name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")[:80] or "unknown"
-    return f"{device}-{slug}-{threads}t"
+    return f"{device}-{slug}-"
 
 
 def saved_spec_path(device: str, device_name: str, threads: int) -> Path:
     """Where the calibrated spec of this device at ``threads`` threads is kept (it may not exist)."""
     return machines_dir() / f"{machine_key(device, device_name, threads)}.yaml"
+
+
+def saved_spec_paths(device: str, device_name: str) -> list[Path]:
+    """Every calibrated spec kept for this device, whatever its thread count."""
+    prefix = _key_prefix(device, device_name)
+    return sorted(p for p in machines_dir().glob(f"{prefix}*t.yaml") if p.name[len(prefix):-len("t.yaml")].isdigit())
+
+
+def keep_spec(path: Path, yaml_text: str) -> Path:
+    """Write a spec where :func:`saved_spec_path`/:func:`quick_spec_path` say (its folder created); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as fh:
+        fh.write(yaml_text)
+    return path
 
 
 def quick_spec_path(device: str, device_name: str, threads: int) -> Path:
