@@ -24,3 +24,9 @@ def test_validate_rejects_a_bad_thread_count(run_cli, tmp_path):
     out = tmp_path / "v"
     proc = run_cli("validate", "--model", "llama-3.2-1b", "--layers", "1", "--threads", "0", "--out", str(out))
     assert proc.returncode == 2 and "--threads" in proc.stderr and not out.exists()
+
+
+def test_validate_rejects_a_negative_wait(run_cli, tmp_path):
+    out = tmp_path / "v"
+    proc = run_cli("validate", "--model", "llama-3.2-1b", "--layers", "1", "--wait-quiet", "-1", "--out", str(out))
+    assert proc.returncode == 2 and "--wait-quiet -1.0: must be >= 0 seconds" in proc.stderr and not out.exists()

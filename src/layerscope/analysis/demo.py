@@ -323,7 +323,7 @@ def verdict(r: DemoResult) -> tuple[str, ...]:
                      (reason + "." if reason else "no known reason; its rows are in validation.json."))
     if r.hardware_source in ("measured", "kept"):
         lines.append(f"For a tighter comparison, calibrate this machine once (`layerscope calibrate --quick --out "
-                     f"hw.yaml`, about {QUICK_CALIBRATION_S // 60} minutes here; the full grid takes longer): it "
+                     f"hw.yaml`, about {round(QUICK_CALIBRATION_S / 60)} minutes here; the full grid takes longer): it "
                      f"keeps the spec in {saved_spec_path('cpu', cpu_name(), v.threads).parent} and the demo uses "
                      "it from then on.")
     sim = v.traces.get("simulated_prefill")

@@ -1090,6 +1090,8 @@ def validate(
     from layerscope.hardware import HardwareSpec, load_hardware
 
     _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
+    if max_wait_s < 0:
+        raise AnalysisError(f"--wait-quiet {max_wait_s}: must be >= 0 seconds")
     get_cost_model(cost_model)  # an unknown name fails before anything is created
     dt = capture_dtype(dtype).value
     out = Path(out_dir)
