@@ -12,11 +12,11 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 
 #: Layers, top (imported by everyone) to bottom (imports everyone).
-LAYERS = ("errors", "units", "model", "hardware", "workload", "graph", "records", "cost", "schedule", "trace",
-          "capture", "analysis", "cli")
+LAYERS = ("errors", "units", "registry", "model", "hardware", "workload", "graph", "records", "cost", "schedule",
+          "trace", "capture", "analysis", "app", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
-# errors and units are one layer.
-RANK["units"] = RANK["errors"]
+# errors, units and registry are one layer.
+RANK["units"] = RANK["registry"] = RANK["errors"]
 
 
 def _layer_of(path: Path) -> str:
@@ -50,6 +50,12 @@ def test_no_back_edges():
             if RANK[parts[1]] > RANK[own]:
                 violations.append(f"{path.relative_to(SRC)}:{lineno} ({own}) imports {module}")
     assert not violations, "imports against the layering:\n" + "\n".join(violations)
+
+
+def test_every_package_has_a_layer():
+    """A new top-level package or module gets its place in LAYERS, so its imports are checked too."""
+    tops = {p.name.removesuffix(".py") for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert tops - {"__init__", "__main__"} <= set(RANK), sorted(tops - {"__init__", "__main__"} - set(RANK))
 
 
 @pytest.mark.parametrize("module", ["layerscope", "layerscope.cli.app", "layerscope.cost", "layerscope.model"])
