@@ -19,7 +19,7 @@ PYTEST_MARK ?= not slow
 # pytest-xdist workers (a test file stays on one worker: its module fixtures are built once).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install venv chromium demo test test-slow test-all lint typecheck pytest golden bench
+.PHONY: install venv chromium demo test test-slow test-all lint typecheck pytest golden schema bench
 
 venv: $(PYTHON)
 
@@ -59,6 +59,9 @@ test-slow: install chromium pytest
 
 test-all: PYTEST_MARK = slow or not slow
 test-all: install chromium pytest
+
+schema:
+	$(PYTHON) -m layerscope.app.schema docs/schema
 
 golden:
 	$(PYTHON) -m layerscope.trace.golden tests/data/golden

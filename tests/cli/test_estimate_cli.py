@@ -8,7 +8,7 @@ import pytest
 
 def test_estimate_json_contract(run_cli):
     out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "h100-sxm", "--phase", "generate",
-                  "--input", "128", "--output", "8", "--json")
+                  "--prompt-len", "128", "--decode-steps", "7", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["ttft_s"] > 0 and doc["tpot_s"] > 0 and doc["fits_in_memory"] is True
@@ -21,7 +21,7 @@ def test_estimate_json_contract(run_cli):
 def test_estimate_table_and_csv(run_cli, tmp_path):
     path = tmp_path / "ops.csv"
     out = run_cli("estimate", "--model", "qwen3-0.6b", "--hardware", "a100-sxm", "--phase", "prefill",
-                  "--input", "256", "--csv", str(path), "--top", "5")
+                  "--prompt-len", "256", "--csv", str(path), "--top", "5")
     assert out.returncode == 0, out.stderr
     assert "TTFT" in out.stdout and "by matrix class" in out.stdout
     rows = list(csv.DictReader(path.open()))
@@ -29,7 +29,7 @@ def test_estimate_table_and_csv(run_cli, tmp_path):
 
 
 def test_estimate_on_a_spreadsheet_device(run_cli):
-    out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "nvl-ax", "--layer", "0", "--cost", "tiling",
+    out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "nvl-ax", "--layer", "0", "--cost-model", "tiling",
                   "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["scope"] == "layer 0"
@@ -41,8 +41,8 @@ def test_estimate_on_a_spreadsheet_device(run_cli):
         (("--model", "no-such-model"), "no-such-model"),
         (("--hardware", "h900"), "h900"),
         (("--phase", "train"), "phase"),
-        (("--batch", "0"), "batch_size"),
-        (("--cost", "magic"), "magic"),
+        (("--batch", "0"), "batch"),
+        (("--cost-model", "magic"), "magic"),
         (("--weight-dtype", "fp7"), "weight_dtype"),
         (("--layer", "99"), "layer"),
     ],

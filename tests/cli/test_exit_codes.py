@@ -76,7 +76,7 @@ def test_verify_exits_0_when_covered_and_1_on_gaps(run_cli: Run, llama_records: 
     (("estimate", "--model", "llama-3.2-1c"), "model 'llama-3.2-1c' not found"),
     (("estimate", "--batch", "100000000000000000000000"), "batch_size"),
     (("estimate", "--tp", "3"), "tensor_parallel=3 does not divide the 32 attention heads"),
-    (("estimate", "--model", "gpt2", "--phase", "prefill", "--input", "2000"), "1024 learned positions"),
+    (("estimate", "--model", "gpt2", "--phase", "prefill", "--prompt-len", "2000"), "1024 learned positions"),
     (("simulate", "--engines", "0"), "engines"),
     (("hardware", "no-such-chip"), "no-such-chip"),
     (("query", "/nonexistent/trace.json", "SELECT 1"), "does not exist"),
@@ -99,7 +99,7 @@ def test_bad_input_exits_2_with_one_line(run_cli: Run, args: tuple[str, ...], me
 
 
 def test_a_range_warning_is_not_an_error(run_cli: Run) -> None:
-    done = run_cli("estimate", "--phase", "prefill", "--input", "200000", "--json")
+    done = run_cli("estimate", "--phase", "prefill", "--prompt-len", "200000", "--json")
     assert done.returncode == 0, done.stderr
     assert "warning: the longest context, 200000 tokens, exceeds" in done.stderr
     import json

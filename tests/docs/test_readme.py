@@ -454,15 +454,15 @@ STEPS: dict[str, Step] = {
     "layerscope hardware": Step(_has("14 hardware presets", "h100-sxm", "mi300x", "NVL-AX", "server-cpu")),
     "layerscope estimate --model llama-3.1-8b --hardware h100-sxm --phase decode --batch 1 --context 4096":
         Step(check_estimate_8b_decode),
-    "layerscope estimate --model qwen3-30b-a3b --hardware h200 --phase generate --input 1024 --output 256 --json":
+    "layerscope estimate --model qwen3-30b-a3b --hardware h200 --phase generate --prompt-len 1024 --decode-steps 255 --json":
         Step(check_estimate_json),
-    "layerscope estimate --model deepseek-v3 --hardware b200 --phase prefill --input 2048 --weight-dtype fp8":
+    "layerscope estimate --model deepseek-v3 --hardware b200 --phase prefill --prompt-len 2048 --weight-dtype fp8":
         Step(check_estimate_fp8),
-    "layerscope estimate --model llama-3.2-1b --hardware examples/my_chips.xlsx --device-column NVL-AX --cost tiling":
+    "layerscope estimate --model llama-3.2-1b --hardware examples/my_chips.xlsx --device-column NVL-AX --cost-model tiling":
         Step(check_estimate_sheet),
     "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --engines 1..8 --out layer.json.gz":
         Step(check_simulate_sweep),
-    "layerscope simulate --model llama-3.1-8b --hardware h100-sxm --all-layers --steps 4 --out steps.pftrace --open":
+    "layerscope simulate --model llama-3.1-8b --hardware h100-sxm --all-layers --decode-steps 4 --out steps.pftrace --open":
         Step(check_simulate_open),
     "layerscope capture --model llama-3.2-1b --layers 1 --dtype fp32 --prompt-len 128 --decode-steps 4 "
     "--out real.json.gz": Step(check_capture, timeout_s=300),
@@ -475,7 +475,7 @@ STEPS: dict[str, Step] = {
                                                        timeout_s=900),
     "layerscope calibrate --from-measurements hw.measurements.json --out hw.yaml --force": Step(check_refit),
     "layerscope simulate --model llama-3.2-1b --layers 1 --hardware hw.yaml --engines 1 --attention fused "
-    "--weight-dtype fp32 --act-dtype fp32 --kv-dtype fp32 --context 128 --steps 4 --out sim.json.gz":
+    "--weight-dtype fp32 --act-dtype fp32 --kv-dtype fp32 --context 128 --decode-steps 4 --out sim.json.gz":
         Step(check_simulate_captured_workload),
     "layerscope compare --sim sim.json.gz --real real.json.gz": Step(check_compare),
     "layerscope validate --model llama-3.2-1b --layers 1 --hardware hw.yaml --prompt-len 128 --decode-steps 4":

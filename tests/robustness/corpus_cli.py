@@ -33,7 +33,7 @@ CASES: list[Case] = [
     Case("cli-verify-no-traces", ("verify",), {}, ("--traces",)),
     Case("cli-calibrate-no-out", ("calibrate",), {}, ("--out",)),
     # Values of the wrong type.
-    Case("cli-int-option-word", ("simulate", "--steps", "few"), {}, ("--steps",)),
+    Case("cli-int-option-word", ("simulate", "--decode-steps", "few"), {}, ("--decode-steps",)),
     Case("cli-int-option-float", ("capture", "--model", "gpt2", "--layers", "1.5"), {}, ("--layers",)),
     Case("cli-int-option-empty", ("estimate", "--tp", ""), {}, ("--tp",)),
     Case("cli-float-option-word", ("analyze", "t.json", "--threshold-ms", "fast"), {}, ("--threshold-ms",)),

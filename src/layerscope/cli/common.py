@@ -47,6 +47,8 @@ def to_json_text(obj: Any, indent: int | None = None) -> str:
 
 
 def _clean(value: Any) -> Any:
+    if hasattr(value, "model_dump"):  # a result model: its JSON dump, cleaned as any dict
+        value = value.model_dump(mode="json")
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.app.estimate import EstimateResult
 
 
 def register(app: typer.Typer) -> None:
@@ -13,51 +18,73 @@ def register(app: typer.Typer) -> None:
 
 
 def estimate_cmd(
-    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id, config.json or directory."),
-    hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Preset name or YAML/JSON/CSV/XLSX file."),
-    device: str | None = typer.Option(None, "--device-column", help="Column of a multi-device spreadsheet."),
+    model: str = options.model(),
+    hardware: str = options.hardware(),
+    device: str | None = options.device_column(),
     phase: str = typer.Option("decode", "--phase", help="prefill | decode | chunked | generate"),
-    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
-    input_len: int = typer.Option(512, "--input", help="Prompt tokens (prefill, generate)."),
-    output_len: int = typer.Option(128, "--output", help="Generated tokens (generate)."),
-    context: int = typer.Option(1024, "--context", help="Cached tokens per decode sequence."),
-    chunk: int = typer.Option(512, "--chunk", help="Prompt tokens per chunked-prefill pass."),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype"),
-    act_dtype: str = typer.Option("bf16", "--act-dtype"),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype"),
-    tensor_parallel: int = typer.Option(1, "--tp", help="Tensor-parallel devices."),
-    cost: str = typer.Option("roofline", "--cost", help="roofline | tiling | hierarchical"),
-    attention: str = typer.Option("fused", "--attention", help="fused | unfused"),
+    batch: int = options.batch(),
+    prompt_len: int | None = options.prompt_len(None, help="Prompt tokens per sequence (prefill, generate) "
+                                                "[default: 512]."),
+    decode_steps: int | None = options.decode_steps(None, help="Decode passes after the prefill (generate: "
+                                                    "decode steps + 1 tokens, the first from the prefill) "
+                                                    "[default: 127]."),
+    context: int = options.context(),
+    chunk: int = options.chunk(),
+    weight_dtype: str = options.weight_dtype(),
+    act_dtype: str = options.act_dtype(),
+    kv_dtype: str = options.kv_dtype(),
+    tensor_parallel: int = options.tensor_parallel(),
+    cost_model: str | None = options.cost_model(None),
+    attention: str = options.attention(),
     layer: int | None = typer.Option(None, "--layer", help="Estimate one decoder layer only."),
     top: int = typer.Option(25, "--top", min=1, help="Ops shown in the table (all with --all-ops)."),
     all_ops: bool = typer.Option(False, "--all-ops", help="Show every op."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (docs/estimate-json.md)."),
+    as_json: bool = options.as_json("Print one JSON object (docs/schema/estimate.json)."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write the per-op table as CSV."),
+    input_alias: int | None = options.alias("--input"),
+    output_alias: int | None = options.alias("--output"),
+    cost_alias: str | None = options.alias("--cost"),
 ) -> None:
     """Break a model into ops and time each on a hardware spec (TTFT, TPOT, memory)."""
-    from layerscope.cost.run import run_estimate
+    from layerscope.app.estimate import EstimateRequest, estimate, write_ops_csv
+    from layerscope.app.requests import ParallelPlan, WorkloadRequest, build_request
 
-    result = run_estimate(
-        model=model, hardware=hardware, device=device, phase=phase, batch_size=batch, input_len=input_len,
-        output_len=output_len, context_len=context, chunk_size=chunk, weight_dtype=weight_dtype,
-        act_dtype=act_dtype, kv_dtype=kv_dtype, tensor_parallel=tensor_parallel, cost_model=cost,
+    workload = build_request(
+        WorkloadRequest, phase=phase, batch=batch, context=context, chunk=chunk, weight_dtype=weight_dtype,
+        act_dtype=act_dtype, kv_dtype=kv_dtype,
+        prompt_len=options.resolve(prompt_len, "--prompt-len", input_alias, "--input", None),
+        decode_steps=options.resolve(decode_steps, "--decode-steps", output_alias, "--output", None,
+                                     convert=_output_to_steps, hint=" (--output N is --decode-steps N-1)"),
+    )
+    request = build_request(
+        EstimateRequest, model=model, hardware=hardware, device_column=device, workload=workload,
+        parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel),
+        cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,
     )
+    result = estimate(request)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if csv_path is not None:
-        from layerscope.cost.run import write_ops_csv
-
         write_ops_csv(result, csv_path)
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(result.to_json())
+        print_json(result)
         return
     _render(result, None if all_ops else top)
 
 
-def _render(result: Any, top: int | None) -> None:
+def _output_to_steps(output_len: int) -> int:
+    """``--output N`` (generated tokens) as decode steps: the first token comes from the prefill."""
+    from layerscope.errors import WorkloadError
+
+    if output_len < 1:
+        raise WorkloadError(f"--output: {output_len} must be >= 1 (generated tokens)")
+    return output_len - 1
+
+
+def _render(result: EstimateResult, top: int | None) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
@@ -68,7 +95,6 @@ def _render(result: Any, top: int | None) -> None:
         f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {w.phase} · batch {w.batch_size} · "
         f"cost model {esc(result.cost_model)} · {esc(result.scope)}"
     )
-    total = result.total_time_s or 1.0
     ops = sorted(result.ops, key=lambda o: -o.time_s)
     shown = ops if top is None else ops[:top]
     t = Table(title=f"ops by time ({len(shown)} of {len(ops)})", show_lines=False)
@@ -78,17 +104,18 @@ def _render(result: Any, top: int | None) -> None:
         shapes = " ".join("x".join(map(str, s)) for s in op.inputs[:2]) + " → " + " ".join(
             "x".join(map(str, s)) for s in op.outputs[:1])
         t.add_row(esc(op.name), op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
-                  fmt_time_s(op.time_s), op.bound, f"{op.time_s / total:.1%}")
+                  fmt_time_s(op.time_s), op.bound, f"{op.share:.1%}")
     con.print(t)
-    for key, title in (("matrix_class", "by matrix class"), ("kind", "by op kind")):
+    groups = (("matrix_class", "by matrix class", result.by_matrix_class), ("kind", "by op kind", result.by_kind))
+    for key, title, rows in groups:
         b = Table(title=title)
         for col in (key, "ops", "time", "share", "FLOPs", "bytes"):
             b.add_column(col)
-        for row in result.breakdown(key):
-            b.add_row(esc(row[key]), str(row["ops"]), fmt_time_s(row["time_s"]), f"{row['share']:.1%}",
-                      fmt_si(row["flops"]), fmt_si(row["bytes"], "B"))
+        for row in rows:
+            b.add_row(esc(getattr(row, key)), str(row.ops), fmt_time_s(row.time_s), f"{row.share:.1%}",
+                      fmt_si(row.flops), fmt_si(row.bytes, "B"))
         con.print(b)
-    m = result.memory
+    m = result.memory_bytes
     s = Table(title="totals")
     s.add_column("metric")
     s.add_column("value", justify="right")

@@ -71,9 +71,10 @@ MAX_DEVICES = 2**16
 class Workload(BaseModel):
     """A phase with its batch, lengths, dtypes and parallelism."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     phase: Phase = "decode"
+    """``prefill``, ``decode``, ``chunked`` or ``generate``."""
     batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Sequences per pass (decode sequences alongside the chunk in ``chunked``)."""
     input_len: int = Field(default=512, gt=0, le=MAX_TOKENS)
@@ -87,8 +88,11 @@ class Workload(BaseModel):
     prefill_offset: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Prompt tokens of the chunked request already processed before this chunk."""
     weight_dtype: DType = DType.BF16
+    """Weight data type."""
     act_dtype: DType = DType.BF16
+    """Activation data type."""
     kv_dtype: DType = DType.BF16
+    """KV-cache data type."""
     tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Devices a layer is split across (Megatron-style: heads and FFN columns divided)."""
 

@@ -1,0 +1,274 @@
+"""``estimate``: a model on a hardware spec, broken into ops and timed (TTFT, TPOT, end to end, memory).
+
+:func:`estimate` takes one :class:`EstimateRequest` and returns one :class:`EstimateResult`, the
+JSON contract of ``layerscope estimate --json`` (its schema: docs/schema/estimate.json).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerscope.app.requests import (
+    DEFAULT_ATTENTION,
+    AttentionView,
+    HardwareRef,
+    ModelRef,
+    ParallelPlan,
+    WorkloadRequest,
+)
+from layerscope.units import atomic_write
+from layerscope.workload import Workload
+
+if TYPE_CHECKING:
+    from layerscope.cost.api import Estimate
+
+__all__ = ["EstimateRequest", "EstimateResult", "OpRow", "estimate", "from_estimate", "write_ops_csv"]
+
+_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class EstimateRequest(BaseModel):
+    """What to estimate: a model on a hardware spec under a workload and a parallel plan."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
+                              arbitrary_types_allowed=True)
+
+    model: ModelRef = "llama-3.2-1b"
+    """Catalog name, Hugging Face id, ``config.json`` or directory, or a loaded ModelSpec."""
+    hardware: HardwareRef = "h100-sxm"
+    """Preset name or YAML/JSON/CSV/XLSX file, or a loaded HardwareSpec."""
+    device_column: str | None = None
+    """The column of a multi-device spreadsheet."""
+    workload: WorkloadRequest = WorkloadRequest()
+    """Phase, batch, lengths and dtypes."""
+    parallel: ParallelPlan = ParallelPlan()
+    """How the model is split across devices."""
+    cost_model: str = "roofline"
+    """Registered cost model: roofline, tiling or hierarchical."""
+    attention: AttentionView = DEFAULT_ATTENTION
+    """``fused`` (one attention op) or ``unfused`` (QKᵀ, softmax and PV as their own ops)."""
+    layer: int | None = Field(default=None, ge=0)
+    """Estimate this decoder layer alone; ``None``: the whole model."""
+
+
+class OpRow(BaseModel):
+    """One op of the estimate (for ``generate``: summed over every pass of its phase)."""
+
+    model_config = _RESULT_CONFIG
+
+    name: str
+    """The HF module path that runs the op (``layers.0.self_attn.q_proj``), or a suffix under it
+    (``layers.0.self_attn.rope``)."""
+    kind: str
+    """``gemm``, ``attention``, ``norm``, ``rope``, ``kv_write``, ``moe_experts``, …"""
+    phase: str
+    """``prefill``, ``decode`` or ``chunked``."""
+    layer: int | None
+    """Decoder layer index; ``null`` outside the layers (embedding, final norm, lm_head)."""
+    definition: str
+    """flashinfer-bench-style definition name (``gemm_n2048_k2048``, ``rmsnorm_h2048``, …)."""
+    matrix_class: str
+    """``Ma_Mw``, ``Va_Mw``, ``Ma_Ma``, ``Ma_Mqa``, ``Va_Mqa``, ``KVCache``, ``Elementwise``, ``Reduction``,
+    ``Lookup`` or ``Collective``."""
+    inputs: list[list[int]]
+    """Input tensor shapes."""
+    outputs: list[list[int]]
+    """Output tensor shapes."""
+    flops: float
+    """Floating-point operations (a multiply-add is 2)."""
+    bytes: float
+    """Bytes read and written: weights + activations + KV cache."""
+    weight_bytes: float
+    """Weight bytes read."""
+    act_bytes: float
+    """Activation bytes read and written."""
+    kv_bytes: float
+    """KV-cache bytes read and written."""
+    time_s: float
+    """The cost model's time for the op, seconds."""
+    share: float
+    """The op's share of the summed op time, 0..1."""
+    bound: str
+    """``compute``, ``memory`` or ``overhead``: the term that sets the time."""
+
+
+class KindRow(BaseModel):
+    """The ops of one kind, summed."""
+
+    model_config = _RESULT_CONFIG
+
+    kind: str
+    """Op kind."""
+    ops: int
+    """Op rows of this kind."""
+    time_s: float
+    """Their summed time, seconds."""
+    share: float
+    """Share of the summed op time, 0..1."""
+    flops: float
+    """Their floating-point operations."""
+    bytes: float
+    """Their bytes read and written."""
+
+
+class MatrixClassRow(BaseModel):
+    """The ops of one matrix class, summed."""
+
+    model_config = _RESULT_CONFIG
+
+    matrix_class: str
+    """Matrix class (``Ma_Mw``, ``Va_Mw``, …)."""
+    ops: int
+    """Op rows of this class."""
+    time_s: float
+    """Their summed time, seconds."""
+    share: float
+    """Share of the summed op time, 0..1."""
+    flops: float
+    """Their floating-point operations."""
+    bytes: float
+    """Their bytes read and written."""
+
+
+class MemoryBytes(BaseModel):
+    """Bytes resident on one device."""
+
+    model_config = _RESULT_CONFIG
+
+    weights: float
+    """Weight bytes (at the weight dtype, divided by tensor parallelism)."""
+    kv_cache: float
+    """KV-cache bytes at the workload's longest context (sliding-window layers capped)."""
+    activations: float
+    """Peak live activation bytes (the largest op's inputs and outputs, plus the residual stream)."""
+    total: float
+    """Sum of the three."""
+
+
+class Totals(BaseModel):
+    """Sums over every op row."""
+
+    model_config = _RESULT_CONFIG
+
+    time_s: float
+    """Summed op time, seconds."""
+    flops: float
+    """Floating-point operations."""
+    bytes: float
+    """Bytes read and written."""
+    ops: int
+    """Op rows."""
+
+
+class EstimateResult(BaseModel):
+    """The answer of ``layerscope estimate``: its ``--json`` output. Field names, units and meaning are a
+    stable contract across releases; new fields may be added. A value that does not apply is ``null``."""
+
+    model_config = _RESULT_CONFIG
+
+    model: str
+    """The model's name."""
+    hardware: str
+    """The hardware spec's name."""
+    cost_model: str
+    """The cost model that timed the ops."""
+    scope: str
+    """``model`` or ``layer N``."""
+    workload: Workload
+    """The workload estimated, in the library's fields."""
+    ttft_s: float | None
+    """Time to first token, seconds: the prefill pass (``prefill``, ``generate``); ``null`` for ``decode`` and
+    ``chunked``."""
+    tpot_s: float | None
+    """Time per output token, seconds: for ``generate`` the mean over the ``output_len − 1`` decode steps, each
+    timed at its own KV-cache length; for ``decode``/``chunked`` the pass time; ``null`` for ``prefill``."""
+    e2e_s: float
+    """End-to-end seconds: ``ttft_s`` + every decode step for ``generate``, else the pass time."""
+    output_tokens_per_s: float
+    """Generated tokens per second across the batch: ``batch × output_len / e2e_s`` for ``generate``,
+    ``batch / pass time`` otherwise."""
+    phase_times_s: dict[str, float]
+    """Seconds per phase (``prefill``, ``decode``, …)."""
+    warnings: list[str]
+    """What to know about the inputs, e.g. a context beyond the model's ``max_position_embeddings``."""
+    memory_bytes: MemoryBytes
+    """Bytes resident on one device."""
+    memory_capacity_bytes: float
+    """Main-memory capacity of the hardware, bytes."""
+    fits_in_memory: bool
+    """``memory_bytes.total <= memory_capacity_bytes``."""
+    totals: Totals
+    """Sums over every op row."""
+    by_kind: list[KindRow]
+    """Per op kind, largest time first."""
+    by_matrix_class: list[MatrixClassRow]
+    """Per matrix class, largest time first."""
+    ops: list[OpRow]
+    """One row per op (for ``generate``: the prefill ops, then the decode ops summed over every step)."""
+
+
+def estimate(request: EstimateRequest) -> EstimateResult:
+    """Load the model and hardware of ``request``, build its workload and time it."""
+    return from_estimate(estimate_raw(request))
+
+
+def estimate_raw(request: EstimateRequest) -> Estimate:
+    """The cost layer's :class:`~layerscope.cost.api.Estimate` of ``request`` (arrays, for callers that
+    go on computing: sweeps, validation)."""
+    from layerscope.cost.api import estimate as time_workload
+    from layerscope.hardware import HardwareSpec, load_hardware
+    from layerscope.model import ModelSpec, load_model_spec
+
+    model = request.model
+    spec = model if isinstance(model, ModelSpec) else load_model_spec(os.fspath(model))
+    hardware = request.hardware
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(os.fspath(hardware),
+                                                                          device=request.device_column)
+    workload = request.workload.to_workload(request.parallel)
+    return time_workload(spec, hw, workload, cost_model=request.cost_model, attention=request.attention,
+                         layer=request.layer)
+
+
+def from_estimate(est: Estimate) -> EstimateResult:
+    """The result model of a cost-layer estimate."""
+    rows = est.ops
+    total = est.total_time_s or 1.0
+    memory = est.memory
+    return EstimateResult(
+        model=est.model, hardware=est.hardware, cost_model=est.cost_model, scope=est.scope, workload=est.workload,
+        ttft_s=est.ttft_s, tpot_s=est.tpot_s, e2e_s=est.e2e_s, output_tokens_per_s=est.output_tokens_per_s,
+        phase_times_s=dict(est.phase_times_s), warnings=list(est.warnings),
+        memory_bytes=MemoryBytes(weights=memory.weights, kv_cache=memory.kv_cache, activations=memory.activations,
+                                 total=memory.total),
+        memory_capacity_bytes=est.memory_capacity_bytes, fits_in_memory=est.fits_in_memory,
+        totals=Totals(time_s=est.total_time_s, flops=float(sum(op.flops for op in rows)),
+                      bytes=float(sum(op.bytes for op in rows)), ops=len(rows)),
+        by_kind=[KindRow.model_validate(r) for r in est.breakdown("kind")],
+        by_matrix_class=[MatrixClassRow.model_validate(r) for r in est.breakdown("matrix_class")],
+        ops=[OpRow(name=op.name, kind=op.kind, phase=op.phase, layer=op.layer, definition=op.definition,
+                   matrix_class=op.matrix_class, inputs=[list(s) for s in op.inputs],
+                   outputs=[list(s) for s in op.outputs], flops=op.flops, bytes=op.bytes,
+                   weight_bytes=op.weight_bytes, act_bytes=op.act_bytes, kv_bytes=op.kv_bytes, time_s=op.time_s,
+                   share=op.time_s / total, bound=op.bound) for op in rows],
+    )
+
+
+#: The columns of ``estimate --csv``, in order.
+OPS_CSV_COLUMNS = ("name", "phase", "kind", "layer", "definition", "matrix_class", "flops", "bytes",
+                   "weight_bytes", "act_bytes", "kv_bytes", "time_s", "bound")
+
+
+def write_ops_csv(result: EstimateResult, path: str | os.PathLike[str]) -> None:
+    """Write the per-op table as CSV, atomically."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(OPS_CSV_COLUMNS)
+    for op in result.ops:
+        writer.writerow([getattr(op, c) for c in OPS_CSV_COLUMNS])
+    with atomic_write(path, "w") as fh:
+        fh.write(buf.getvalue())

@@ -1,0 +1,114 @@
+"""What every verb is asked: a model, a hardware spec, a workload and a parallel plan, spelled once.
+
+The CLI's options and the library's keyword arguments use these names: ``prompt_len`` (prompt
+tokens), ``decode_steps`` (decode passes after the prefill), ``context`` (tokens already cached),
+``attention`` (the view of attention, :data:`DEFAULT_ATTENTION` everywhere).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerscope.errors import LayerscopeError, WorkloadError
+from layerscope.graph.attention import AttentionView
+from layerscope.workload.workload import MAX_BATCH, MAX_DEVICES, MAX_TOKENS
+
+if TYPE_CHECKING:
+    from layerscope.workload import Workload
+
+__all__ = ["DEFAULT_ATTENTION", "AttentionView", "HardwareRef", "ModelRef", "ParallelPlan", "WorkloadRequest",
+           "build_request"]
+
+M = TypeVar("M", bound=BaseModel)
+
+#: The attention view every verb uses unless told otherwise: one fused kernel per attention, as
+#: FlashAttention and PyTorch's SDPA run it (``unfused`` shows QKᵀ, softmax and PV as their own ops).
+DEFAULT_ATTENTION: AttentionView = "fused"
+
+#: A model: a catalog name (``llama-3.2-1b``), a Hugging Face id, a ``config.json`` or a directory,
+#: or an already loaded :class:`~layerscope.model.ModelSpec`.
+ModelRef = Any
+#: A hardware spec: a preset name, a YAML/JSON/CSV/XLSX file, or a :class:`~layerscope.hardware.HardwareSpec`.
+HardwareRef = Any
+
+
+def is_path_like(ref: object) -> bool:
+    """Whether a model or hardware reference names something on disk (a string or a path)."""
+    return isinstance(ref, (str, os.PathLike))
+
+
+class ParallelPlan(BaseModel):
+    """How one model instance is split across devices. Tensor parallelism today (Megatron-style: heads
+    and FFN columns divided, an all-reduce after attention and after the MLP; Shoeybi et al. 2019,
+    arXiv 1909.08053 §3); pipeline, expert and data parallelism join it with ``layerscope plan``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Devices each layer is split across."""
+
+    @property
+    def devices(self) -> int:
+        """Devices one model instance occupies."""
+        return self.tensor_parallel
+
+
+class WorkloadRequest(BaseModel):
+    """The workload of a request, in the verbs' spelling. ``None`` takes :class:`~layerscope.workload.Workload`'s
+    default (batch 1, prompt 512, context 1024, chunk 512, 128 generated tokens)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    phase: Literal["prefill", "decode", "chunked", "generate"] = "decode"
+    """``prefill`` (the prompt), ``decode`` (one token per sequence over a cached context), ``chunked``
+    (a prompt chunk beside decodes), ``generate`` (a prefill, then the decode steps)."""
+    batch: int | None = Field(default=None, gt=0, le=MAX_BATCH)
+    """Sequences per pass."""
+    prompt_len: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    """Prompt tokens per sequence (prefill, generate)."""
+    decode_steps: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    """Decode passes after the prefill: ``generate`` makes ``decode_steps + 1`` tokens (the first comes from
+    the prefill); ``simulate`` of ``decode`` stacks this many steps with a growing KV cache."""
+    context: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    """Tokens already in each decode sequence's KV cache (decode, chunked)."""
+    chunk: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    """Prompt tokens per chunked-prefill pass."""
+    weight_dtype: str = "bf16"
+    """Weight data type (bf16, fp8, int4, …)."""
+    act_dtype: str = "bf16"
+    """Activation data type."""
+    kv_dtype: str = "bf16"
+    """KV-cache data type."""
+
+    def to_workload(self, plan: ParallelPlan | None = None) -> Workload:
+        """The :class:`~layerscope.workload.Workload` this request describes (a ``WorkloadError`` names a bad field)."""
+        from layerscope.workload import make_workload
+
+        fields: dict[str, object] = {"phase": self.phase, "weight_dtype": self.weight_dtype,
+                                     "act_dtype": self.act_dtype, "kv_dtype": self.kv_dtype}
+        for name, value in (("batch_size", self.batch), ("input_len", self.prompt_len),
+                            ("context_len", self.context), ("chunk_size", self.chunk)):
+            if value is not None:
+                fields[name] = value
+        if self.decode_steps is not None and self.phase == "generate":
+            fields["output_len"] = self.decode_steps + 1
+        if plan is not None and plan.tensor_parallel != 1:
+            fields["tensor_parallel"] = plan.tensor_parallel
+        return make_workload(**fields)
+
+
+def build_request(model: type[M], /, error: type[LayerscopeError] = WorkloadError, **fields: object) -> M:
+    """``model(**fields)``, a bad field raising ``error`` that names it (the CLI's exit 2), not pydantic's error."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or model.__name__
+            parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+        raise error("; ".join(parts)) from None
