@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from layerscope.cost.api import sum_decode_steps, time_graph
-from layerscope.cost.execution import EXECUTION_PROFILES, code_role, kernel_plan, previous_same_role, reuse_bytes
+from layerscope.cost.execution import (
+    EXECUTION_PROFILES,
+    HF_EAGER_KINDS,
+    HF_EAGER_MODULE_CALLS,
+    HfEagerKind,
+    code_role,
+    kernel_plan,
+    previous_same_role,
+    reuse_bytes,
+)
 from layerscope.errors import CostModelError, HardwareSpecError
 from layerscope.graph import build_layer_graph, build_model_graph
 from layerscope.graph.builder import build_steps_graph
+from layerscope.graph.ops import OP_KINDS
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model import load_model_spec
 from layerscope.workload import make_workload
@@ -109,6 +121,17 @@ def test_unknown_profile_is_a_clear_error():
     with pytest.raises(CostModelError, match="unknown execution profile 'tvm'; known: fused, hf-eager"):
         kernel_plan("tvm", ())
     assert set(EXECUTION_PROFILES) == {"fused", "hf-eager"}
+
+
+def test_hf_eager_has_one_record_per_op_kind():
+    # every kind states its rules (a new kind must too); one without rules of its own runs as one kernel
+    assert list(HF_EAGER_KINDS) == list(OP_KINDS)
+    assert HF_EAGER_KINDS["sampling"] == HfEagerKind()
+    assert HF_EAGER_MODULE_CALLS == {"embedding": 1, "norm": 1, "gemm": 1, "attention": 1, "residual_add": 0.5,
+                                     "activation": 2, "router": 1, "moe_experts": 2}
+    odd = replace(_layer(input_len=8).ops[0], kind="conv")
+    with pytest.raises(CostModelError, match="unknown op kind 'conv'; known: activation, attention"):
+        kernel_plan("hf-eager", (odd,))
 
 
 def test_eager_norm_time_by_hand():

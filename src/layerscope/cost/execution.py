@@ -1,96 +1,21 @@
-"""Execution profiles: how many kernels the software stack runs per graph op, and what they move.
+"""Execution profiles: the kernels a software stack runs per graph op, and what they move.
 
-A graph op is one operator (an RMSNorm, a RoPE); the kernels that run it depend on the software.
-A serving engine runs each as one fused kernel (profile ``fused``: one launch, the op's compulsory
-bytes). Hugging Face transformers' eager PyTorch modules run each line of their ``forward`` as
-its own aten kernel, every one reading and writing the whole tensor (profile ``hf-eager``). The
-profile is chosen by ``HardwareSpec.execution.kernels``; ``layerscope calibrate`` writes
-``hf-eager`` because it measures PyTorch eager on the device, and every preset is ``fused``.
+A graph op is one operator (an RMSNorm, a RoPE); the kernels that run it depend on the software. A profile
+(``HardwareSpec.execution.kernels``) maps each op to a row of a :class:`KernelPlan`: kernel launches (each
+pays ``launch_overhead_s``, seconds), dimensionless multipliers on the op's activation and KV-cache bytes
+(linear in the op's own bytes, so decode-step interpolation and sweeps stay exact), the bytes of each tensor
+its kernels allocate, each kernel's share of its FLOPs and bytes when they run in sequence, and counts of
+Python ``nn.Module`` calls and ``torch._grouped_mm`` expert groups (each paying seconds that
+``layerscope calibrate`` measures).
 
-A profile maps each op to a :class:`KernelPlan` row: kernel launches (each pays
-``launch_overhead_s``) and multipliers on the op's activation and KV-cache bytes. Multipliers keep
-the work linear in the op's own bytes, so decode-step interpolation and sweeps stay exact.
+``fused`` (every preset; serving engines) runs each op as one kernel moving its compulsory bytes.
+``hf-eager`` (what ``layerscope calibrate`` writes, as it measures PyTorch eager) runs Hugging Face
+transformers' eager modules, one aten kernel per line of their ``forward`` (transformers 5.x,
+``models/llama/modeling_llama.py`` and the families that copy it): one :class:`HfEagerKind` record of rules
+per op kind, in :data:`HF_EAGER_KINDS`.
 
-``hf-eager`` rules, from the transformers 5.x module code (``modeling_llama.py`` and the families
-that copy it), per op of N elements of ``a`` bytes (the activation type):
-
-* **RMSNorm** (``LlamaRMSNorm``): ``to(fp32)``, ``pow``, ``mean``, ``add eps``, ``rsqrt``, ``mul``,
-  ``to(dtype)``, ``weight *``. The casts are no-ops in fp32. Bytes: pow 8N, mean 4N, mul 8N,
-  weight-mul 2aN, plus (a+4)N per cast when ``a`` is not 4: (20 + 2a)N in fp32 (6 kernels),
-  (28 + 4a)N otherwise (8 kernels), against the fused kernel's 2aN. LayerNorm is one native
-  ``layer_norm`` kernel.
-* **RoPE** (``apply_rotary_pos_emb`` on q and k): per tensor ``x*cos`` (2N), ``neg`` of one half
-  (N), ``cat`` (2N), ``rotate_half(x)*sin`` (2N), ``add`` (3N): 5 kernels and 10N per tensor,
-  against 2N fused.
-* **Attention** (``sdpa_attention_forward`` with a ``DynamicCache``): one SDPA kernel plus the
-  ``transpose(1, 2).contiguous()`` copy of its output (2 x output bytes). ``DynamicCache.update``
-  appends with ``torch.cat`` for K and V, reading and writing the whole cache every step: 2x the
-  cache bytes the attention reads, booked on the attention op (it scales with the cache, as the
-  attention's own bytes do), so its KV bytes are multiplied by 3. The ``kv_write`` op keeps its
-  two launches (the two cats) and no bytes of its own.
-* **Gated activation** (``act_fn(gate) * up``): 2 kernels, 5N against 3N fused. ``gelu_new``
-  (GPT-2's tanh formula written out in Python): 8 kernels, 18N against 2N.
-* **MoE** (``Qwen3MoeExperts``/``MixtralExperts`` under transformers 5's default experts implementation,
-  ``grouped_mm`` in ``integrations/moe.py``, whenever ``torch._grouped_mm`` exists): sort the
-  (token, expert) pairs, gather tokens and weights, histogram and cumsum the offsets, two grouped GEMMs,
-  act and mul, the routing-weight multiply, the inverse permutation (empty, arange, index_put, index)
-  and the sum over top-k: 17 kernels whatever the experts hit. On the CPU each of the two ``_grouped_mm``
-  calls loops over all E experts (an ``mm`` and its views per group, empty ones too: 0.7 µs a group hot
-  on the reference CPU, whatever the weights' shape: 0.18 ms per decode step at E = 128);
-  ``grouped_mm_groups`` counts them (2E per op) and each pays ``execution.grouped_mm_group_s``, which
-  ``layerscope calibrate`` measures.
-  Routing top-k is softmax, topk, sum, div and a cast (5 kernels), inside the router module.
-
-* **lm_head on the last position of several sequences** (prefill, batch > 1): ``hidden_states[:, -1:, :]``
-  of a ``[B, S, H]`` tensor is not contiguous, so ``torch.matmul`` cannot fold it into one GEMM and
-  runs ``bmm`` over a broadcast weight: B GEMVs of the whole weight, the threads taking sequences
-  side by side and sharing each pass over it. Measured on the reference CPU (2 threads, Llama 3's
-  128256 x 2048 fp32 lm_head): 1.06, 1.97, 2.34, 3.36 and 4.02 times a GEMV at B = 2, 3, 4, 6, 8
-  (1 thread: 1.8, 2.8, 3.9, 5.8, 7.3), where one contiguous [B, H] GEMM takes 2.5-3.5 GEMVs at every
-  B from 2 to 8. ``gemv_rows`` marks them: the cost models read the weight ceil(B / engines) times
-  and time them as GEMVs (no GEMM efficiency table). Decode's ``[B, 1, H]`` is contiguous: one GEMM.
-  (The passes are not linear in B: ``cost.sweep`` times such prefills point by point through ``estimate``.)
-
-Everything else (GEMMs, embeddings, residual adds, sampling) is one kernel in both profiles.
-
-**Allocations** (``KernelPlan.alloc_bytes``): every eager kernel writes a tensor it allocates, freed when the
-Python reference drops. Small ones come back hot from the heap; the CPU allocator gives large ones new pages
-each time (glibc ``mmap``/``munmap`` above its mmap threshold, 32 MiB at most on 64-bit), and their first
-write faults every page in (``execution.fresh_pages``, which ``layerscope calibrate`` measures). Measured on
-the reference CPU (2 threads): ``sigmoid(g) * u`` over fresh outputs takes what it takes into preallocated
-ones up to 31 MiB per tensor, and 135-190 µs per MiB of output more from 32 MiB on (a 1024-token
-Llama-3.2-1B MLP's activation: 13.8-16 ms in the model, 8.5 predicted without the faults). Per op, the sizes
-of the tensors its kernels allocate: the op's outputs (one kernel; ``fused``); an RMSNorm's ``pow``, ``mul``
-and weight ``mul`` (N each, plus the casts' outside fp32); RoPE's ``x*cos``, the negated half, ``cat``,
-``*sin`` and ``add`` per tensor; attention's SDPA output and its contiguous copy; the gated activation's
-``act(gate)`` and product; the experts' gathered tokens, both grouped GEMMs' outputs, ``act`` and ``mul``, the
-routing-weight product, the re-ordered rows and the top-k sum (S = tokens x top-k rows each). The cache's
-``torch.cat`` (``kv_write``) is left out: it grows with the context, and a step in it would break the exact
-interpolation of decode steps.
-
-**Kernels in sequence** (``KernelPlan.split``): an op's kernels run one after the other, so its time is the
-sum of each kernel's roofline, not one roofline over their summed work; the two differ where one kernel is
-compute-bound and the next memory-bound. The gated activation is such an op: ``act(gate)`` (the SiLU's
-4 FLOPs per element over 2 tensors) and the product with ``up`` (1 FLOP over 3). Measured on the reference CPU
-(2 threads, fp32, 4M elements, 16 MiB tensors): the SiLU 0.44 ms at 38 GFLOP/s, compute-bound, the product
-0.30 ms, memory-bound, the two 0.79 ms; in cache (1M elements) 0.11 + 0.06 ms. The split gives each kernel its
-share of the op's FLOPs and of its memory time (in proportion to its bytes); ``layerscope calibrate`` times the
-SiLU alone for the activation's vector rate (``efficiency.vector_per_kind.activation``). The other eager ops
-stay one roofline: RMSNorm's and RoPE's kernels are alike (the pooled vector rate is fitted on the RMSNorm's
-kernels as one), and attention's share between SDPA and the cache's ``cat`` moves with the context, which
-decode-step interpolation needs linear.
-
-Eager modules also cost Python time of their own: each ``nn.Module`` call (``__call__``, hook dispatch,
-the ``forward`` body's attribute lookups) runs cold inside a model, as the kernels do, after weights
-streamed through the caches (reference CPU: a one-row RMSNorm took 45 µs bare and 58 µs as a module
-right after four cold 2048 x 2048 GEMVs; an add 8.6 and 16). ``HF_EAGER_MODULE_CALLS`` counts the calls
-each op's time includes; each pays ``execution.module_call_s``, which ``layerscope calibrate`` measures.
-How cold depends on the traffic since the op's code last ran, the op of the same role in the layer before
-(:func:`code_role`, :func:`reuse_bytes`): in mock decoder layers of one-row GEMVs on the reference CPU, a
-one-row RMSNorm module took 16, 22 and 54 µs at 44, 80 and 224 MiB a layer, whatever the bytes right before
-it; in Qwen3-0.6B's decode (60 MiB a layer) 21-23 µs, in Llama-3.2-1B's (232 MiB) 35-47 µs, and in both the
-first layer's, after ``lm_head``, more. ``execution.cold_by_reuse`` carries the measured points
-(``cost.models``).
+Each rule's derivation from the module code, with its sources and the measurements behind it:
+``docs/execution-profiles.md``.
 """
 
 from __future__ import annotations
@@ -103,6 +28,7 @@ import numpy as np
 
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import Op
+from layerscope.registry import Registry
 from layerscope.workload.steps import without_step
 
 
@@ -127,11 +53,12 @@ class KernelPlan:
     """Expert groups the op's ``torch._grouped_mm`` calls loop over (each pays
     ``execution.grouped_mm_group_s``); 0 for every other op and every fused profile."""
     alloc_bytes: np.ndarray
-    """[ops, slots]: the bytes of each tensor the op's kernels allocate, zero-padded (module docstring,
-    "Allocations"); those of at least ``execution.fresh_pages.min_bytes`` fault their pages in."""
+    """[ops, slots]: the bytes of each tensor the op's kernels allocate, zero-padded
+    (docs/execution-profiles.md, "Allocations"); those of at least ``execution.fresh_pages.min_bytes`` fault
+    their pages in."""
     split: np.ndarray | None = None
     """[ops, kernels, 2]: the share of the op's FLOPs and of its bytes that each of its kernels runs one after
-    the other, zero-padded (module docstring, "Kernels in sequence"); None: every op one roofline."""
+    the other, zero-padded (docs/execution-profiles.md, "Kernels in sequence"); None: every op one roofline."""
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
@@ -185,6 +112,8 @@ def _act_bytes_per_element(op: Op) -> float:
 
 
 def _eager_norm(op: Op) -> PlanRow:
+    """``LlamaRMSNorm``: (20 + 2a)N bytes in 6 kernels in fp32, (28 + 4a)N in 8 otherwise (a: bytes per
+    activation element), against the fused kernel's 2aN; a LayerNorm is one native ``layer_norm`` kernel."""
     if not op.definition.startswith("rmsnorm"):
         return ONE_KERNEL  # nn.LayerNorm -> one native layer_norm kernel
     a = _act_bytes_per_element(op)
@@ -198,6 +127,7 @@ def _eager_norm(op: Op) -> PlanRow:
 
 
 def _eager_rope(op: Op) -> PlanRow:
+    """``apply_rotary_pos_emb``: 5 kernels and 10N elements moved per tensor (q and k), against 2N fused."""
     a = _act_bytes_per_element(op)
     qk = sum(t.numel for t in op.outputs)
     fused = op.act_read_bytes + op.act_write_bytes
@@ -205,16 +135,20 @@ def _eager_rope(op: Op) -> PlanRow:
 
 
 def _eager_attention(op: Op) -> PlanRow:
+    """SDPA and the ``contiguous()`` copy of its output; ``DynamicCache``'s ``torch.cat`` reads and writes the
+    whole cache again (3x the KV bytes)."""
     out = op.outputs[0].nbytes
     fused = op.act_read_bytes + op.act_write_bytes
     return 2.0, (fused + 2 * out) / fused if fused else 1.0, 3.0
 
 
 def _eager_kv_write(op: Op) -> PlanRow:
+    """The two ``torch.cat`` launches; their bytes are booked on the attention op."""
     return 2.0, 0.0, 0.0
 
 
 def _eager_activation(op: Op) -> PlanRow:
+    """``act_fn(gate) * up``: 2 kernels and 5N against 3N fused; ``gelu_new`` written out: 8 kernels, 18N vs 2N."""
     gated = len(op.inputs) == 2
     if str(op.attr("activation", "")).lower() in ("gelu_new", "gelu_fast"):
         base_launches, base_factor = 8.0, 9.0
@@ -247,12 +181,6 @@ def _activation_split(op: Op) -> KernelSplit:
     return [(1.0 - flop_share, 1.0 - 3.0 / per_element), (flop_share, 3.0 / per_element)]
 
 
-#: hf-eager kernel splits by op kind (module docstring, "Kernels in sequence"); other kinds are one roofline.
-HF_EAGER_SPLITS: dict[str, Callable[[Op], KernelSplit]] = {
-    "activation": _activation_split,
-}
-
-
 def split_table(rows: Sequence[KernelSplit]) -> np.ndarray | None:
     """Per-op kernel splits as a zero-padded [ops, kernels, 2] array; None when every op is one roofline."""
     table = padded_table(rows, (2,))
@@ -260,10 +188,11 @@ def split_table(rows: Sequence[KernelSplit]) -> np.ndarray | None:
 
 
 def _eager_topk(op: Op) -> PlanRow:
+    """The router's softmax, topk, sum, div and cast."""
     return 5.0, 1.0, 1.0
 
 
-#: Kernels of transformers 5's ``grouped_mm_experts_forward`` (module docstring, "MoE").
+#: Kernels of transformers 5's ``grouped_mm_experts_forward`` (docs/execution-profiles.md, "MoE").
 GROUPED_MM_EXPERTS_KERNELS = 17
 
 
@@ -271,42 +200,13 @@ def _eager_moe(op: Op) -> PlanRow:
     return float(GROUPED_MM_EXPERTS_KERNELS), 1.0, 1.0
 
 
-def hf_eager_grouped_mm_groups(op: Op) -> float:
-    """Expert groups an HF-eager op's ``torch._grouped_mm`` calls loop over: the routed experts' gate-up
-    and down projections, each over every expert (module docstring, "MoE"); 0 for other ops."""
-    if op.kind != "moe_experts":
-        return 0.0
+def _no_groups(op: Op) -> float:
+    return 0.0
+
+
+def _experts_grouped_mm_groups(op: Op) -> float:
+    """The routed experts' gate-up and down ``torch._grouped_mm`` calls, each looping over every expert."""
     return 2.0 * float(op.attr("num_experts", 0) or 0)  # type: ignore[arg-type]
-
-
-#: hf-eager rules by op kind; kinds not listed run as one kernel.
-HF_EAGER_RULES: dict[str, Callable[[Op], PlanRow]] = {
-    "norm": _eager_norm,
-    "rope": _eager_rope,
-    "attention": _eager_attention,
-    "kv_write": _eager_kv_write,
-    "activation": _eager_activation,
-    "topk": _eager_topk,
-    "moe_experts": _eager_moe,
-}
-
-
-#: ``nn.Module`` calls per op of each kind in HF eager (transformers 5.x Llama/Qwen3/Mixtral modules):
-#: projections, the router and the embedding are ``nn.Linear``/``nn.Embedding``, norms a module each;
-#: the gated activation carries the MLP module's call and its ``act_fn`` module's; attention the
-#: attention module's; the experts op the sparse-MoE block's and the experts module's; each of a
-#: layer's two residual adds half of the decoder layer's call (its own code, between its children).
-#: RoPE, the KV-cache update, top-k and sampling are functions and methods, not modules.
-HF_EAGER_MODULE_CALLS: dict[str, float] = {
-    "gemm": 1.0,
-    "router": 1.0,
-    "embedding": 1.0,
-    "norm": 1.0,
-    "activation": 2.0,
-    "attention": 1.0,
-    "moe_experts": 2.0,
-    "residual_add": 0.5,
-}
 
 
 def _norm_allocs(op: Op) -> list[float]:
@@ -353,15 +253,65 @@ def _no_allocs(op: Op) -> list[float]:
     return []
 
 
-#: hf-eager allocation rules by op kind (module docstring, "Allocations"); other kinds allocate their outputs.
-HF_EAGER_ALLOCS: dict[str, Callable[[Op], list[float]]] = {
-    "norm": _norm_allocs,
-    "rope": _rope_allocs,
-    "attention": _attention_allocs,
-    "kv_write": _no_allocs,
-    "activation": _activation_allocs,
-    "moe_experts": _moe_allocs,
-}
+@dataclass(frozen=True)
+class HfEagerKind:
+    """The ``hf-eager`` rules of one op kind (their derivation: docs/execution-profiles.md).
+
+    The defaults are how a kind with no rule of its own runs: one kernel moving the op's own bytes, one
+    roofline, its outputs allocated, no ``nn.Module`` call, no grouped GEMM.
+    """
+
+    plan: Callable[[Op], PlanRow] = _one_kernel
+    """The op's :class:`KernelPlan` row: (launches, activation-byte factor, KV-byte factor)."""
+    split: Callable[[Op], KernelSplit] = _one_roofline
+    """Its kernels in sequence: (share of the op's FLOPs, share of its bytes) per kernel ("Kernels in sequence")."""
+    allocs: Callable[[Op], list[float]] = output_allocs
+    """The bytes of each tensor its kernels allocate ("Allocations")."""
+    module_calls: float = 0.0
+    """``nn.Module`` calls its time includes, each paying ``execution.module_call_s`` ("Module calls")."""
+    grouped_mm_groups: Callable[[Op], float] = _no_groups
+    """Expert groups its ``torch._grouped_mm`` calls loop over, each paying ``execution.grouped_mm_group_s``."""
+
+
+#: ``hf-eager`` rules by op kind, one record for every kind of :data:`~layerscope.graph.ops.OP_KINDS`.
+#: Module calls (transformers 5.x Llama/Qwen3/Mixtral): projections, the router and the embedding are
+#: ``nn.Linear``/``nn.Embedding``; the gated activation carries the MLP module's call and its ``act_fn``'s; the
+#: experts the sparse-MoE block's and the experts module's; each residual add half the decoder layer's call.
+HF_EAGER_KINDS: Registry[HfEagerKind] = Registry("op kind", CostModelError, {
+    "embedding": HfEagerKind(module_calls=1.0),
+    "norm": HfEagerKind(plan=_eager_norm, allocs=_norm_allocs, module_calls=1.0),
+    "gemm": HfEagerKind(module_calls=1.0),
+    "rope": HfEagerKind(plan=_eager_rope, allocs=_rope_allocs),
+    "kv_write": HfEagerKind(plan=_eager_kv_write, allocs=_no_allocs),  # its bytes grow with the context
+    "kv_read": HfEagerKind(),
+    "attention": HfEagerKind(plan=_eager_attention, allocs=_attention_allocs, module_calls=1.0),
+    "qk_matmul": HfEagerKind(),
+    "softmax_max": HfEagerKind(),
+    "softmax_exp": HfEagerKind(),
+    "softmax_norm": HfEagerKind(),
+    "pv_matmul": HfEagerKind(),
+    "residual_add": HfEagerKind(module_calls=0.5),
+    "activation": HfEagerKind(plan=_eager_activation, split=_activation_split, allocs=_activation_allocs,
+                              module_calls=2.0),
+    "router": HfEagerKind(module_calls=1.0),
+    "topk": HfEagerKind(plan=_eager_topk),  # inside the router module
+    "moe_experts": HfEagerKind(plan=_eager_moe, allocs=_moe_allocs, module_calls=2.0,
+                               grouped_mm_groups=_experts_grouped_mm_groups),
+    "sampling": HfEagerKind(),
+    "communication": HfEagerKind(),
+})
+
+#: ``nn.Module`` calls per op kind (the kinds with any), derived from :data:`HF_EAGER_KINDS`; kept under its
+#: former name because the docstrings of ``capture.unprofiled``, ``hardware.spec`` and ``analysis.validate``
+#: and bench/ACCURACY.md cite it.
+HF_EAGER_MODULE_CALLS: dict[str, float] = {kind: r.module_calls for kind, r in HF_EAGER_KINDS.items()
+                                           if r.module_calls}
+
+
+def hf_eager_grouped_mm_groups(op: Op) -> float:
+    """Expert groups an HF-eager op's ``torch._grouped_mm`` calls loop over: the routed experts' gate-up
+    and down projections, each over every expert (docs/execution-profiles.md, "MoE"); 0 for other ops."""
+    return HF_EAGER_KINDS.lookup(op.kind).grouped_mm_groups(op)
 
 
 def _eager_gemv_rows(op: Op) -> float:
@@ -378,17 +328,17 @@ def _fused(ops: Sequence[Op]) -> KernelPlan:
 
 
 def _hf_eager(ops: Sequence[Op]) -> KernelPlan:
-    rows = np.array([HF_EAGER_RULES.get(op.kind, _one_kernel)(op) for op in ops],
-                    dtype=np.float64).reshape(len(ops), 3)
+    n = len(ops)
+    ruled = [(HF_EAGER_KINDS.lookup(op.kind), op) for op in ops]
+    rows = np.array([r.plan(op) for r, op in ruled], dtype=np.float64).reshape(n, 3)
     return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy(),
                       out_share=output_share(ops),
-                      gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=len(ops)),
-                      module_calls=np.fromiter((HF_EAGER_MODULE_CALLS.get(op.kind, 0.0) for op in ops),
-                                               dtype=np.float64, count=len(ops)),
-                      grouped_mm_groups=np.fromiter((hf_eager_grouped_mm_groups(op) for op in ops),
-                                                    dtype=np.float64, count=len(ops)),
-                      alloc_bytes=alloc_table([HF_EAGER_ALLOCS.get(op.kind, output_allocs)(op) for op in ops]),
-                      split=split_table([HF_EAGER_SPLITS.get(op.kind, _one_roofline)(op) for op in ops]))
+                      gemv_rows=np.fromiter((_eager_gemv_rows(op) for op in ops), dtype=np.float64, count=n),
+                      module_calls=np.fromiter((r.module_calls for r, _ in ruled), dtype=np.float64, count=n),
+                      grouped_mm_groups=np.fromiter((r.grouped_mm_groups(op) for r, op in ruled),
+                                                    dtype=np.float64, count=n),
+                      alloc_bytes=alloc_table([r.allocs(op) for r, op in ruled]),
+                      split=split_table([r.split(op) for r, op in ruled]))
 
 
 def code_role(op: Op) -> str:
@@ -421,18 +371,10 @@ def reuse_bytes(previous: np.ndarray, bytes_: np.ndarray) -> np.ndarray:
 
 
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).
-EXECUTION_PROFILES: dict[str, Callable[[Sequence[Op]], KernelPlan]] = {
-    "fused": _fused,
-    "hf-eager": _hf_eager,
-}
+EXECUTION_PROFILES: Registry[Callable[[Sequence[Op]], KernelPlan]] = Registry(
+    "execution profile", CostModelError, {"fused": _fused, "hf-eager": _hf_eager})
 
 
 def kernel_plan(name: str, ops: Sequence[Op]) -> KernelPlan:
     """The plan of profile ``name`` for ``ops``; an unknown name lists the known ones."""
-    try:
-        profile = EXECUTION_PROFILES[name]
-    except KeyError:
-        raise CostModelError(
-            f"unknown execution profile {name!r}; known: {', '.join(sorted(EXECUTION_PROFILES))}"
-        ) from None
-    return profile(ops)
+    return EXECUTION_PROFILES.lookup(name)(ops)
