@@ -21,6 +21,7 @@ from layerscope.units import atomic_write
 #: Result models by the command whose ``--json`` prints them: ``module:Class`` (imported on use).
 RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "estimate": "layerscope.app.estimate:EstimateResult",
+    "simulate": "layerscope.app.simulate:SimulateResult",
 })
 
 

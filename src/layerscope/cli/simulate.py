@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
+from layerscope.cli import options
+
 if TYPE_CHECKING:
+    from layerscope.app.simulate import SimulateResult
     from layerscope.model import ModelSpec
 
 
@@ -18,65 +21,76 @@ def register(app: typer.Typer) -> None:
 
 
 def simulate_cmd(
-    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Catalog name, HF id, config.json or directory."),
-    hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Preset name or YAML/JSON/CSV/XLSX file."),
+    model: str = options.model(),
+    hardware: str = options.hardware(),
     engines: str = typer.Option("4", "--engines", "-e", help="Engine count, 1..8, 1,2,4,8, or 'spec' (its cores)."),
     policy: str = typer.Option("list", "--policy", help="list | in-order"),
     phase: str = typer.Option("decode", "--phase", help="decode | prefill | chunked"),
-    batch: int | None = typer.Option(None, "--batch", "-b", help="Sequences per pass."),
-    context: int | None = typer.Option(None, "--context", help="Cached tokens per decode sequence (1024)."),
-    input_len: int | None = typer.Option(None, "--input", help="Prompt tokens (prefill)."),
-    chunk: int | None = typer.Option(None, "--chunk", help="Prompt tokens per chunked-prefill pass."),
+    batch: int | None = options.batch(None),
+    context: int | None = options.context(None),
+    prompt_len: int | None = options.prompt_len(None, help="Prompt tokens per sequence (prefill) [default: 512]."),
+    chunk: int | None = options.chunk(None),
     all_layers: bool = typer.Option(False, "--all-layers", help="The whole model, not one layer."),
     layers: int | None = typer.Option(None, "--layers",
                                       help="Keep only the first N decoder layers and simulate that model whole "
                                            "(embedding, N layers, final norm, lm_head), as capture --layers runs it."),
-    steps: int | None = typer.Option(None, "--steps", help="Decode steps with a growing KV cache."),
+    decode_steps: int | None = options.decode_steps(None, help="Decode steps with a growing KV cache, as one graph."),
     layer: int = typer.Option(0, "--layer", help="Decoder layer simulated alone (default 0)."),
-    attention: str = typer.Option("unfused", "--attention", help="unfused (QKᵀ, softmax, PV ops) | fused"),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype"),
-    act_dtype: str = typer.Option("bf16", "--act-dtype"),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype"),
-    cost: str = typer.Option("roofline", "--cost", help="Cost model: roofline | tiling | hierarchical"),
+    attention: str = options.attention(),
+    weight_dtype: str = options.weight_dtype(),
+    act_dtype: str = options.act_dtype(),
+    kv_dtype: str = options.kv_dtype(),
+    cost_model: str | None = options.cost_model(None),
     no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
                                              help="Every engine sees the full memory bandwidth."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace"),
     open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev (needs --out)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json("Print one JSON object (docs/schema/simulate.json)."),
+    input_alias: int | None = options.alias("--input"),
+    steps_alias: int | None = options.alias("--steps"),
+    cost_alias: str | None = options.alias("--cost"),
 ) -> None:
     """Schedule a layer / model / decode steps on N compute engines sharing memory bandwidth."""
+    from layerscope.app.requests import WorkloadRequest, build_request
+    from layerscope.app.simulate import SIMULATED_PHASES, SimulateRequest, result_of, run_simulation
     from layerscope.errors import OutputError
-    from layerscope.trace.simulate import simulate
 
     if open_ui and out is None:
         raise OutputError("--open needs --out PATH (the trace to serve)")
     if out is not None and (not str(out).strip() or out.is_dir()):
         raise OutputError(f"--out {str(out)!r} is not a file name (empty or a directory); give one ending "
                           ".json, .json.gz or .pftrace")
-    if attention not in ("fused", "unfused"):
-        from layerscope.errors import GraphError
-
-        raise GraphError(f"--attention: {attention!r}; known: fused, unfused")
     if layers is not None and layer != 0:
         from layerscope.errors import WorkloadError
 
         raise WorkloadError(f"--layer {layer} and --layers {layers}: --layers simulates the first N layers whole; "
                             "give one of them")
-    result = simulate(
-        model if layers is None else _first_layers(model, layers), hardware, engines=engines, policy=policy,
-        share_bandwidth=not no_shared_bandwidth, cost_model=cost, phase=phase, batch=batch, context=context,
-        input_len=input_len, chunk=chunk, all_layers=all_layers or layers is not None, steps=steps, layer=layer,
-        attention=attention,  # type: ignore[arg-type]
-        weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, out=out,
+    if phase not in SIMULATED_PHASES:
+        from layerscope.errors import ScheduleError
+
+        raise ScheduleError(f"phase: {phase!r} cannot be simulated as one graph; known: {', '.join(SIMULATED_PHASES)} "
+                            "(decode steps of a generation: --phase decode --decode-steps N)")
+    workload = build_request(
+        WorkloadRequest, phase=phase, batch=batch, context=context, chunk=chunk, weight_dtype=weight_dtype,
+        act_dtype=act_dtype, kv_dtype=kv_dtype,
+        prompt_len=options.resolve(prompt_len, "--prompt-len", input_alias, "--input", None),
+        decode_steps=options.resolve(decode_steps, "--decode-steps", steps_alias, "--steps", None),
     )
+    request = build_request(
+        SimulateRequest, model=model if layers is None else _first_layers(model, layers), hardware=hardware,
+        workload=workload, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
+        cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
+        attention=attention, all_layers=all_layers or layers is not None, layer=layer, out=out,
+    )
+    result = result_of(run_simulation(request))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(result.to_dict())
+        print_json(result)
     else:
         _render(result)
-    if open_ui and result.trace_path is not None:
-        _open(result.trace_path)
+    if open_ui and result.trace is not None:
+        _open(Path(result.trace))
 
 
 def _first_layers(model: str, layers: int) -> ModelSpec:
@@ -126,7 +140,7 @@ def _open(path: Path, *, as_json: bool = False, browser: bool = True, timeout_s:
     return fetched
 
 
-def _render(result: Any) -> None:
+def _render(result: SimulateResult) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_time_s
@@ -134,18 +148,18 @@ def _render(result: Any) -> None:
     con = console()
     s = result.schedule
     con.print(
-        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {esc(result.problem.name)} · "
-        f"{result.problem.n} ops · cost {esc(result.timed.cost_model)} · policy {esc(s.policy)} · "
-        f"bandwidth {'shared' if s.share_bandwidth else 'per engine'}"
+        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {esc(result.graph)} · "
+        f"{result.ops} ops · cost {esc(result.cost_model)} · policy {esc(result.policy)} · "
+        f"bandwidth {'shared' if result.share_bandwidth else 'per engine'}"
     )
-    t = Table(title="engine sweep" if len(result.sweep.rows) > 1 else "schedule")
+    t = Table(title="engine sweep" if len(result.sweep) > 1 else "schedule")
     for col in ("engines", "makespan", "speedup", "engine util", "bandwidth util"):
         t.add_column(col, justify="right")
-    for row in result.sweep.rows:
-        mark = " ◀" if row["engines"] == result.sweep.engines_used else ""
-        t.add_row(f"{row['engines']}{mark}", fmt_time_s(row["makespan_ns"] / 1e9), f"{row['speedup']:.2f}x",
-                  f"{row['engine_utilization']:.1%}", f"{row['bandwidth_utilization']:.1%}")
+    for row in result.sweep:
+        mark = " ◀" if row.engines == result.engines_used else ""
+        t.add_row(f"{row.engines}{mark}", fmt_time_s(row.makespan_ns / 1e9), f"{row.speedup:.2f}x",
+                  f"{row.engine_utilization:.1%}", f"{row.bandwidth_utilization:.1%}")
     con.print(t)
-    con.print(f"engines used: {result.sweep.engines_used} (smallest count within 2% of the best makespan)")
-    if result.trace_path is not None:
-        con.print(f"trace: {esc(result.trace_path)} ({s.engines.count} engines)")
+    con.print(f"engines used: {result.engines_used} (smallest count within 2% of the best makespan)")
+    if result.trace is not None:
+        con.print(f"trace: {esc(result.trace)} ({s.engines} engines)")

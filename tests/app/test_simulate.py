@@ -1,4 +1,5 @@
-"""``simulate`` end to end and the ``layerscope simulate`` / ``layerscope open`` commands."""
+"""``app.simulate`` end to end (one request in, one result out) and the ``layerscope simulate`` /
+``layerscope open`` commands."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from layerscope.app.requests import WorkloadRequest
+from layerscope.app.simulate import SimulateRequest, SimulationRun, result_of, run_simulation, simulate
 from layerscope.cli.app import app
 from layerscope.errors import LayerscopeError, ScheduleError
 from layerscope.model import model_spec_from_dict, tiny_config
-from layerscope.trace.simulate import simulate
+
+
+def _run(model: Any, hardware: str, *, workload: dict[str, Any] | None = None, **kw: Any) -> SimulationRun:
+    return run_simulation(SimulateRequest(model=model, hardware=hardware, workload=WorkloadRequest(**(workload or {})),
+                                          **kw))
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +27,14 @@ def tiny():  # type: ignore[no-untyped-def]
     return model_spec_from_dict(tiny_config("llama"), "tiny-llama")
 
 
-def test_layer_decode_unfused_by_default(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = simulate(tiny, "h100-sxm", engines="1..4", out=tmp_path / "t.json")
+def test_layer_decode_fused_by_default(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Every verb's attention view defaults to fused (one op per attention, as SDPA/FlashAttention run it)."""
+    kinds = [op.kind for op in _run(tiny, "h100-sxm").timed.graph.ops]
+    assert "attention" in kinds and "qk_matmul" not in kinds and "softmax_exp" not in kinds
+
+
+def test_layer_decode_unfused(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(tiny, "h100-sxm", engines="1..4", out=tmp_path / "t.json", attention="unfused")
     kinds = [op.kind for op in r.timed.graph.ops]
     # The classic layer study: unfused attention with a 3-stage softmax, one layer, decode.
     for k in ("norm", "gemm", "rope", "kv_write", "qk_matmul", "softmax_max", "softmax_exp", "softmax_norm",
@@ -31,38 +44,43 @@ def test_layer_decode_unfused_by_default(tiny, tmp_path: Path) -> None:  # type:
     assert [row["engines"] for row in r.sweep.rows] == [1, 2, 3, 4]
     assert r.schedule.engines.count == r.sweep.engines_used
     assert r.sweep.rows[0]["makespan_ns"] == pytest.approx(r.timed.time_s.sum() * 1e9, abs=len(kinds))
-    d = r.to_dict()
-    assert d["engines_used"] == r.sweep.engines_used and d["trace"] == str(tmp_path / "t.json")
+    d = result_of(r)
+    assert d.engines_used == r.sweep.engines_used and d.trace == str(tmp_path / "t.json")
+    assert d.sum_of_op_times_ns == round(float(r.timed.time_s.sum()) * 1e9) and d.schedule.engines == d.engines_used
     ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert sum(e["ph"] == "X" for e in ev) == len(kinds)
 
 
-@pytest.mark.parametrize(("kw", "layers", "min_ops"), [
-    ({"all_layers": True}, {0, 1, None}, 30),
-    ({"steps": 3}, {0, None}, 3 * 15),  # layer 0 plus embedding, lm_head, sampling per step
-    ({"steps": 2, "all_layers": True}, {0, 1, None}, 60),
-    ({"phase": "prefill", "input_len": 32}, {0}, 15),
-    ({"phase": "chunked", "chunk": 16, "context": 32}, {0}, 15),
+@pytest.mark.parametrize(("kw", "workload", "layers", "min_ops"), [
+    ({"all_layers": True}, {}, {0, 1, None}, 30),
+    ({}, {"decode_steps": 3}, {0, None}, 3 * 15),  # layer 0 plus embedding, lm_head, sampling per step
+    ({"all_layers": True}, {"decode_steps": 2}, {0, 1, None}, 60),
+    ({}, {"phase": "prefill", "prompt_len": 32}, {0}, 15),
+    ({}, {"phase": "chunked", "chunk": 16, "context": 32}, {0}, 15),
 ])
-def test_scopes(tiny, kw, layers, min_ops) -> None:  # type: ignore[no-untyped-def]
-    r = simulate(tiny, "h100-sxm", engines=2, **kw)
+def test_scopes(tiny, kw, workload, layers, min_ops) -> None:  # type: ignore[no-untyped-def]
+    r = _run(tiny, "h100-sxm", engines=2, workload=workload, attention="unfused", **kw)
     assert {op.layer for op in r.timed.graph.ops} == layers
     assert r.problem.n >= min_ops
 
 
 def test_shared_bandwidth_never_beats_bytes_over_bandwidth(tiny) -> None:  # type: ignore[no-untyped-def]
-    r = simulate(tiny, "h100-sxm", engines="1..8", steps=4, all_layers=True, attention="fused")
+    r = _run(tiny, "h100-sxm", engines="1..8", workload={"decode_steps": 4}, all_layers=True)
     floor_ns = r.problem.total_memory_bytes / r.problem.bandwidth_bytes_per_s * 1e9
     assert all(row["makespan_ns"] >= floor_ns - r.problem.n for row in r.sweep.rows)
 
 
 def test_errors_are_layerscope_errors(tiny) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ScheduleError, match="unknown policy"):
-        simulate(tiny, "h100-sxm", policy="nope")
+        _run(tiny, "h100-sxm", policy="nope")
     with pytest.raises(ScheduleError, match="engines"):
-        simulate(tiny, "h100-sxm", engines="0")
+        _run(tiny, "h100-sxm", engines="0")
     with pytest.raises(LayerscopeError):
-        simulate(tiny, "no-such-chip")
+        _run(tiny, "no-such-chip")
+    with pytest.raises(ScheduleError, match="generate"):
+        _run(tiny, "h100-sxm", workload={"phase": "generate"})
+    with pytest.raises(ScheduleError, match="decode_steps"):
+        _run(tiny, "h100-sxm", workload={"decode_steps": 0})
 
 
 def test_cli_table_json_and_trace(tmp_path: Path) -> None:
@@ -110,9 +128,9 @@ def test_cli_open_serves_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_engines_from_the_hardware_spec():
     # NVL-AX: 32 cores; "spec" gives one engine per core.
-    result = simulate("llama-3.2-1b", "nvl-ax", engines="spec")
-    assert result.schedule.engines.count == 32
-    assert [r["engines"] for r in result.sweep.records()] == [32]
+    result = simulate(SimulateRequest(model="llama-3.2-1b", hardware="nvl-ax", engines="spec"))
+    assert result.schedule.engines == 32 == result.engines_used
+    assert [r.engines for r in result.sweep] == [32]
 
 
 def test_simulated_traces_load_in_the_real_trace_processor(perfetto_oracle: Any, run_cli: Any,
@@ -126,7 +144,7 @@ def test_simulated_traces_load_in_the_real_trace_processor(perfetto_oracle: Any,
     cfg.write_text(json.dumps(tiny_config("llama")))
     for suffix in (".pftrace", ".json"):
         out = tmp_path / f"sim{suffix}"
-        res = run_cli("simulate", "--model", str(cfg), "--engines", "1..3", "--steps", "2", "--all-layers",
+        res = run_cli("simulate", "--model", str(cfg), "--engines", "1..3", "--decode-steps", "2", "--all-layers",
                       "--out", str(out), "--json")
         assert res.returncode == 0, res.stderr
         summary = json.loads(res.stdout)

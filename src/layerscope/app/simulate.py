@@ -1,0 +1,251 @@
+"""``simulate``: a model's op graph timed on a hardware spec and scheduled on N compute engines that share
+memory bandwidth, one schedule per engine count, the chosen one written as a Perfetto trace.
+
+:func:`simulate` takes one :class:`SimulateRequest` and returns one :class:`SimulateResult` (its schema:
+docs/schema/simulate.json); :func:`run_simulation` returns the arrays behind it (:class:`SimulationRun`)
+for verbs that go on computing with them (validate, demo, the golden traces).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerscope.app.requests import (
+    DEFAULT_ATTENTION,
+    AttentionView,
+    HardwareRef,
+    ModelRef,
+    WorkloadRequest,
+)
+from layerscope.errors import ScheduleError
+from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy
+from layerscope.schedule.sweep import Sweep, parse_engine_counts, sweep_engines
+
+if TYPE_CHECKING:
+    from layerscope.cost.timed import TimedGraph
+    from layerscope.graph import OpGraph
+    from layerscope.model import ModelSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SIMULATED_PHASES", "SimulateRequest", "SimulateResult", "SimulationRun", "build_graph",
+           "run_simulation", "simulate"]
+
+#: Phases one simulated graph is built for (``generate`` is a prefill and many decode steps: simulate
+#: ``decode`` with ``decode_steps``).
+SIMULATED_PHASES = ("prefill", "decode", "chunked")
+
+_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class SimulateRequest(BaseModel):
+    """What to simulate: which graph (one layer, the first N layers, the whole model, decode steps), on which
+    hardware, split into how many engines, scheduled by which policy, and where to write the trace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
+                              arbitrary_types_allowed=True)
+
+    model: ModelRef = "llama-3.2-1b"
+    """Catalog name, Hugging Face id, ``config.json`` or directory, or a loaded ModelSpec."""
+    hardware: HardwareRef = "h100-sxm"
+    """Preset name or YAML/JSON/CSV/XLSX file, or a loaded HardwareSpec."""
+    workload: WorkloadRequest = WorkloadRequest()
+    """Phase (prefill, decode, chunked), batch, lengths, dtypes; ``decode_steps`` stacks that many decode steps
+    with a growing KV cache."""
+    engines: int | str | list[int] = 4
+    """Engine counts: 4, ``"1..8"``, ``"1,2,4,8"``, a list, or ``"spec"`` (one per core/SM of the hardware)."""
+    policy: str = "list"
+    """Registered scheduling policy: ``list`` (HEFT ranks, never worse than program order) or ``in-order``."""
+    share_bandwidth: bool = True
+    """Engines share the chip's memory bandwidth (False: each sees all of it)."""
+    cost_model: str = "roofline"
+    """Registered cost model that times each op."""
+    attention: AttentionView = DEFAULT_ATTENTION
+    """``fused`` (one attention op) or ``unfused`` (QKᵀ, softmax and PV as their own ops)."""
+    all_layers: bool = False
+    """The whole model (embedding to lm_head), not one layer."""
+    layer: int = Field(default=0, ge=0)
+    """The decoder layer simulated alone (when not ``all_layers``)."""
+    out: Path | None = None
+    """Trace to write: ``.json``, ``.json.gz`` or ``.pftrace``; ``None`` writes none."""
+
+
+@dataclass(frozen=True)
+class SimulationRun:
+    """What :func:`run_simulation` computed. ``schedule`` is the one written to the trace: the only one, or
+    for a sweep the schedule at ``sweep.engines_used``."""
+
+    model: str
+    hardware: str
+    timed: TimedGraph
+    problem: ScheduleProblem
+    sweep: Sweep
+    schedule: Schedule
+    trace_path: Path | None
+
+
+class SweepRow(BaseModel):
+    """One engine count of the sweep."""
+
+    model_config = _RESULT_CONFIG
+
+    engines: int
+    """Engines the chip is split into."""
+    makespan_ns: int
+    """Time from the first op's start to the last op's end, nanoseconds."""
+    speedup: float
+    """One engine's makespan over this one's."""
+    engine_utilization: float
+    """Busy engine-time over ``engines × makespan``, 0..1."""
+    bandwidth_utilization: float
+    """Bytes moved over what the memory bandwidth could move in the makespan, 0..1."""
+    within_tolerance: bool
+    """Makespan within 2% of the sweep's best."""
+
+
+class ScheduleSummary(BaseModel):
+    """The schedule written to the trace."""
+
+    model_config = _RESULT_CONFIG
+
+    graph: str
+    """The graph's name (``<model>:<phase>…``)."""
+    ops: int
+    """Ops scheduled."""
+    engines: int
+    """Engines used."""
+    policy: str
+    """The scheduling policy."""
+    share_bandwidth: bool
+    """Whether the engines shared the memory bandwidth."""
+    makespan_ns: int
+    """First start to last end, nanoseconds."""
+    engine_utilization: float
+    """Busy engine-time over ``engines × makespan``, 0..1."""
+    bandwidth_utilization: float
+    """Bytes moved over what the memory bandwidth could move in the makespan, 0..1."""
+    engine_busy_ns: list[int]
+    """Busy time of each engine, nanoseconds."""
+
+
+class SimulateResult(BaseModel):
+    """The answer of ``layerscope simulate``: its ``--json`` output."""
+
+    model_config = _RESULT_CONFIG
+
+    model: str
+    """The model's name."""
+    hardware: str
+    """The hardware spec's name."""
+    graph: str
+    """The simulated graph's name."""
+    ops: int
+    """Ops in the graph."""
+    dependencies: int
+    """Dependency edges between them."""
+    cost_model: str
+    """The cost model that timed the ops."""
+    policy: str
+    """The scheduling policy."""
+    share_bandwidth: bool
+    """Whether the engines shared the memory bandwidth."""
+    bandwidth_bytes_per_s: float
+    """The memory bandwidth the engines share, bytes per second."""
+    sum_of_op_times_ns: int
+    """The ops' durations summed (one engine with no overlap), nanoseconds."""
+    sweep: list[SweepRow]
+    """One row per engine count."""
+    engines_used: int
+    """The smallest engine count whose makespan is within 2% of the best (its schedule is the one written)."""
+    schedule: ScheduleSummary
+    """The schedule written to the trace."""
+    trace: str | None
+    """The trace written, or ``null``."""
+
+
+def build_graph(spec: ModelSpec, workload: WorkloadRequest, *, all_layers: bool = False, layer: int = 0,
+                attention: AttentionView = DEFAULT_ATTENTION) -> OpGraph:
+    """The op graph of one layer (default), the whole model (``all_layers``), or ``workload.decode_steps``
+    decode steps with a growing KV cache (from ``context`` for decode and chunked, from ``prompt_len`` after a
+    prefill)."""
+    from layerscope.graph import build_layer_graph, build_model_graph, build_steps_graph
+
+    if workload.phase not in SIMULATED_PHASES:
+        raise ScheduleError(f"phase: {workload.phase!r} cannot be simulated as one graph; known: "
+                            f"{', '.join(SIMULATED_PHASES)} (decode steps of a generation: --phase decode "
+                            "--decode-steps N)")
+    built = workload.to_workload()
+    steps = workload.decode_steps
+    if steps is not None:
+        if steps < 1:
+            raise ScheduleError(f"decode_steps: {steps} must be >= 1")
+        return build_steps_graph(spec, built, steps, attention, all_layers=all_layers)
+    fwd = built.passes()[0]
+    if all_layers:
+        return build_model_graph(spec, fwd, built, attention)
+    return build_layer_graph(spec, fwd, built, layer, attention)
+
+
+def run_simulation(request: SimulateRequest) -> SimulationRun:
+    """Build the graph of ``request``, time it, schedule it on each engine count, and write the trace."""
+    from layerscope.cost import time_graph
+    from layerscope.hardware import HardwareSpec, load_hardware
+    from layerscope.model import ModelSpec, load_model_spec
+
+    get_policy(request.policy)
+    engines = request.engines
+    # "spec": one engine per core/SM/CU of the hardware spec, each owning 1/count of the chip.
+    from_spec = isinstance(engines, str) and engines.strip().lower() == "spec"
+    counts = [] if from_spec else list(parse_engine_counts(engines))
+    inputs: list[str | os.PathLike[str]] = []
+    if isinstance(request.model, ModelSpec):
+        spec = request.model
+    else:
+        spec = load_model_spec(os.fspath(request.model))
+        inputs.append(request.model)
+    if isinstance(request.hardware, HardwareSpec):
+        hw = request.hardware
+    else:
+        hw = load_hardware(os.fspath(request.hardware))
+        inputs.append(request.hardware)
+    if from_spec:
+        counts = [hw.engines.count]
+    op_graph = build_graph(spec, request.workload, all_layers=request.all_layers, layer=request.layer,
+                           attention=request.attention)
+    timed = time_graph(op_graph, hw, request.cost_model)
+    problem = ScheduleProblem.from_timed(timed)
+    log.info("scheduling %d ops on %s engines (%s)", problem.n, counts, request.policy)
+    sweep = sweep_engines(problem, counts, request.policy, request.share_bandwidth)
+    chosen = sweep.schedules[counts.index(sweep.engines_used)]
+    path = None
+    if request.out is not None:
+        from layerscope.trace.writers import TraceMetadata, write_schedule_trace
+
+        meta = TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}")
+        path = write_schedule_trace(chosen, meta, request.out, inputs=tuple(p for p in inputs if Path(p).exists()))
+    return SimulationRun(spec.name, hw.name, timed, problem, sweep, chosen, path)
+
+
+def result_of(run: SimulationRun) -> SimulateResult:
+    """The result model of a simulation run."""
+    summary: dict[str, Any] = run.schedule.summary()
+    return SimulateResult(
+        model=run.model, hardware=run.hardware, graph=run.problem.name, ops=run.problem.n,
+        dependencies=run.problem.num_edges, cost_model=run.timed.cost_model, policy=run.schedule.policy,
+        share_bandwidth=run.schedule.share_bandwidth, bandwidth_bytes_per_s=run.problem.bandwidth_bytes_per_s,
+        sum_of_op_times_ns=round(float(run.timed.time_s.sum()) * 1e9),
+        sweep=[SweepRow.model_validate(row) for row in run.sweep.rows], engines_used=run.sweep.engines_used,
+        schedule=ScheduleSummary.model_validate(summary),
+        trace=str(run.trace_path) if run.trace_path else None,
+    )
+
+
+def simulate(request: SimulateRequest) -> SimulateResult:
+    """Simulate ``request`` (see :func:`run_simulation`) and describe what was computed."""
+    return result_of(run_simulation(request))
