@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(native is None, reason="the C event loop is not 
 FIELDS = ("engine", "start_ns", "end_ns", "engine_busy_ns", "bandwidth_time_ns", "bandwidth_bytes_per_s")
 
 
-def _both(problem: ScheduleProblem, engines: int | EngineSet, policy: str, share: bool,
+def _both(problem: ScheduleProblem, engines: int | EngineSet, policy: str | core.SchedulingPolicy, share: bool,
           monkeypatch: pytest.MonkeyPatch) -> tuple[core.Schedule, core.Schedule]:
     with monkeypatch.context() as m:
         m.setenv("LAYERSCOPE_SCHEDULE_NATIVE", "1")
@@ -35,13 +35,14 @@ def _both(problem: ScheduleProblem, engines: int | EngineSet, policy: str, share
     return c, py
 
 
-def _assert_same_loops(problem: ScheduleProblem, engines: int | EngineSet, policy: str, share: bool) -> None:
+def _assert_same_loops(problem: ScheduleProblem, engines: int | EngineSet, policy: str | core.SchedulingPolicy,
+                       share: bool) -> None:
     # the raw float times, before the schedule rounds them to integer ns: equal bit for bit
     es = core.as_engine_set(engines)
     prep = core._prepare(problem, es)
-    rank = core.upward_rank(problem, core.standalone_ns(problem, es)) if policy == "list" else None
-    c = core._run_native(native, prep, es.count, share, policy, rank)
-    py = core._run_loop(prep, es.count, share, policy, rank)
+    plan = core._plan_of(core.get_policy(policy), problem, es)
+    c = core._run_native(native, prep, es.count, share, plan)
+    py = core._run_loop(prep, es.count, share, plan)
     for name, a, b in zip(("engine", "start", "end", "bandwidth_time", "bandwidth_value"), c, py, strict=True):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
 
@@ -111,12 +112,19 @@ def test_native_run_names_a_bad_array() -> None:
     f = np.zeros(3)
     i = np.zeros(3, dtype=np.int64)
     out = np.empty(3, dtype=np.int32), np.empty(3), np.empty(3)
+    ptr, none = np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.arange(3, dtype=np.int64)
     with pytest.raises(ValueError, match="overhead_ns"):
-        native.run(True, True, 3, 1, 1.0, np.zeros(2), None, None, f, f, np.ones(1), np.zeros(4, dtype=np.int64),
-                   np.zeros(0, dtype=np.int64), i, None, *out)
-    with pytest.raises(ValueError, match="rank"):
-        native.run(False, True, 3, 1, 1.0, f, None, None, f, f, np.ones(1), np.zeros(4, dtype=np.int64),
-                   np.zeros(0, dtype=np.int64), i, None, *out)
+        native.run(0, 0, True, 3, 1, 1.0, np.zeros(2), None, None, f, f, np.ones(1), ptr, none, i, None, order, *out)
+    with pytest.raises(ValueError, match="priority"):
+        native.run(1, 1, True, 3, 1, 1.0, f, None, None, f, f, np.ones(1), ptr, none, i, None, None, *out)
+    with pytest.raises(ValueError, match="order"):
+        native.run(0, 0, True, 3, 1, 1.0, f, None, None, f, f, np.ones(1), ptr, none, i, None, None, *out)
+    with pytest.raises(ValueError, match="order"):
+        native.run(0, 0, True, 3, 1, 1.0, f, None, None, f, f, np.ones(1), ptr, none, i, None,
+                   np.array([0, 1, 3], dtype=np.int64), *out)
+    with pytest.raises(ValueError, match="dispatch"):
+        native.run(2, 0, True, 3, 1, 1.0, f, None, None, f, f, np.ones(1), ptr, none, i, f, order, *out)
 
 
 def test_a_hand_computed_case_on_both_loops(monkeypatch: pytest.MonkeyPatch) -> None:

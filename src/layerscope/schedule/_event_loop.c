@@ -7,6 +7,10 @@
  * Compiled without floating-point contraction (setup.py) so that no a*b+c becomes a fused
  * multiply-add that Python would round twice. core.py's module docstring holds the model; the
  * comments here only map the code to the Python it mirrors.
+ *
+ * It knows no policy by name: a policy object (core.py's SchedulingPolicy) declares a dispatch
+ * discipline and an engine choice (the enums below, core.py's Dispatch and EngineChoice) and gives
+ * one priority key per op; a new policy expressible through those hooks needs no edit here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,6 +20,9 @@
 #include <string.h>
 
 enum { KIND_FINISH = 0, KIND_ENTER = 1, KIND_MEM = 2 };
+/* core.py: Dispatch and EngineChoice (same values) */
+enum { DISPATCH_RESERVE = 0, DISPATCH_READY = 1 };
+enum { ENGINE_EARLIEST_FREE = 0, ENGINE_FASTEST = 1 };
 
 /* ------------------------------------------------------------------ growable arrays and a min-heap */
 
@@ -108,10 +115,10 @@ static int cmp_double(const void *x, const void *y) {
 
 typedef struct {
     Py_ssize_t n, m;
-    int in_order, share, uniform;
+    int reserve, earliest, share, uniform;
     double bw;
-    const double *ovh, *main_ns, *demand, *compute_ns, *bytes, *fraction, *rank;
-    const int64_t *succ_ptr, *succ_idx;
+    const double *ovh, *main_ns, *demand, *compute_ns, *bytes, *fraction, *priority;
+    const int64_t *succ_ptr, *succ_idx, *order;
     int64_t *indeg; /* owned copy */
     int32_t *eng;
     double *start, *end;
@@ -214,16 +221,16 @@ static int simulate(Sim *s) {
     int leaving = 0;
     if (doubles_push(&s->bw_t, 0.0) < 0 || doubles_push(&s->bw_v, 0.0) < 0) return -1;
     for (j = 0; j < s->m; j++)
-        if (heap_push(&s->free_, s->in_order ? 0.0 : -s->fraction[j], j) < 0) return -1;
-    if (!s->in_order)
+        if (heap_push(&s->free_, s->earliest ? 0.0 : -s->fraction[j], j) < 0) return -1;
+    if (!s->reserve)
         for (j = 0; j < n; j++)
-            if (s->indeg[j] == 0 && heap_push(&s->ready, -s->rank[j], j) < 0) return -1;
+            if (s->indeg[j] == 0 && heap_push(&s->ready, s->priority[j], j) < 0) return -1;
     for (;;) {
         /* 1. Dispatch at `now`. */
-        if (s->in_order) {
+        if (s->reserve) {
             while (next_op < n && s->free_.n) {
                 int32_t e = (int32_t)heap_pop(&s->free_).value;
-                Py_ssize_t i = next_op++;
+                Py_ssize_t i = (Py_ssize_t)s->order[next_op++];
                 if (s->indeg[i] == 0) {
                     if (start_op(s, i, e, now) < 0) return -1;
                 } else {
@@ -261,13 +268,13 @@ static int simulate(Sim *s) {
             s->end[i] = now;
             done++;
             int32_t e = s->eng[i];
-            if (heap_push(&s->free_, s->in_order ? now : -s->fraction[e], e) < 0) return -1;
+            if (heap_push(&s->free_, s->earliest ? now : -s->fraction[e], e) < 0) return -1;
             for (int64_t k = s->succ_ptr[i]; k < s->succ_ptr[i + 1]; k++) {
                 int64_t t = s->succ_idx[k];
                 if (--s->indeg[t] == 0) {
-                    if (s->in_order) {
+                    if (s->reserve) {
                         if (s->eng[t] >= 0 && start_op(s, t, s->eng[t], now) < 0) return -1;
-                    } else if (heap_push(&s->ready, -s->rank[t], t) < 0) {
+                    } else if (heap_push(&s->ready, s->priority[t], t) < 0) {
                         return -1;
                     }
                 }
@@ -291,39 +298,50 @@ static int get(PyObject *obj, Py_buffer *view, Py_ssize_t count, Py_ssize_t item
 }
 
 PyDoc_STRVAR(run_doc,
-             "run(in_order, share_bandwidth, n, m, bw_per_ns, overhead_ns, main_ns, demand, compute_ns, bytes,\n"
-             "    fraction, succ_ptr, succ_idx, indegree, rank, engine_out, start_out, end_out)\n"
+             "run(dispatch, engine_choice, share_bandwidth, n, m, bw_per_ns, overhead_ns, main_ns, demand,\n"
+             "    compute_ns, bytes, fraction, succ_ptr, succ_idx, indegree, priority, order, engine_out,\n"
+             "    start_out, end_out)\n"
              "-> (status, bandwidth_time_ns, bandwidth_bytes_per_ns)\n\n"
-             "core.py's event loop over contiguous float64/int64 arrays (main_ns and demand None for\n"
-             "per-engine rates, rank None for in-order); writes the engine (int32), start and end (float64\n"
-             "ns) of each op into the *_out arrays. status 1: no event pending but ops remain.");
+             "core.py's event loop over contiguous float64/int64 arrays. dispatch: 0 reserve (ops in `order`),\n"
+             "1 ready (ready ops by `priority`); engine_choice: 0 earliest free, 1 fastest. main_ns and demand\n"
+             "None for per-engine rates; priority may be None for dispatch 0, order for dispatch 1. Writes\n"
+             "the engine (int32), start and end (float64 ns) of each op into the *_out arrays.\n"
+             "status 1: no event pending but ops remain.");
+
+#define NARRAYS 14
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
-    int in_order, share;
+    int dispatch, engine_choice, share;
     Py_ssize_t n, m;
     double bw;
-    PyObject *objs[13];
-    if (!PyArg_ParseTuple(args, "ppnndOOOOOOOOOOOOO", &in_order, &share, &n, &m, &bw, &objs[0], &objs[1],
-                          &objs[2], &objs[3], &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9],
-                          &objs[10], &objs[11], &objs[12]))
+    PyObject *objs[NARRAYS];
+    if (!PyArg_ParseTuple(args, "iipnndOOOOOOOOOOOOOO", &dispatch, &engine_choice, &share, &n, &m, &bw,
+                          &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6], &objs[7],
+                          &objs[8], &objs[9], &objs[10], &objs[11], &objs[12], &objs[13]))
         return NULL;
     if (n < 0 || m < 1) {
         PyErr_SetString(PyExc_ValueError, "n must be >= 0 and m >= 1");
         return NULL;
     }
-    /* overhead, main, demand, compute, bytes, fraction, succ_ptr, succ_idx, indeg, rank, eng, start, end */
-    static const char *names[13] = {"overhead_ns", "main_ns", "demand", "compute_ns", "bytes", "fraction",
-                                    "succ_ptr", "succ_idx", "indegree", "rank", "engine_out", "start_out",
-                                    "end_out"};
-    Py_buffer views[13];
+    if ((dispatch != DISPATCH_RESERVE && dispatch != DISPATCH_READY) ||
+        (engine_choice != ENGINE_EARLIEST_FREE && engine_choice != ENGINE_FASTEST)) {
+        PyErr_Format(PyExc_ValueError, "unknown dispatch %d or engine_choice %d", dispatch, engine_choice);
+        return NULL;
+    }
+    /* overhead, main, demand, compute, bytes, fraction, succ_ptr, succ_idx, indeg, priority, order,
+     * eng, start, end */
+    static const char *names[NARRAYS] = {"overhead_ns", "main_ns", "demand", "compute_ns", "bytes",
+                                         "fraction", "succ_ptr", "succ_idx", "indegree", "priority", "order",
+                                         "engine_out", "start_out", "end_out"};
+    Py_buffer views[NARRAYS];
     memset(views, 0, sizeof(views));
     PyObject *result = NULL;
     Sim s;
     memset(&s, 0, sizeof(s));
     int i;
-    for (i = 0; i < 13; i++) {
-        if (objs[i] == Py_None && (i == 1 || i == 2 || i == 9)) continue;
+    for (i = 0; i < NARRAYS; i++) {
+        if (objs[i] == Py_None && (i == 1 || i == 2 || i == 9 || i == 10)) continue;
         Py_ssize_t count = i == 5 ? m : i == 6 ? n + 1 : n, itemsize = 8;
         if (i == 7) {
             if (PyObject_GetBuffer(objs[i], &views[i], PyBUF_C_CONTIGUOUS) < 0) goto done;
@@ -333,20 +351,33 @@ static PyObject *run(PyObject *self, PyObject *args) {
             }
             continue;
         }
-        if (i == 10) itemsize = 4;
-        if (get(objs[i], &views[i], count, itemsize, i >= 10, names[i]) < 0) goto done;
+        if (i == 11) itemsize = 4;
+        if (get(objs[i], &views[i], count, itemsize, i >= 11, names[i]) < 0) goto done;
     }
     if ((views[1].obj == NULL) != (views[2].obj == NULL)) {
         PyErr_SetString(PyExc_ValueError, "main_ns and demand: both arrays or both None");
         goto done;
     }
-    if (!in_order && views[9].obj == NULL) {
-        PyErr_SetString(PyExc_ValueError, "rank: required by the list policy");
+    if (dispatch == DISPATCH_READY && views[9].obj == NULL) {
+        PyErr_SetString(PyExc_ValueError, "priority: required by the ready dispatch");
         goto done;
+    }
+    if (dispatch == DISPATCH_RESERVE) {
+        if (views[10].obj == NULL) {
+            PyErr_SetString(PyExc_ValueError, "order: required by the reserve dispatch");
+            goto done;
+        }
+        const int64_t *order = views[10].buf;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (order[j] < 0 || order[j] >= n) {
+                PyErr_Format(PyExc_ValueError, "order: op %lld out of range", (long long)order[j]);
+                goto done;
+            }
     }
     s.n = n;
     s.m = m;
-    s.in_order = in_order;
+    s.reserve = dispatch == DISPATCH_RESERVE;
+    s.earliest = engine_choice == ENGINE_EARLIEST_FREE;
     s.share = share;
     s.uniform = views[1].obj != NULL;
     s.bw = bw;
@@ -358,10 +389,11 @@ static PyObject *run(PyObject *self, PyObject *args) {
     s.fraction = views[5].buf;
     s.succ_ptr = views[6].buf;
     s.succ_idx = views[7].buf;
-    s.rank = views[9].buf;
-    s.eng = views[10].buf;
-    s.start = views[11].buf;
-    s.end = views[12].buf;
+    s.priority = views[9].buf;
+    s.order = views[10].buf;
+    s.eng = views[11].buf;
+    s.start = views[12].buf;
+    s.end = views[13].buf;
     size_t cells = (size_t)(n ? n : 1);
     s.indeg = malloc(cells * sizeof(int64_t));
     s.proj = calloc(cells, sizeof(double));
@@ -386,7 +418,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(iy#y#)", status, (const char *)s.bw_t.a, s.bw_t.n * (Py_ssize_t)sizeof(double),
                            (const char *)s.bw_v.a, s.bw_v.n * (Py_ssize_t)sizeof(double));
 done:
-    for (i = 0; i < 13; i++)
+    for (i = 0; i < NARRAYS; i++)
         if (views[i].obj != NULL) PyBuffer_Release(&views[i]);
     free(s.indeg);
     free(s.proj);

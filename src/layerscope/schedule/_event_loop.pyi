@@ -3,7 +3,8 @@
 from typing import Any
 
 def run(
-    in_order: bool,
+    dispatch: int,
+    engine_choice: int,
     share_bandwidth: bool,
     n: int,
     m: int,
@@ -17,7 +18,8 @@ def run(
     succ_ptr: Any,
     succ_idx: Any,
     indegree: Any,
-    rank: Any | None,
+    priority: Any | None,
+    order: Any | None,
     engine_out: Any,
     start_out: Any,
     end_out: Any,

@@ -35,8 +35,16 @@ split of compute is static; dependencies are data dependencies and an op may sta
 its last producer ends (no transfer latency); program order is a topological order (every
 dependency of op ``i`` has an index below ``i``).
 
-Policies (registered by name in :data:`POLICIES`)
--------------------------------------------------
+Policies (classes registered by name in :data:`POLICIES`)
+---------------------------------------------------------
+A policy is a :class:`SchedulingPolicy` subclass; the event loop knows none by name. It reads what
+the policy object declares: a dispatch discipline (:class:`Dispatch`: ``RESERVE`` hands ops to
+engines in priority order, each reserving its engine until its dependencies end; ``READY`` lets free
+engines take the ready ops of lowest priority key), an engine choice (:class:`EngineChoice`: the
+engine free earliest, or the fastest) and one priority key per op, computed once from the problem.
+A policy may also combine runs of the loop (``list`` below). Adding a policy is one class with
+:func:`register_policy`; the Python and the C loop run it unchanged.
+
 * ``in-order``: ops are dispatched in program order, each to the engine that became free
   earliest (ties: lowest index), and start when their dependencies have ended. With fixed
   durations this is ``start = max(end of dependencies, engine free)``.
@@ -60,19 +68,21 @@ give bit-identical schedules; the Python loop runs where no compiler was availab
 from __future__ import annotations
 
 import dataclasses
+import enum
 import gc
 import heapq
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
 from layerscope.errors import ScheduleError
+from layerscope.registry import Registry
 from layerscope.units import NS_PER_S
 
 try:
@@ -87,10 +97,17 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "POLICIES",
+    "Dispatch",
+    "EngineChoice",
     "EngineSet",
+    "InOrderPolicy",
+    "ListPolicy",
     "Schedule",
     "ScheduleProblem",
+    "SchedulingPolicy",
+    "get_policy",
     "heft_schedule",
+    "register_policy",
     "schedule",
 ]
 
@@ -418,8 +435,7 @@ def upward_rank(problem: ScheduleProblem, weight_ns: np.ndarray) -> np.ndarray:
     return np.asarray(best, dtype=np.float64)
 
 
-# A dispatcher picks which ready op goes to which free engine. It gets the simulation state
-# through callbacks so the event loop stays policy-agnostic.
+# Event codes: op index * 4 + kind.
 _KIND_FINISH = 0  # op ends at a fixed time
 _KIND_ENTER = 1  # op's overhead ends; it enters its bandwidth-sharing main phase
 _KIND_MEM = 2  # projected end of a sharing op (valid if it equals the op's current projection)
@@ -438,21 +454,54 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _run(
-    problem: ScheduleProblem,
-    engines: EngineSet,
-    share_bandwidth: bool,
-    policy: str,
-    rank: np.ndarray | None,
-) -> Schedule:
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    """What a policy gives the event loop, computed once per run: its name, its queue discipline and
+    engine choice, and its per-op keys."""
+
+    name: str
+    dispatch: Dispatch
+    engine_choice: EngineChoice
+    priority: np.ndarray
+    """float64 per op: the ready heap's key (``READY``)."""
+    order: np.ndarray | None
+    """int64 per op: the dispatch sequence (``RESERVE``: ops by priority, ties by index), else None."""
+
+
+def _plan_of(policy: SchedulingPolicy, problem: ScheduleProblem, engines: EngineSet) -> _Plan:
+    """Ask ``policy`` for its hooks and check them (the C loop trusts what it is given)."""
+    name = policy.name
+    try:
+        dispatch, choice = Dispatch(policy.dispatch), EngineChoice(policy.engine_choice)
+    except ValueError as exc:
+        raise ScheduleError(f"policy {name!r}: {exc}") from None
+    key = np.ascontiguousarray(policy.priority(problem, engines), dtype=np.float64)
+    if key.shape != (problem.n,):
+        raise ScheduleError(f"policy {name!r}: priority has shape {key.shape}, expected ({problem.n},)")
+    if np.isnan(key).any():
+        raise ScheduleError(f"policy {name!r}: priority holds NaN")
+    order = None
+    if dispatch is Dispatch.RESERVE:
+        order = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+        position = np.empty(problem.n, dtype=np.int64)
+        position[order] = np.arange(problem.n, dtype=np.int64)
+        owner = np.repeat(np.arange(problem.n, dtype=np.int64), np.diff(problem.indptr))
+        if np.any(position[problem.indices] >= position[owner]):
+            raise ScheduleError(f"policy {name!r}: the RESERVE dispatch needs a priority order that is a "
+                                "topological order (every op after its dependencies)")
+    return _Plan(name, dispatch, choice, key, order)
+
+
+def _run(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool, policy: SchedulingPolicy) -> Schedule:
+    plan = _plan_of(policy, problem, engines)
     prep = _prepare(problem, engines)
     native = _native_loop()
     with paused_gc():
         if native is not None:
-            loop = _run_native(native, prep, engines.count, share_bandwidth, policy, rank)
+            loop = _run_native(native, prep, engines.count, share_bandwidth, plan)
         else:
-            loop = _run_loop(prep, engines.count, share_bandwidth, policy, rank)
-    return _schedule_of(problem, engines, policy, share_bandwidth, prep, *loop)
+            loop = _run_loop(prep, engines.count, share_bandwidth, plan)
+    return _schedule_of(problem, engines, plan.name, share_bandwidth, prep, *loop)
 
 
 def _native_loop() -> Any | None:
@@ -468,25 +517,24 @@ def _native_loop() -> Any | None:
 _LoopResult = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _run_native(native: Any, prep: _Prepared, m: int, share_bandwidth: bool, policy: str,
-                rank: np.ndarray | None) -> _LoopResult:
+def _run_native(native: Any, prep: _Prepared, m: int, share_bandwidth: bool, plan: _Plan) -> _LoopResult:
     """:func:`_run_loop` in C: the same simulation, bit for bit (tests/schedule/test_native.py)."""
     n = prep.n
     eng = np.empty(n, dtype=np.int32)
     start = np.empty(n, dtype=np.float64)
     end = np.empty(n, dtype=np.float64)
     status, bw_t, bw_v = native.run(
-        policy == "in-order", share_bandwidth, n, m, prep.bw_per_ns, prep.overhead_ns, prep.main_ns, prep.demand,
-        prep.compute_ns, prep.bytes_, np.asarray(prep.fraction, dtype=np.float64), prep.succ_ptr, prep.succ_idx,
-        prep.indegree, None if rank is None else np.ascontiguousarray(rank, dtype=np.float64),
-        eng, start, end)
+        int(plan.dispatch), int(plan.engine_choice), share_bandwidth, n, m, prep.bw_per_ns, prep.overhead_ns,
+        prep.main_ns, prep.demand, prep.compute_ns, prep.bytes_, np.asarray(prep.fraction, dtype=np.float64),
+        prep.succ_ptr, prep.succ_idx, prep.indegree, plan.priority, plan.order, eng, start, end)
     if status:
         raise ScheduleError("internal: no event pending but ops remain (dependency cycle?)")
     return eng, start, end, np.frombuffer(bw_t, dtype=np.float64), np.frombuffer(bw_v, dtype=np.float64)
 
 
-def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, policy: str, rank: np.ndarray | None) -> _LoopResult:
-    """The event-driven simulation in Python (where the C loop is not built)."""
+def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, plan: _Plan) -> _LoopResult:
+    """The event-driven simulation in Python (where the C loop is not built). It knows no policy by
+    name: it runs the plan's dispatch discipline and engine choice on the plan's keys."""
     n = prep.n
     ovh = prep.overhead_ns.tolist()
     main_ns = prep.main_ns.tolist() if prep.main_ns is not None else None
@@ -511,24 +559,27 @@ def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, policy: str, rank:
 
     events: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    in_order = policy == "in-order"
+    reserve = plan.dispatch == Dispatch.RESERVE
+    earliest = plan.engine_choice == EngineChoice.EARLIEST_FREE
     uniform = main_ns is not None
 
-    # Free engines: in-order takes the one free earliest; list the fastest (then lowest index).
-    if in_order:
+    # Free engines, keyed by when they became free (EARLIEST_FREE) or by speed (FASTEST); ties: lowest index.
+    if earliest:
         free: list[tuple[float, int]] = [(0.0, e) for e in range(m)]
     else:
         free = [(-fraction[e], e) for e in range(m)]
     heapq.heapify(free)
-    ready: list[tuple[float, int]] = []  # list policy: (-rank, op)
-    rank_l = rank.tolist() if rank is not None else None
-    if not in_order:
-        assert rank_l is not None
+    ready: list[tuple[float, int]] = []  # READY: (priority, op)
+    key = plan.priority.tolist()
+    order: list[int] = plan.order.tolist() if plan.order is not None else []
+    if reserve and len(order) != n:
+        raise ScheduleError("internal: the RESERVE dispatch needs an order of every op")
+    if not reserve:
         for i in range(n):
             if indeg[i] == 0:
-                ready.append((-rank_l[i], i))
+                ready.append((key[i], i))
         heapq.heapify(ready)
-    next_op = 0  # in-order: next op to dispatch
+    next_op = 0  # RESERVE: position in `order` of the next op to dispatch
     done = 0
     now = 0.0
     entering: list[int] = []
@@ -555,10 +606,10 @@ def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, policy: str, rank:
 
     while True:
         # 1. Dispatch at `now`.
-        if in_order:
+        if reserve:
             while next_op < n and free:
                 e = pop(free)[1]
-                i = next_op
+                i = order[next_op]
                 next_op += 1
                 if indeg[i] == 0:
                     start_op(i, e, now)
@@ -593,16 +644,16 @@ def _run_loop(prep: _Prepared, m: int, share_bandwidth: bool, policy: str, rank:
             end[i] = now
             done += 1
             e = eng[i]
-            push(free, (now, e) if in_order else (-fraction[e], e))
+            push(free, (now, e) if earliest else (-fraction[e], e))
             for k in range(succ_ptr[i], succ_ptr[i + 1]):
                 s = succ_idx[k]
                 indeg[s] -= 1
                 if indeg[s] == 0:
-                    if in_order:
+                    if reserve:
                         if eng[s] >= 0:
                             start_op(s, eng[s], now)
                     else:
-                        push(ready, (-rank_l[s], s))  # type: ignore[index]
+                        push(ready, (key[s], s))
 
     return (np.asarray(eng, dtype=np.int32), np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64),
             np.asarray(bw_t, dtype=np.float64), np.asarray(bw_v, dtype=np.float64))
@@ -709,45 +760,121 @@ def _unshared_bandwidth(
 
 
 # --------------------------------------------------------------------------------------------
-# Policy registry.
-
-PolicyFn = Callable[[ScheduleProblem, EngineSet, bool], Schedule]
+# Policies: registered classes whose hooks the event loop reads.
 
 
-def _in_order(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
-    return _run(problem, engines, share_bandwidth, "in-order", None)
+class Dispatch(enum.IntEnum):
+    """How the event loop hands ops to free engines (a policy's :attr:`SchedulingPolicy.dispatch`).
+
+    The value is what the C loop receives; both loops implement each discipline once, for every policy."""
+
+    RESERVE = 0
+    """Ops are dispatched one after another in priority order (which must be a topological order),
+    each to the next free engine, which it reserves: it starts when its last dependency ends."""
+    READY = 1
+    """At every event, free engines take the ready ops (all dependencies ended) of lowest priority key
+    (ties: lowest op index); any ready op fills an idle engine."""
+
+
+class EngineChoice(enum.IntEnum):
+    """Which free engine the next dispatched op gets (a policy's :attr:`SchedulingPolicy.engine_choice`)."""
+
+    EARLIEST_FREE = 0
+    """The engine that became free earliest (ties: lowest index)."""
+    FASTEST = 1
+    """The engine with the largest compute fraction (ties: lowest index)."""
+
+
+class SchedulingPolicy:
+    """A scheduling policy: what the event loop calls to order ops and pick engines.
+
+    A new policy is one subclass registered with :func:`register_policy`: it declares :attr:`name`,
+    :attr:`dispatch` and :attr:`engine_choice` and computes :meth:`priority`; both event loops (Python
+    and C) run it with no edit. :meth:`schedule` may be overridden to combine simulations (``list``
+    keeps the shorter of its own schedule and program order's)."""
+
+    name: ClassVar[str] = ""
+    """The registered name, and :attr:`Schedule.policy` of its schedules."""
+    dispatch: ClassVar[Dispatch] = Dispatch.READY
+    engine_choice: ClassVar[EngineChoice] = EngineChoice.FASTEST
+
+    def priority(self, problem: ScheduleProblem, engines: EngineSet) -> np.ndarray:
+        """One float64 key per op, computed once before the loop runs: ops of lower key go first
+        (ties: lower index). Program order by default."""
+        return np.arange(problem.n, dtype=np.float64)
+
+    def simulate(self, problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
+        """One run of the event loop with this policy's hooks."""
+        return _run(problem, engines, share_bandwidth, self)
+
+    def schedule(self, problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
+        """The policy's schedule of a non-empty problem: by default one :meth:`simulate`."""
+        return self.simulate(problem, engines, share_bandwidth)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+#: Scheduling policies by name: classes, instantiated with no arguments by :func:`get_policy`.
+POLICIES: Registry[type[SchedulingPolicy]] = Registry("policy", ScheduleError)
+
+_P = TypeVar("_P", bound=type[SchedulingPolicy])
+
+
+def register_policy(cls: _P) -> _P:
+    """Class decorator: register a :class:`SchedulingPolicy` subclass in :data:`POLICIES` under its ``name``."""
+    POLICIES.add(cls.name, cls)
+    return cls
+
+
+@register_policy
+class InOrderPolicy(SchedulingPolicy):
+    """``in-order``: program order, each op to the engine that became free earliest."""
+
+    name = "in-order"
+    dispatch = Dispatch.RESERVE
+    engine_choice = EngineChoice.EARLIEST_FREE
+
+
+@register_policy
+class ListPolicy(SchedulingPolicy):
+    """``list``: HEFT upward rank on the fastest free engine, never worse than ``in-order``."""
+
+    name = "list"
+    dispatch = Dispatch.READY
+    engine_choice = EngineChoice.FASTEST
+
+    def priority(self, problem: ScheduleProblem, engines: EngineSet) -> np.ndarray:
+        # highest upward rank first: the key is its negation (exact, so the heaps order as before)
+        return -upward_rank(problem, standalone_ns(problem, engines))
+
+    def schedule(self, problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
+        heft = self.simulate(problem, engines, share_bandwidth)
+        if engines.count == 1:
+            return heft  # one engine runs one op at a time: every order gives the same makespan
+        # Greedy priority schedules suffer Graham's anomalies (Graham 1969): on ~2% of random DAGs
+        # the HEFT order ends later than plain program order. `list` keeps the shorter of the two,
+        # so it is never worse than `in-order`.
+        ordered = InOrderPolicy().simulate(problem, engines, share_bandwidth)
+        if ordered.makespan_ns < heft.makespan_ns:
+            return dataclasses.replace(ordered, policy=self.name)
+        return heft
 
 
 def heft_schedule(problem: ScheduleProblem, engines: int | EngineSet, share_bandwidth: bool = True) -> Schedule:
     """HEFT's own schedule: the ``list`` policy without its fallback to program order (Topcuoglu et al.,
     IEEE TPDS 2002), so that its priority order can be tested on its own."""
-    es = as_engine_set(engines)
-    rank = upward_rank(problem, standalone_ns(problem, es))
-    return _run(problem, es, share_bandwidth, "list", rank)
+    return ListPolicy().simulate(problem, as_engine_set(engines), share_bandwidth)
 
 
-def _list(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool) -> Schedule:
-    heft = heft_schedule(problem, engines, share_bandwidth)
-    if engines.count == 1:
-        return heft  # one engine runs one op at a time: every order gives the same makespan
-    # Greedy priority schedules suffer Graham's anomalies (Graham 1969): on ~2% of random DAGs
-    # the HEFT order ends later than plain program order. `list` keeps the shorter of the two,
-    # so it is never worse than `in-order`.
-    ordered = _run(problem, engines, share_bandwidth, "in-order", None)
-    if ordered.makespan_ns < heft.makespan_ns:
-        return dataclasses.replace(ordered, policy="list")
-    return heft
-
-
-#: Scheduling policies by name.
-POLICIES: dict[str, PolicyFn] = {"in-order": _in_order, "list": _list}
-
-
-def get_policy(name: str) -> PolicyFn:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise ScheduleError(f"policy: unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+def get_policy(policy: str | SchedulingPolicy | type[SchedulingPolicy]) -> SchedulingPolicy:
+    """The policy object of a registered name (:class:`ScheduleError` listing the known names otherwise),
+    of a policy class, or the policy object itself."""
+    if isinstance(policy, SchedulingPolicy):
+        return policy
+    if isinstance(policy, type) and issubclass(policy, SchedulingPolicy):
+        return policy()
+    return POLICIES.lookup(policy)()
 
 
 def as_engine_set(engines: int | EngineSet) -> EngineSet:
@@ -759,14 +886,15 @@ def as_engine_set(engines: int | EngineSet) -> EngineSet:
 def schedule(
     problem: ScheduleProblem,
     engines: int | EngineSet,
-    policy: str = "list",
+    policy: str | SchedulingPolicy | type[SchedulingPolicy] = "list",
     share_bandwidth: bool = True,
 ) -> Schedule:
-    """Schedule ``problem`` on ``engines`` with the named policy (see the module docstring)."""
-    fn = get_policy(policy)
+    """Schedule ``problem`` on ``engines`` with a policy: a name in :data:`POLICIES` or a
+    :class:`SchedulingPolicy` (see the module docstring)."""
+    pol = get_policy(policy)
     es = as_engine_set(engines)
     if problem.n == 0:
         z = np.zeros(0, np.int64)
-        return Schedule(problem, es, policy, share_bandwidth, np.zeros(0, np.int32), z, z,
+        return Schedule(problem, es, pol.name, share_bandwidth, np.zeros(0, np.int32), z, z,
                         np.zeros(es.count, np.int64), np.zeros(1, np.int64), np.zeros(1))
-    return fn(problem, es, share_bandwidth)
+    return pol.schedule(problem, es, share_bandwidth)

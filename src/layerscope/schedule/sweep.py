@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from layerscope.errors import ScheduleError
-from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy, schedule
+from layerscope.schedule.core import Schedule, ScheduleProblem, SchedulingPolicy, get_policy, schedule
 
 __all__ = ["ENGINES_USED_TOLERANCE", "MAX_ENGINES", "Sweep", "parse_engine_counts", "sweep_engines"]
 
@@ -82,17 +82,17 @@ class Sweep:
 def sweep_engines(
     problem: ScheduleProblem,
     engines: Sequence[int] | str,
-    policy: str = "list",
+    policy: str | SchedulingPolicy = "list",
     share_bandwidth: bool = True,
     tolerance: float = ENGINES_USED_TOLERANCE,
 ) -> Sweep:
     """Schedule ``problem`` for each engine count; ``engines_used`` is the smallest count whose
     makespan is within ``tolerance`` of the best."""
-    get_policy(policy)
+    pol = get_policy(policy)  # an unknown name fails before any schedule
     counts = parse_engine_counts(engines)
-    schedules = [schedule(problem, n, policy, share_bandwidth) for n in counts]
+    schedules = [schedule(problem, n, pol, share_bandwidth) for n in counts]
     baseline = schedules[0].makespan_ns if counts[0] == 1 else schedule(
-        problem, 1, policy, share_bandwidth).makespan_ns
+        problem, 1, pol, share_bandwidth).makespan_ns
     best = min(s.makespan_ns for s in schedules)
     used = next(n for n, s in zip(counts, schedules, strict=True) if s.makespan_ns <= best * (1 + tolerance))
     rows: list[dict[str, object]] = []
