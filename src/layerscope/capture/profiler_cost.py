@@ -1,24 +1,13 @@
-"""The profiler's own time per recorded op, measured in the capturing process.
+"""The profiler's own time per recorded op, measured in the capturing process, seconds per event.
 
-Under ``torch.profiler(record_shapes=True)`` every aten op pays the profiler's bookkeeping (an
-event record and its input shapes) on top of its dispatch and kernel, so small ops inside a
-captured model are measured slower than they run. On the reference CPU (2 cores, torch 2.13), the
-same perf_counter hooks around each module of a 1-layer Llama-3.2-1B decode step, with and
-without the profiler (two runs of 40 steps each): the RMSNorm modules (22 aten events) took 32-51
-µs without and 58-84 µs with it, 0.8-1.0 µs per event; ``rotary_emb`` 0.9-1.1, ``self_attn``'s 126
-events 0.5-0.9, ``embed_tokens`` (the first op after ``lm_head``'s 1 GB weight stream) 1.8.
-
-The trace cannot tell that time from the op's own dispatch, so it is measured here by A/B, the
-same eager op sequence (a one-row RMSNorm as Hugging Face's ``LlamaRMSNorm`` runs it, dtype casts
-included, 21 events) timed alternately without and with a profiler session configured as the
-capture's, the difference of the medians divided by the events per call:
-
-* **hot**, in a loop: 0.36-0.60 µs per event over four runs. Never more than an event costs in
-  the model above, and less than a 1-layer tiny model's whole decode ``k_proj`` (11 events in
-  about 10 µs), so it is the figure ``validate`` subtracts: a lower bound.
-* **cold**, each call right after GEMVs over weights twice the last-level cache: 0.77-1.12 µs per
-  event. Close to the real model's small ops, but more than a whole op of a model that fits in
-  the caches; recorded, not subtracted.
+Under ``torch.profiler(record_shapes=True)`` every aten op pays the profiler's bookkeeping (an event
+record and its input shapes) on top of its dispatch and kernel, and the trace cannot tell that time
+from the op's own. It is measured here by A/B: the same eager op sequence (a one-row RMSNorm as
+Hugging Face's ``LlamaRMSNorm`` runs it, dtype casts included, 21 events) timed alternately without and
+with a profiler session configured as the capture's; the difference of the medians divided by the
+events per call. **Hot** (in a loop) is a lower bound and is what ``validate`` subtracts; **cold**
+(each call right after GEMVs over weights twice the last-level cache) is recorded. The measurements
+that chose this: docs/capture-instrumentation.md.
 
 torch is imported only inside functions.
 """

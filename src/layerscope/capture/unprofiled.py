@@ -1,30 +1,17 @@
 """Module times of a run without the profiler: the same hooks and ranges, timed by ``perf_counter``.
 
-Under ``torch.profiler(record_shapes=True)`` every aten op pays the profiler's bookkeeping, and
-how much depends on the op: on the reference CPU (2 cores, torch 2.13) a one-row RMSNorm's 21
-events cost 0.4-0.6 µs each in a loop and 0.8-1.1 µs right after a weight stream, while the 2,939
-events of a Qwen3-MoE experts block in decode (``torch._grouped_mm``'s per-expert loop: 128 empty
-``mm``\\s with their ``select``/``slice``/``as_strided``/``item``) cost 0.29 µs each (7.03 ms per
-call without the profiler, 7.90 with it, the same block, cold, interleaved). No single per-event
-figure fits both: subtracting the RMSNorm's from that block took 2.6 ms off a 7 ms call and had a
-6.2 ms block measured at 4.3.
+The profiler's cost per aten event differs by op (measurements: docs/capture-instrumentation.md), so
+no single per-event figure can be subtracted from a profiled trace. The capture can instead run the
+recorded iterations once more without the profiler, each module call and phase range timed by a
+:class:`SpanClock` span (a pair of ``perf_counter`` readings, seconds). :func:`unprofiled_times` sums
+them per phase range exactly as :func:`layerscope.analysis.validate.captured_times` sums the trace's
+ranges (module → inclusive seconds and calls per iteration; a span belongs to the phase range it
+starts in), and estimates the instrumentation's own cost per call as the smallest median gap between
+consecutive sibling spans. Those times carry no profiler time at all.
 
-So the capture can also run the recorded iterations once more without the profiler, each module
-call and phase range timed by a :class:`SpanClock` span (a pair of ``perf_counter`` readings).
-:func:`unprofiled_times` sums them per phase range exactly as
-:func:`layerscope.analysis.validate.captured_times` sums the trace's ranges (module → inclusive time
-and calls per iteration; a span belongs to the phase range it starts in), and estimates the
-instrumentation's own cost per call the same way, as the smallest median gap between consecutive
-sibling spans. Those times carry no profiler time at all.
-
-The spans are not opened by forward hooks, as the profiled ranges are, but around the whole call
-(:class:`ModuleCallTimer` wraps ``nn.Module.__call__`` for the pass): a hook-to-hook range holds only
-the ``forward`` body, and the call's own Python (``__call__``, ``_call_impl``'s hook dispatch, which
-hooks make take its slow path) lands in the parent's time. Run cold inside a model, that part is
-most of a small module's cost: on the reference CPU a decode RMSNorm measured 23-26 µs hook to hook,
-where a one-row RMSNorm module costs ~20 µs more than its bare kernels after a weight stream. The
-cost model books that call on the module's own op (``cost.execution.HF_EAGER_MODULE_CALLS``), and
-the whole-call span measures it there, with no hooks to dispatch.
+The spans wrap the whole call (:class:`ModuleCallTimer` wraps ``nn.Module.__call__`` for the pass), not
+the ``forward`` body between hooks, so the call's own Python is measured on the module whose op the
+cost model books it on.
 
 torch is not needed here.
 """
