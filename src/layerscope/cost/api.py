@@ -114,7 +114,7 @@ class PhaseOps:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The answer of ``layerscope estimate``; see docs/estimate-json.md for the JSON contract."""
+    """The answer of ``layerscope estimate``; its JSON contract: docs/schema/estimate.md."""
 
     model: str
     hardware: str
@@ -163,7 +163,7 @@ class Estimate:
         return sorted(rows, key=lambda r: -float(r["time_s"]))  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, object]:
-        """The stable JSON contract (docs/estimate-json.md)."""
+        """The stable JSON contract (docs/schema/estimate.md)."""
         total = self.total_time_s or 1.0
         return {
             "model": self.model,
@@ -260,8 +260,7 @@ def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec
     Exact for the roofline (work is piecewise linear in the context between the breakpoints).
     The ``tiling`` and ``hierarchical`` models also read each GEMM's shape, taken here from the
     longest context for every step: attention's tile traffic at shorter contexts is then slightly
-    off (Llama-3.2-1B, batch 4, contexts 100-159 on an H100: mean TPOT +0.15% against 59 separate
-    decode estimates; tests/cost/test_api.py bounds it).
+    off (tests/cost/test_api.py holds the mean TPOT within 0.5% of timing each step separately).
     """
     ctx = contexts if contexts is not None else workload.decode_contexts()
     points = decode_breakpoints(spec, ctx)

@@ -16,11 +16,11 @@ import numpy as np
 from layerscope.graph.ops import Op, OpGraph
 from layerscope.units import DType
 
-#: Op kinds that run on the matrix units (tensor cores / MXUs / AMX) when they carry a GEMM shape.
 #: Index order of ``OpFeatures.dtype_code``.
 DTYPE_ORDER: tuple[DType, ...] = tuple(DType)
 _DTYPE_CODE = {dt: i for i, dt in enumerate(DTYPE_ORDER)}
 
+#: Op kinds that run on the matrix units (tensor cores / MXUs / AMX) when they carry a GEMM shape.
 MATRIX_KINDS = frozenset({"gemm", "attention", "qk_matmul", "pv_matmul", "moe_experts", "router"})
 
 

@@ -227,6 +227,12 @@ class OpGraph:
         return cls(ops=tuple(op for g in graphs for op in g.ops), name=name)
 
 
+# Why generated code: builders create every op of every graph (one per pass and per decode breakpoint in
+# ``estimate``, one per sample point in ``sweep``), and the frozen dataclass ``__init__`` (one
+# ``object.__setattr__`` per field) is most of an op's construction. Measured (2-core dev VM, Python 3.11; an
+# A/B swapping ``builder.make_op`` for ``Op``, best of 15 interleaved rounds): 0.85 µs an op against 3.1 µs; a
+# graph build 31-45% faster and a whole ``estimate`` 16-27% (llama-3.2-1b and qwen3-30b-a3b, prefill 512 and
+# generate 512+128, h100-sxm).
 def _make_op_factory() -> Callable[..., Op]:
     """A constructor of :class:`Op` from its fields in declaration order, without the frozen
     dataclass ``__init__`` (which sets each field through ``object.__setattr__``).
