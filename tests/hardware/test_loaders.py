@@ -302,6 +302,11 @@ def test_file_errors(tmp_path: Path) -> None:
     (tmp_path / "spec.toml").write_text("x = 1")
     with pytest.raises(HardwareSpecError, match=r"unknown hardware file type '\.toml'; known: \.csv, \.json"):
         load_hardware(tmp_path / "spec.toml")
+    with pytest.raises(HardwareSpecError, match=r"spec\.toml: unknown hardware file type '\.toml'; known: \.csv"):
+        load_hardware(tmp_path / "spec.toml")
+    with pytest.raises(HardwareSpecError,
+                       match=r"not a spreadsheet: unknown spreadsheet type '\.toml'; known: \.csv, \.xlsm, \.xlsx$"):
+        sheet_devices(tmp_path / "spec.toml")
     (tmp_path / "broken.yaml").write_text("name: [unclosed")
     with pytest.raises(HardwareSpecError, match="invalid YAML"):
         load_hardware(tmp_path / "broken.yaml")

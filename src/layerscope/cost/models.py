@@ -21,6 +21,7 @@ from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel
+from layerscope.registry import Registry
 from layerscope.units import DType
 
 BOUND_COMPUTE = 0
@@ -547,18 +548,13 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
 CostModelFn = Callable[[OpFeatures, HardwareSpec], CostArrays]
 
 #: Duration models by name.
-COST_MODELS: dict[str, CostModelFn] = {
+COST_MODELS: Registry[CostModelFn] = Registry("cost model", CostModelError, {
     "roofline": roofline,
     "tiling": tiling,
     "hierarchical": hierarchical,
-}
+})
 
 
 def get_cost_model(name: str) -> CostModelFn:
     """The registered model ``name``; an unknown name's error lists the known ones."""
-    try:
-        return COST_MODELS[name]
-    except KeyError:
-        raise CostModelError(
-            f"unknown cost model {name!r}; known: {', '.join(sorted(COST_MODELS))}"
-        ) from None
+    return COST_MODELS.lookup(name)

@@ -57,6 +57,7 @@ from xml.etree.ElementTree import ParseError
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, split_number
 from layerscope.hardware.spec import HardwareKind, HardwareSpec, MemoryLevel
+from layerscope.registry import Registry
 from layerscope.units import DType, atomic_write, note_input, parse_dtype, quote
 
 logger = logging.getLogger(__name__)
@@ -772,22 +773,22 @@ def _refuse_device(source: str | Path, device: str | None) -> None:
 
 Loader = Callable[[Path, str | None], HardwareSpec]
 
-LOADERS: dict[str, Loader] = {
+LOADERS: Registry[Loader] = Registry("hardware file type", HardwareSpecError, {
     ".yaml": _load_yaml,
     ".yml": _load_yaml,
     ".json": _load_json,
     ".csv": _load_csv,
     ".xlsx": _load_xlsx,
     ".xlsm": _load_xlsx,
-}
+})
 """File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column
 (and is refused for YAML/JSON)."""
 
-SHEET_READERS: dict[str, Callable[[Path], Sheet]] = {
+SHEET_READERS: Registry[Callable[[Path], Sheet]] = Registry("spreadsheet type", HardwareSpecError, {
     ".csv": _csv_sheet,
     ".xlsx": _xlsx_sheet,
     ".xlsm": _xlsx_sheet,
-}
+})
 """Spreadsheet suffix → reader, for listing the devices of a sheet."""
 
 
@@ -805,12 +806,12 @@ def load_hardware_file(path: str | Path, device: str | None = None) -> HardwareS
     """Load a spec file by its suffix (see :data:`LOADERS`)."""
     file = Path(path)
     note_input(file)
-    loader = LOADERS.get(file.suffix.lower())
-    if loader is None:
+    try:
+        loader = LOADERS.lookup(file.suffix.lower())
+    except HardwareSpecError as exc:
         if file.is_dir():
             _check_is_file(file)
-        known = ", ".join(sorted(LOADERS))
-        raise HardwareSpecError(f"{file}: unknown hardware file type {quote(file.suffix)}; known: {known}")
+        raise HardwareSpecError(f"{file}: {exc}") from None
     _check_is_file(file)
     return loader(file, device)
 
@@ -818,9 +819,10 @@ def load_hardware_file(path: str | Path, device: str | None = None) -> HardwareS
 def sheet_devices(path: str | Path) -> list[str]:
     """The device columns of a CSV/XLSX spreadsheet."""
     file = Path(path)
-    reader = SHEET_READERS.get(file.suffix.lower())
-    if reader is None:
-        raise HardwareSpecError(f"{file}: not a spreadsheet; known: {', '.join(sorted(SHEET_READERS))}")
+    try:
+        reader = SHEET_READERS.lookup(file.suffix.lower())
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"{file}: not a spreadsheet: {exc}") from None
     _check_is_file(file)
     return reader(file).devices
 
