@@ -30,15 +30,26 @@ Conventions (all sizes per tensor-parallel device):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
+from layerscope.errors import GraphError, LayerscopeError
 from layerscope.graph._common import BuildContext, act, all_reduce, gemm_class, linear, nbytes, weight
 from layerscope.graph.naming import LayerNames
 from layerscope.graph.norms import norm_op
 from layerscope.graph.ops import GemmShape, Op, TensorSpec
 
+#: How attention appears in a graph: ``fused`` (one op, as FlashAttention and PyTorch's SDPA run it) or
+#: ``unfused`` (QKᵀ, a 3-stage softmax and PV as their own ops). The one declaration every layer uses.
 AttentionView = Literal["fused", "unfused"]
+ATTENTION_VIEWS: tuple[str, ...] = get_args(AttentionView)
 MLAForm = Literal["absorbed", "naive"]
+
+
+def check_attention_view(view: object, error: type[LayerscopeError] = GraphError) -> AttentionView:
+    """``view`` if it is an :data:`AttentionView`, else ``error`` naming it and the known views."""
+    if view not in ATTENTION_VIEWS:
+        raise error(f"attention: unknown view {view!r}; known: {', '.join(ATTENTION_VIEWS)}")
+    return view  # type: ignore[return-value]
 
 #: Safe-softmax FLOPs per score (see the module docstring).
 SOFTMAX_MAX_FLOPS = 1

@@ -20,11 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
-from typing import Literal
 
 from layerscope.errors import GraphError
 from layerscope.graph._common import BuildContext, Group, elementwise_add, make_context
-from layerscope.graph.attention import AttentionView, MLAForm, build_attention
+from layerscope.graph.attention import AttentionView, MLAForm, build_attention, check_attention_view
 from layerscope.graph.embedding import LogitsMode, build_embedding, build_head
 from layerscope.graph.mlp import build_dense_mlp
 from layerscope.graph.moe import build_moe
@@ -37,13 +36,11 @@ from layerscope.workload.steps import step_range
 from layerscope.workload.workload import ForwardPass, Workload
 
 _PLACEHOLDER = "\x00layer_input"
-_ATTENTION_VIEWS = ("fused", "unfused")
 _MLA_FORMS = ("absorbed", "naive")
 
 
 def _check_options(spec: ModelSpec, attention: str, mla_form: str | None, logits: str = "last") -> None:
-    if attention not in _ATTENTION_VIEWS:
-        raise GraphError(f"attention: unknown view {attention!r}; known: {', '.join(_ATTENTION_VIEWS)}")
+    check_attention_view(attention)
     if mla_form is not None and mla_form not in _MLA_FORMS:
         raise GraphError(f"mla_form: unknown form {mla_form!r}; known: {', '.join(_MLA_FORMS)}")
     if logits not in ("last", "all"):
@@ -243,7 +240,7 @@ def _layers(spec: ModelSpec, layers: Sequence[int] | None) -> tuple[int, ...]:
 
 
 def build_layer_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, layer: int = 0,
-                      attention: Literal["fused", "unfused"] = "fused", *,
+                      attention: AttentionView = "fused", *,
                       mla_form: MLAForm | None = None) -> OpGraph:
     """The ops of one decoder layer for one forward pass; its input tensor is ``layers.N:in``.
 
@@ -265,7 +262,7 @@ def _cached_layer_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, l
 
 
 def build_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload,
-                      attention: Literal["fused", "unfused"] = "fused", layers: Sequence[int] | None = None,
+                      attention: AttentionView = "fused", layers: Sequence[int] | None = None,
                       *, logits: LogitsMode = "last", mla_form: MLAForm | None = None) -> OpGraph:
     """Embedding, the decoder layers (all, or ``layers`` in the order given), final norm, lm_head, sampling.
 
@@ -287,7 +284,7 @@ def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, a
 
 
 def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
-                      attention: Literal["fused", "unfused"] = "fused", all_layers: bool = True, *,
+                      attention: AttentionView = "fused", all_layers: bool = True, *,
                       logits: LogitsMode = "last", mla_form: MLAForm | None = None) -> OpGraph:
     """``steps`` consecutive decode passes with a growing KV cache, as one graph.
 
