@@ -20,6 +20,7 @@ from typing import Any
 
 from layerscope.errors import ConfigError
 from layerscope.model.spec import LayerAttention, MLASpec, ModuleNames, MoESpec
+from layerscope.registry import Registry
 from layerscope.units import DType, quote
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Fields:
             raise ConfigError(
                 f"{self.family} config: required field {keys[0]!r} is missing"
                 + (f" (also looked for {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
-                + f"; supported families: {', '.join(sorted(FAMILIES))}"
+                + f"; supported families: {', '.join(FAMILIES.names())}"
             )
         return keys[0], default
 
@@ -582,8 +583,9 @@ def parse_generic(f: Fields) -> dict[str, Any]:
     return spec
 
 
-#: HF ``model_type`` → parser. ``*_text`` types are the text configs of multimodal models.
-FAMILIES: dict[str, Parser] = {
+#: HF ``model_type`` → parser. ``*_text`` types are the text configs of multimodal models. The loader
+#: reads it as a mapping (an unknown type falls back to :func:`parse_generic`, it is no error).
+FAMILIES: Registry[Parser] = Registry("family", ConfigError, {
     "llama": parse_llama,
     "mistral": parse_mistral,
     "mixtral": parse_mixtral,
@@ -603,7 +605,7 @@ FAMILIES: dict[str, Parser] = {
     "opt": parse_opt,
     "llama4": parse_llama4,
     "llama4_text": parse_llama4,
-}
+})
 
 #: The causal-LM class each family builds when ``architectures`` is absent (module roots follow it).
 DEFAULT_ARCHITECTURES: dict[str, str] = {

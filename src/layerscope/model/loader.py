@@ -229,5 +229,5 @@ def model_spec_from_dict(cfg: dict[str, Any], name: str) -> ModelSpec:
         raise ConfigError(f"{name}: {exc}") from None
     if generic:  # only once the standard fields made a model: a refused config prints one line
         log.warning("%s: model_type %r is not a known family (%s); read the standard fields",
-                    name, model_type, ", ".join(sorted(FAMILIES)))
+                    name, model_type, ", ".join(FAMILIES.names()))
     return spec
