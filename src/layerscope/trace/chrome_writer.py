@@ -1,6 +1,7 @@
 """Chrome Trace Event JSON for a schedule, as Perfetto's JSON importer reads it.
 
-Layout: one process (the simulated chip, ``pid`` :data:`SIM_PID`) whose threads are the engines
+Layout: one process (the simulated chip, ``pid`` :func:`~layerscope.trace.writers.sim_pid` of the
+metadata's device index: 1 for device 0; ``process_sort_index`` the device index) whose threads are the engines
 (``tid = k + TID_BASE``, named ``engine k`` and sorted by ``thread_sort_index``); one complete
 (``X``) slice per op with ``cat`` = op kind and the op's facts in ``args``; a flow per dependency
 edge (``s`` at the producer, ``f`` with ``bp: "e"`` at the consumer, each at the midpoint of its
@@ -24,9 +25,9 @@ from layerscope.trace.writers import (
     BANDWIDTH_COUNTER,
     BANDWIDTH_UNIT,
     FLOW_CATEGORY,
-    SIM_PID,
     TID_BASE,
     TraceMetadata,
+    sim_pid,
     slice_order,
 )
 
@@ -90,11 +91,11 @@ def _write(schedule: Schedule, meta: TraceMetadata, out: IO[bytes] | gzip_mod.Gz
         out.write("".join(buf).encode("utf-8"))
         buf.clear()
 
-    pid = SIM_PID
+    pid = sim_pid(meta.device)
     buf.append('{"displayTimeUnit":"ns","otherData":{"generator":"layerscope"},"traceEvents":[\n')
     head = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": process_title(schedule, meta)}},
-        {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": meta.device}},
     ]
     for k, ename in enumerate(schedule.engines.names):
         tid = k + TID_BASE

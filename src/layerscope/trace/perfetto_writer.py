@@ -6,7 +6,8 @@ perfetto's ``protos/perfetto/trace/trace_packet.proto``, ``track_event/track_eve
 ``track_event/track_descriptor.proto``, ``track_event/debug_annotation.proto``,
 ``track_event/counter_descriptor.proto`` and ``interned_data/interned_data.proto``.
 
-Layout: a process track (the chip), one thread track per engine (``engine k``, tid ``k + 1``),
+Layout: a process track (the chip, pid :func:`~layerscope.trace.writers.sim_pid` of the metadata's
+device index: 1 for device 0), one thread track per engine (``engine k``, tid ``k + 1``),
 two counter tracks (memory bandwidth in use in GB/s, engines busy). Each op is a
 TYPE_SLICE_BEGIN/TYPE_SLICE_END pair on its engine's track with ``name``, an interned category
 (the op kind), debug annotations (interned names; the template args of the op plus its layer, its module
@@ -32,9 +33,9 @@ from layerscope.trace.writers import (
     BANDWIDTH_COUNTER,
     BANDWIDTH_UNIT,
     ENGINES_COUNTER,
-    SIM_PID,
     TID_BASE,
     TraceMetadata,
+    sim_pid,
 )
 
 if TYPE_CHECKING:
@@ -208,14 +209,15 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     write = out.write
 
     # Descriptors, on the packet that clears the sequence's incremental state.
+    pid = sim_pid(meta.device)
     descs = [
         f_varint(TD_UUID, PROCESS_UUID)
-        + f_bytes(TD_PROCESS, f_varint(PD_PID, SIM_PID) + f_string(PD_PROCESS_NAME, process_title(schedule, meta)))
+        + f_bytes(TD_PROCESS, f_varint(PD_PID, pid) + f_string(PD_PROCESS_NAME, process_title(schedule, meta)))
     ]
     for k, ename in enumerate(schedule.engines.names):
         descs.append(
             f_varint(TD_UUID, THREAD_UUID_BASE + k) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
-            + f_bytes(TD_THREAD, f_varint(THD_PID, SIM_PID) + f_varint(THD_TID, k + TID_BASE)
+            + f_bytes(TD_THREAD, f_varint(THD_PID, pid) + f_varint(THD_TID, k + TID_BASE)
                       + f_string(THD_THREAD_NAME, ename))
         )
     descs.append(f_varint(TD_UUID, BANDWIDTH_UUID) + f_varint(TD_PARENT_UUID, PROCESS_UUID)

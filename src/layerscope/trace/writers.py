@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACE_WRITERS",
     "TraceMetadata",
+    "sim_pid",
     "slice_order",
     "trace_format",
     "write_schedule_trace",
@@ -40,10 +41,18 @@ BANDWIDTH_UNIT = "GB/s"
 ENGINES_COUNTER = "engines busy"
 #: Category of flow (dependency) events in JSON.
 FLOW_CATEGORY = "dependency"
-#: pid of the simulated chip and the tid of engine k (k + TID_BASE): small fixed numbers so files
-#: are deterministic and never collide with real processes of a merged trace.
+#: pid of the simulated chip of device 0 and the tid of engine k (k + TID_BASE): small fixed numbers
+#: so files are deterministic and never collide with real processes of a merged trace. The chip of
+#: device index d is process :func:`sim_pid` ``(d)`` = ``SIM_PID + d``, one process per device.
 SIM_PID = 1
 TID_BASE = 1
+
+
+def sim_pid(device: int) -> int:
+    """The trace's process id of the simulated chip with device index ``device``: ``SIM_PID + device``
+    (device 0, every single-device simulation, keeps pid 1; multi-GPU traces get one process per
+    device, in device order)."""
+    return SIM_PID + device
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,9 @@ class TraceMetadata:
     """Per op, the HF module that runs it (``Op.module``; arg ``module``) where that is not the op's own
     name less its decode-step prefix, else ``""`` (written as no arg): ``layers.0.self_attn`` for
     ``layers.0.self_attn.rope``. What ``compare --sim`` anchors predicted ops at."""
+    device: int = 0
+    """Index of the device the schedule ran on: the trace's process is :func:`sim_pid` ``(device)``
+    (and its process sort index is ``device``)."""
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -78,21 +90,24 @@ class TraceMetadata:
             raise TraceError(f"metadata: {len(self.layer)} layers for {n} ops")
         if self.module is not None and len(self.module) != n:
             raise TraceError(f"metadata: {len(self.module)} modules for {n} ops")
+        if isinstance(self.device, bool) or not isinstance(self.device, (int, np.integer)) or self.device < 0:
+            raise TraceError(f"metadata: device index must be a whole number >= 0, got {self.device!r}")
 
     def kind(self, i: int) -> str:
         return str(self.templates[int(self.template[i])]["kind"])
 
     @classmethod
-    def from_timed(cls, tg: TimedGraph, process_name: str | None = None) -> TraceMetadata:
+    def from_timed(cls, tg: TimedGraph, process_name: str | None = None, *, device: int = 0) -> TraceMetadata:
         """Args from the ops of a timed graph: shapes, dtypes, FLOPs, bytes by kind, intensity,
-        bound, definition, matrix class, attrs, and the cost model's whole-chip times."""
+        bound, definition, matrix class, attrs, and the cost model's whole-chip times.
+        ``device``: the index of the device the schedule ran on (the trace's process)."""
         from layerscope.schedule.core import paused_gc
 
         with paused_gc():
-            return cls._from_timed(tg, process_name)
+            return cls._from_timed(tg, process_name, device)
 
     @classmethod
-    def _from_timed(cls, tg: TimedGraph, process_name: str | None) -> TraceMetadata:
+    def _from_timed(cls, tg: TimedGraph, process_name: str | None, device: int) -> TraceMetadata:
         keys: dict[tuple[object, ...], int] = {}
         templates: list[dict[str, Any]] = []
         template = np.empty(len(tg.graph.ops), dtype=np.int64)
@@ -123,12 +138,12 @@ class TraceMetadata:
             hw = getattr(tg.hardware, "name", None) or "hardware"
             process_name = f"{tg.graph.name} on {hw} ({tg.cost_model})"
         return cls(process_name, [op.name for op in tg.graph.ops], template, templates, layer,
-                   module if any(module) else None)
+                   module if any(module) else None, device)
 
     @classmethod
     def minimal(cls, names: Sequence[str], kinds: Sequence[str], process_name: str = "simulation",
-                extra: Mapping[str, Mapping[str, Any]] | None = None) -> TraceMetadata:
-        """One template per kind (args: the kind, plus ``extra[kind]``)."""
+                extra: Mapping[str, Mapping[str, Any]] | None = None, *, device: int = 0) -> TraceMetadata:
+        """One template per kind (args: the kind, plus ``extra[kind]``); ``device`` as in the class."""
         ids: dict[str, int] = {}
         templates: list[dict[str, Any]] = []
         template = np.empty(len(names), dtype=np.int64)
@@ -138,7 +153,7 @@ class TraceMetadata:
                 t = ids[k] = len(templates)
                 templates.append({"kind": k, **(extra or {}).get(k, {})})
             template[i] = t
-        return cls(process_name, list(names), template, templates)
+        return cls(process_name, list(names), template, templates, device=device)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
