@@ -39,7 +39,7 @@ def test_moe_name_derived_axes_and_index_dtype() -> None:
 
 
 def test_unknown_op_type_lists_known() -> None:
-    with pytest.raises(RecordsError, match=r"known: .*gemm"):
+    with pytest.raises(RecordsError, match=r"^unknown op type 'conv2d'; known: .*gemm"):
         op_type("conv2d")
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from layerscope.errors import RecordsError
+from layerscope.registry import Registry
 
 TensorRole = Literal["act", "weight", "index"]
 
@@ -278,12 +279,9 @@ def _op_types() -> tuple[OpType, ...]:
 
 
 #: Every op type, keyed by ``op_type``.
-REGISTRY: dict[str, OpType] = {op.op_type: op for op in _op_types()}
+REGISTRY: Registry[OpType] = Registry("op type", RecordsError, {op.op_type: op for op in _op_types()})
 
 
 def op_type(name: str) -> OpType:
     """The registered :class:`OpType` ``name``; an unknown name's error lists the known ones."""
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise RecordsError(f"unknown op type {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    return REGISTRY.lookup(name)
