@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerscope.errors import TraceError
+from layerscope.registry import Registry
 from layerscope.trace.tables import TraceTables
 from layerscope.units import note_input
 
@@ -82,12 +83,13 @@ class ReaderInfo:
     read: Callable[[Path], TraceTables]
 
 
-READERS: dict[str, ReaderInfo] = {}
+#: Trace readers by format name, in registration order (the order suffixes are matched in).
+READERS: Registry[ReaderInfo] = Registry("trace format", TraceError)
 
 
 def register_reader(name: str, suffixes: tuple[str, ...], read: Callable[[Path], TraceTables]) -> None:
     """Register ``read`` under ``name`` for files ending in any of ``suffixes``."""
-    READERS[name] = ReaderInfo(name, suffixes, read)
+    READERS.add(name, ReaderInfo(name, suffixes, read))
 
 
 def _read_chrome(path: Path) -> TraceTables:
@@ -148,7 +150,4 @@ def read_trace(path: str | os.PathLike[str], fmt: str | None = None) -> TraceTab
     if not source.is_file():
         raise TraceError(f"trace {str(source)!r} does not exist or is not a file")
     note_input(source)
-    name = fmt or format_for(source)
-    if name not in READERS:
-        raise TraceError(f"unknown trace format {name!r}; known: {', '.join(READERS)}")
-    return READERS[name].read(source)
+    return READERS.lookup(fmt or format_for(source)).read(source)
