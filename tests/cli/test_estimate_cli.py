@@ -29,8 +29,8 @@ def test_estimate_table_and_csv(run_cli, tmp_path):
 
 
 def test_estimate_on_a_spreadsheet_device(run_cli):
-    out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "nvl-ax", "--layer", "0", "--cost-model", "tiling",
-                  "--json")
+    out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "nvl-ax", "--layer", "0",
+                  "--cost-model", "tiling", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["scope"] == "layer 0"
 

@@ -454,15 +454,18 @@ STEPS: dict[str, Step] = {
     "layerscope hardware": Step(_has("14 hardware presets", "h100-sxm", "mi300x", "NVL-AX", "server-cpu")),
     "layerscope estimate --model llama-3.1-8b --hardware h100-sxm --phase decode --batch 1 --context 4096":
         Step(check_estimate_8b_decode),
-    "layerscope estimate --model qwen3-30b-a3b --hardware h200 --phase generate --prompt-len 1024 --decode-steps 255 --json":
+    "layerscope estimate --model qwen3-30b-a3b --hardware h200 --phase "
+    "generate --prompt-len 1024 --decode-steps 255 --json":
         Step(check_estimate_json),
     "layerscope estimate --model deepseek-v3 --hardware b200 --phase prefill --prompt-len 2048 --weight-dtype fp8":
         Step(check_estimate_fp8),
-    "layerscope estimate --model llama-3.2-1b --hardware examples/my_chips.xlsx --device-column NVL-AX --cost-model tiling":
+    "layerscope estimate --model llama-3.2-1b --hardware "
+    "examples/my_chips.xlsx --device-column NVL-AX --cost-model tiling":
         Step(check_estimate_sheet),
     "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --engines 1..8 --out layer.json.gz":
         Step(check_simulate_sweep),
-    "layerscope simulate --model llama-3.1-8b --hardware h100-sxm --all-layers --decode-steps 4 --out steps.pftrace --open":
+    "layerscope simulate --model llama-3.1-8b --hardware h100-sxm "
+    "--all-layers --decode-steps 4 --out steps.pftrace --open":
         Step(check_simulate_open),
     "layerscope capture --model llama-3.2-1b --layers 1 --dtype fp32 --prompt-len 128 --decode-steps 4 "
     "--out real.json.gz": Step(check_capture, timeout_s=300),

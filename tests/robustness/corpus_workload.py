@@ -31,7 +31,8 @@ def cap(case_id: str, *args: str, expect: tuple[str, ...]) -> Case:
 
 CASES: list[Case] = [
     # Positive controls.
-    Case("args-ok-estimate-prefill", ("estimate", "--phase", "prefill", "--batch", "4", "--prompt-len", "128", "--json"),
+    Case("args-ok-estimate-prefill", ("estimate", "--phase", "prefill", "--batch", "4", "--prompt-len", "128",
+                                      "--json"),
          code=0, stdout_json=True),
     Case("args-ok-estimate-deprecated-spellings", ("estimate", "--phase", "generate", "--input", "64", "--output", "4",
                                                    "--cost", "tiling", "--json"),
