@@ -20,13 +20,12 @@ import numpy as np
 from layerscope.cost.features import OpFeatures, op_features
 from layerscope.cost.models import BOUND_NAMES, get_cost_model
 from layerscope.cost.timed import TimedGraph
+from layerscope.graph.attention import AttentionView
 from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload import ForwardPass, Workload, context_warnings
-
-AttentionView = Literal["fused", "unfused"]
 
 #: Decode steps timed per chunk when summing a generation (bounds memory: steps x ops arrays).
 _STEP_CHUNK = 256
@@ -162,54 +161,6 @@ class Estimate:
         ]
         return sorted(rows, key=lambda r: -float(r["time_s"]))  # type: ignore[arg-type]
 
-    def to_json(self) -> dict[str, object]:
-        """The stable JSON contract (docs/schema/estimate.md)."""
-        total = self.total_time_s or 1.0
-        return {
-            "model": self.model,
-            "hardware": self.hardware,
-            "cost_model": self.cost_model,
-            "scope": self.scope,
-            "workload": self.workload.model_dump(mode="json"),
-            "ttft_s": self.ttft_s,
-            "tpot_s": self.tpot_s,
-            "e2e_s": self.e2e_s,
-            "output_tokens_per_s": self.output_tokens_per_s,
-            "phase_times_s": self.phase_times_s,
-            "warnings": list(self.warnings),
-            "memory_bytes": self.memory.as_dict(),
-            "memory_capacity_bytes": self.memory_capacity_bytes,
-            "fits_in_memory": self.fits_in_memory,
-            "totals": {
-                "time_s": self.total_time_s,
-                "flops": float(sum(op.flops for op in self.ops)),
-                "bytes": float(sum(op.bytes for op in self.ops)),
-                "ops": len(self.ops),
-            },
-            "by_kind": self.breakdown("kind"),
-            "by_matrix_class": self.breakdown("matrix_class"),
-            "ops": [
-                {
-                    "name": op.name,
-                    "kind": op.kind,
-                    "phase": op.phase,
-                    "layer": op.layer,
-                    "definition": op.definition,
-                    "matrix_class": op.matrix_class,
-                    "inputs": [list(s) for s in op.inputs],
-                    "outputs": [list(s) for s in op.outputs],
-                    "flops": op.flops,
-                    "bytes": op.bytes,
-                    "weight_bytes": op.weight_bytes,
-                    "act_bytes": op.act_bytes,
-                    "kv_bytes": op.kv_bytes,
-                    "time_s": op.time_s,
-                    "share": op.time_s / total,
-                    "bound": op.bound,
-                }
-                for op in self.ops
-            ],
-        }
 
 
 def _build(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: AttentionView,
