@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from layerscope.errors import ConfigError
+from layerscope.registry import Registry
 
 _BASE: dict[str, Any] = {
     "hidden_size": 64,
@@ -31,7 +32,7 @@ _TOKENS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
 
 _MOE = {"num_experts_per_tok": 2}
 
-_TINY: dict[str, dict[str, Any]] = {
+_TINY: Registry[dict[str, Any]] = Registry("tiny family", ConfigError, {
     "llama": {**_BASE, "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu"},
     "mistral": {**_BASE, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                 "sliding_window": 32},
@@ -128,16 +129,14 @@ _TINY: dict[str, dict[str, Any]] = {
         "rotary_dim": 8,
         "vocab_size": 256,
     },
-}
+})
 
 
 def tiny_families() -> list[str]:
     """Families :func:`tiny_config` knows."""
-    return sorted(_TINY)
+    return _TINY.names()
 
 
 def tiny_config(family: str) -> dict[str, Any]:
     """A fresh copy of the tiny config dict of ``family`` (an HF ``model_type``)."""
-    if family not in _TINY:
-        raise ConfigError(f"tiny_config: unknown family {family!r}; known: {', '.join(tiny_families())}")
-    return copy.deepcopy(_TINY[family])
+    return copy.deepcopy(_TINY.lookup(family))

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from layerscope.errors import RecordsError
+from layerscope.graph.attention import check_attention_view
 from layerscope.model.spec import ModelSpec
 from layerscope.records.from_graph import records_from_spec
 from layerscope.records.optypes import CATEGORIES
@@ -103,9 +104,7 @@ def expected_from_spec(spec: ModelSpec, observed: RecordSet, *, dtype: str | Non
     if not 1 <= layers <= spec.num_layers:
         raise RecordsError(f"the records cover {layers} layers but {spec.name} has {spec.num_layers}")
     mla_form = meta.get("mla_form")
-    attention = meta.get("attention", "fused")
-    if attention not in ("fused", "unfused"):
-        raise RecordsError(f"records meta: unknown attention view {attention!r}; known: fused, unfused")
+    attention = check_attention_view(meta.get("attention", "fused"), RecordsError)
     dt = parse_dtype(dtype or meta.get("dtype") or spec.base_dtype.value)
     expected = records_from_spec(
         spec, batch=1, prompt_len=2, decode_steps=1 if "decode" in phases else 0, dtype=dt, tp=int(meta.get("tp", 1)),
