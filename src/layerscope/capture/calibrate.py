@@ -351,7 +351,8 @@ def _rmsnorm(torch: Any, x: Any, weight: Any) -> Any:
 
 def _silu(torch: Any, gate: Any) -> Any:
     # The first kernel of Hugging Face LlamaMLP's activation in eager mode, act_fn(gate_proj(x)), into a new
-    # tensor; the product with up_proj(x) that follows is an elementwise mul (cost.execution, "Kernels in sequence").
+    # tensor; the product with up_proj(x) that follows is an elementwise mul
+    # (docs/execution-profiles.md, "Kernels in sequence").
     return torch.nn.functional.silu(gate)
 
 

@@ -561,7 +561,7 @@ def fit_measurements(meas: CalibrationMeasurements, *, llc_bytes: float) -> Cali
 
 #: Vector kernels of the calibration timed for one op kind of their own (``efficiency.vector_per_kind``)
 #: and kept out of the pooled vector fit: kernel -> op kind. The SiLU is the first of the gated activation's two
-#: kernels, which the cost models time one after the other (``cost.execution``, "Kernels in sequence").
+#: kernels, which the cost models time one after the other (docs/execution-profiles.md, "Kernels in sequence").
 KIND_KERNELS: dict[str, str] = {"argmax": "sampling", "silu": "activation"}
 #: Kernels earlier calibrations timed that no fit uses: ``silu_mul`` (``silu(g) * u`` as one rate; its rows, in
 #: measurements recorded before the SiLU was timed alone, would otherwise enter the pooled vector fit).
