@@ -82,9 +82,11 @@ def test_sim_vs_real_with_nothing_joined_is_an_error(tmp_path: Path) -> None:
 
 
 def test_swapped_sim_and_real_are_refused(tmp_path: Path) -> None:
-    from layerscope.trace.simulate import simulate
+    from layerscope.app.simulate import SimulateRequest, run_simulation
 
-    simulated = simulate("llama-3.2-1b", "h100-sxm", engines=1, out=tmp_path / "sim.pftrace").trace_path
+    simulated = run_simulation(SimulateRequest(model="llama-3.2-1b", hardware="h100-sxm", engines=1,
+                                               out=tmp_path / "sim.pftrace")).trace_path
+    assert simulated is not None
     capture = write_trace(tmp_path / "captured.json", [
         {"ph": "X", "cat": "user_annotation", "name": "prefill", "pid": 1, "tid": 1, "ts": 0, "dur": 100}],
         layerscope={"model": "tiny"})
@@ -130,10 +132,13 @@ def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
         assert got.only_real == [u.name for u in want.only_measured]
         assert got.only_sim == [u.name for u in want.only_predicted]
     # A one-layer simulation of the two-layer capture: layer 0's rows, no whole-forward comparison.
-    from layerscope.trace.simulate import simulate
+    from layerscope.app.requests import WorkloadRequest
+    from layerscope.app.simulate import SimulateRequest, run_simulation
 
-    simulate(config, "server-cpu", engines=1, phase="prefill", input_len=8, attention="fused", batch=1,
-             weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", out=tmp_path / "layer0.json.gz")
+    run_simulation(SimulateRequest(
+        model=config, hardware="server-cpu", engines=1, attention="fused", out=tmp_path / "layer0.json.gz",
+        workload=WorkloadRequest(phase="prefill", prompt_len=8, batch=1, weight_dtype="fp32", act_dtype="fp32",
+                                 kv_dtype="fp32")))
     one = compare_sim_real(tmp_path / "layer0.json.gz", out / "captured.json.gz", use_cache=False)
     assert one.phase == "prefill" and one.forward is None and "1 of the capture's 2 decoder layers" in one.notes[0]
     assert {row["op"] for row in one.ops.to_pylist()} >= {"layers.0.self_attn.q_proj", "layers.0.self_attn"}
