@@ -1,13 +1,14 @@
 """The Chrome/Kineto JSON reader's paths on the same traces, in one run: what each one earns.
 
-    python bench/bench_chrome_paths.py [--copies 3] [--repeat 3] [--data DIR] [--paths scanner,msgspec,duckdb]
+    python bench/bench_chrome_paths.py [--copies 3] [--big-copies 9] [--repeat 3] [--data DIR] [--paths scanner,duckdb]
 
 Paths (``layerscope.trace.chrome_reader.read_chrome_json``):
 
 * ``scanner``: the C scanner ``_chrome_scan`` feeding the columnar builder (``chrome_fast``), the
   default where the extension is built;
-* ``msgspec``: msgspec's structs feeding the same builder (the scanner switched off with
-  ``LAYERSCOPE_JSON_NATIVE=0``), where that path still exists;
+* ``msgspec``: the scanner switched off (``LAYERSCOPE_JSON_NATIVE=0``): up to commit 227419c
+  msgspec's structs fed the same builder; since the msgspec path was removed (bench/RESULTS.md,
+  "Chrome JSON reader paths") the DuckDB path reads, and "ran" says so;
 * ``duckdb``: DuckDB's streaming JSON reader (``read_chrome_json(path, fast=False)``).
 
 Files: every ``*.json.gz`` of ``--data`` (default ``../shared/data/traces``, else
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=3, help="gpu-training-control repeated this many times")
     parser.add_argument("--big-copies", type=int, default=0, help="and this many (0: none)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--paths", default="scanner,msgspec,duckdb")
+    parser.add_argument("--paths", default="scanner,duckdb", help="comma-separated: scanner, msgspec, duckdb")
     args = parser.parse_args()
     modes = args.paths.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="bench-chrome-paths-"))
@@ -134,7 +135,7 @@ def main() -> None:
             files.append((f"control x{copies} (made: repeated, {n:,} events)", made))
     idle = _run([_IDLE], env)
     print(json.dumps({"imports_peak_rss_mib": idle.get("peak_rss_mib")}), flush=True)
-    print(f"| trace | events | path | ran | s | × scanner | peak MiB | × scanner | tables |")
+    print("| trace | events | path | ran | s | × scanner | peak MiB | × scanner | tables |")
     print("|---|---|---|---|---|---|---|---|---|")
     for label, path in files:
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}

@@ -1,8 +1,9 @@
 """The in-memory fast path for Chrome/Kineto JSON (layerscope/trace/chrome_fast.py) against the
 DuckDB path (``read_chrome_json(path, fast=False)``): same tables, rows, warnings and metadata.
 
-Every test runs twice: with the C scanner (layerscope/trace/_chrome_scan.c) producing the
-columns, and with msgspec's decoder (``LAYERSCOPE_JSON_NATIVE=0``), its fallback.
+The fast path's columns come from the C scanner (layerscope/trace/_chrome_scan.c); whatever it
+declines, or where it is not built, the DuckDB path reads (the one fallback), so every test here
+compares the scanner's tables with the fallback's.
 
 The one intended difference is ``arg_sets``: the fast path keeps the file's own JSON text of
 ``args`` (DuckDB re-serializes it) and lists the arg sets in id order (DuckDB in its output
@@ -18,7 +19,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 import pyarrow as pa
 import pytest
@@ -35,17 +35,13 @@ from layerscope.trace.tables import SCHEMAS, TraceTables
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 REAL = sorted(DATA.glob("*.json.gz"))
 
-#: the decoder of the running test, and the column sources the fast path built during it
-_RUN: dict[str, Any] = {"decoder": "", "sources": []}
+#: the column sources the fast path built during the running test
+_RUN: dict[str, Any] = {"sources": []}
 
 
-@pytest.fixture(autouse=True, params=["native", "msgspec"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test with the C scanner, then with msgspec (the scanner switched off)."""
-    if request.param == "native" and chrome_fast._chrome_scan is None:
-        pytest.skip("the C scanner is not built (no C compiler at install)")
-    if request.param == "msgspec":
-        monkeypatch.setenv("LAYERSCOPE_JSON_NATIVE", "0")
+@pytest.fixture(autouse=True)
+def sources(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records the type of the columns each table build of the fast path got."""
     sources: list[str] = []
     real_builder = chrome_fast._Builder
 
@@ -54,8 +50,8 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         return real_builder(columns, quoted, warnings)
 
     monkeypatch.setattr(chrome_fast, "_Builder", builder)
-    _RUN.update(decoder=request.param, sources=sources)
-    return str(request.param)
+    _RUN.update(sources=sources)
+    return sources
 
 
 # --------------------------------------------------------------------------- comparison
@@ -90,11 +86,10 @@ def assert_same_tables(fast: TraceTables, slow: TraceTables) -> None:
 
 def fast_and_slow(path: Path, *, must_be_fast: bool = True) -> tuple[TraceTables, TraceTables]:
     if must_be_fast:
+        if not chrome_fast.scanner_available():
+            pytest.skip("the C scanner is not built (no C compiler at install) or pyarrow < 16")
         assert read_chrome_json_fast(path) is not None, "the fast path fell back"
-        # the scanner needs Arrow string views (pyarrow >= 16)
-        native = _RUN["decoder"] == "native" and chrome_fast._STRING_VIEW
-        expected = "_ScannedColumns" if native else "_DecodedColumns"
-        assert _RUN["sources"][-1] == expected, f"columns from {_RUN['sources'][-1]}"
+        assert _RUN["sources"][-1] == "_ScannedColumns", f"columns from {_RUN['sources'][-1]}"
     fast = read_chrome_json(path)
     slow = read_chrome_json(path, fast=False)
     assert_same_tables(fast, slow)
@@ -229,11 +224,19 @@ def test_top_level_array_and_plain_json(tmp_path: Path) -> None:
     fast_and_slow(path)
 
 
-def test_args_without_string_views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # pyarrow < 16 has no string-view arrays: the args texts are sliced one by one
-    monkeypatch.setattr(chrome_fast, "_STRING_VIEW", False)
-    fast, _ = fast_and_slow(DATA / "gpu-sampled-rank0.json.gz")
-    assert fast.arg_sets.num_rows == 4811
+@pytest.mark.parametrize("how", ["no string views", "switched off", "not built"])
+def test_without_the_scanner_duckdb_reads(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    # pyarrow < 16 (no string-view arrays), LAYERSCOPE_JSON_NATIVE=0, no C compiler at install:
+    # the DuckDB path reads, without holding the text
+    if how == "no string views":
+        monkeypatch.setattr(chrome_fast, "_STRING_VIEW", False)
+    elif how == "switched off":
+        monkeypatch.setenv("LAYERSCOPE_JSON_NATIVE", "0")
+    else:
+        monkeypatch.setattr(chrome_fast, "_chrome_scan", None)
+    monkeypatch.setattr(chrome_fast, "_read_text", lambda p: pytest.fail("the text was read"))
+    _fallback(DATA / "gpu-sampled-rank0.json.gz")
+    assert read_chrome_json(DATA / "gpu-sampled-rank0.json.gz").arg_sets.num_rows == 4811
 
 
 def test_metadata_before_and_after_the_array(tmp_path: Path) -> None:
@@ -379,7 +382,10 @@ _ANY_EVENT = st.fixed_dictionaries(
 
 
 def _decline_reason(path: Path) -> str | None:
-    """Why the fast path leaves ``path`` to DuckDB (its ``_Unsupported`` or decoder error), else ``None``."""
+    """Why the fast path leaves ``path`` to DuckDB (its ``_Unsupported``, the scanner's reason among
+    them, or a parse error of what surrounds the events), else ``None``."""
+    if not chrome_fast.scanner_available():
+        return "the C scanner is not available"
     try:
         text = chrome_fast._read_text(path)
         if text is None:
@@ -387,7 +393,7 @@ def _decline_reason(path: Path) -> str | None:
         chrome_fast._parse(text, DepthGuard(path))
     except chrome_fast._Unsupported as exc:
         return str(exc)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, OverflowError) as exc:
+    except (ValueError, OverflowError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
 
@@ -418,11 +424,16 @@ _TIMES = ("ts", "dur", "tts", "tdur")
 def _declined_by_design(events: list[dict[str, Any]], reason: str) -> bool:
     """Whether ``reason`` is one the fast path gives Kineto-like events by design, and holds:
     times DuckDB's casts read their own way (exponents, under ts quoting a float's digits too),
-    or a nested ``"ts"`` in args once fractional timestamps switch ts quoting on."""
+    a nested ``"ts"`` in args once fractional timestamps switch ts quoting on, or an int outside
+    int64 (inside args: the scanner declines it)."""
     if reason == "a time that is not a plain decimal number":
         return any("e" in json.dumps(e[k]).lower() for e in events for k in _TIMES if k in e)
     if reason == "a nested 'ts' key in args under ts quoting":
         return any(isinstance(e.get("args"), dict) and "ts" in e["args"] for e in events)
+    if reason == "the C scanner is not available":
+        return True
+    if reason == "the C scanner declined the events: an int outside int64":
+        return _big_int(events)
     return False
 
 
@@ -433,12 +444,7 @@ def test_random_kineto_like_events_same(tmp_path: Path, events: list[dict[str, A
     reason = _same_or_fallback(tmp_path, events, gz)
     assert reason is None or _declined_by_design(events, reason), reason
     if reason is None:
-        native = _RUN["decoder"] == "native" and chrome_fast._STRING_VIEW
-        source = _RUN["sources"][-1]
-        if not native:
-            assert source == "_DecodedColumns"
-        else:  # the C scanner leaves an int outside int64 inside args to msgspec
-            assert source == "_ScannedColumns" or _big_int(events), source
+        assert _RUN["sources"][-1] == "_ScannedColumns", _RUN["sources"][-1]
 
 
 def _big_int(value: Any) -> bool:

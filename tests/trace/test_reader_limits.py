@@ -2,7 +2,7 @@
 behind it): decompression bombs, deep nesting, empty files, random bytes, stale temporaries.
 
 Each refusal is a :class:`TraceError` naming the file, from the readers called directly (the
-in-memory fast path, msgspec without the C scanner, and the DuckDB path) and from the installed
+in-memory fast path, ``read_trace`` with the C scanner switched off, and the DuckDB path) and from the installed
 ``layerscope`` command: exit 2, one ``error:`` line, no traceback.
 """
 
@@ -48,8 +48,8 @@ def _gzip_of_run(byte: bytes, size: int, head: bytes = b"") -> bytes:
 
 
 def _read_every_way(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The outcome (tables or the TraceError) of read_trace, of msgspec without the scanner and of
-    the DuckDB path."""
+    """The outcome (tables or the TraceError) of read_trace, of read_trace with the C scanner
+    switched off (the DuckDB path reads then) and of the DuckDB path called directly."""
     outcomes: list[Any] = []
     for native, fast in (("1", True), ("0", True), ("1", False)):
         monkeypatch.setenv("LAYERSCOPE_JSON_NATIVE", native)
@@ -179,7 +179,7 @@ def test_deep_nesting_is_refused_on_every_path(tmp_path: Path, monkeypatch: pyte
 
 
 def test_nesting_up_to_the_limit_is_read_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 512 levels: past the C scanner's own bound (msgspec reads the events), within everyone's
+    # 512 levels: past the C scanner's own bound (the DuckDB path reads the events), within everyone's
     path = tmp_path / "deep.json"
     path.write_bytes(_deep_args(MAX_JSON_DEPTH))
     outcomes = _read_every_way(path, monkeypatch)

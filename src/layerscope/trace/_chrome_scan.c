@@ -6,11 +6,11 @@
  * into the text, or into a side buffer for strings with escapes; args as offset and length of
  * the raw value text). Everything else is validated as strict JSON and skipped.
  *
- * The scanner is deliberately narrow: whatever it does not reproduce exactly as the msgspec
- * decoder in chrome_fast.py would (an escaped or duplicated key of interest, a value of an
+ * The scanner is deliberately narrow: whatever it does not reproduce exactly as the DuckDB path
+ * in chrome_reader.py reads it (an escaped or duplicated key of interest, a value of an
  * unexpected JSON type, an int outside int64, a lone surrogate, invalid UTF-8 anywhere, nesting
  * deeper than 256, any JSON syntax error) makes scan() return a reason string instead of
- * columns, and the caller uses the msgspec decoder, which has its own fallbacks.
+ * columns, and the caller falls back to the DuckDB path, which reads everything.
  *
  * A chunk may be the whole array ("all"), its first part up to a split point ("head": it must
  * end with a comma after a complete event, which proves the split point starts an event), or
@@ -747,7 +747,7 @@ PyDoc_STRVAR(scan_doc,
 "scan(text, start, end, mode, quoted, side_index) -> tuple | str\n\n"
 "Columns of the events in text[start:end] (the inside of the events array, or a chunk of it:\n"
 "mode 0 = all, 1 = head up to a split point, 2 = tail from it), or a reason string when the\n"
-"chunk needs the msgspec decoder. The tuple: (n, ph, tags, ints, views, has, args_off,\n"
+"chunk needs the DuckDB path. The tuple: (n, ph, tags, ints, views, has, args_off,\n"
 "args_len, side): ph a uint8 block; tags and ints 7 blocks each (pid, tid, id, ts, dur, tts,\n"
 "tdur; tag 0 absent or null, 1 int, 2 float, 3 string, 4 a time's exact ns in ints); views 11\n"
 "blocks of 16-byte Arrow string views (cat, name, bp, s, then the seven above; buffer 0 = text,\n"

@@ -1,32 +1,38 @@
-"""In-memory fast path for Chrome/Kineto JSON: msgspec decode, then numpy/pyarrow tables.
+"""In-memory fast path for Chrome/Kineto JSON: the C scanner's columns, then numpy/pyarrow tables.
 
 How: the file is read and inflated whole (gzip through python-isal when installed); the
 ``traceEvents`` array is located as the DuckDB path locates it (first ``"traceEvents"`` key,
-end found from the tail) and decoded by :mod:`msgspec` into small structs, one per event, with
-only the fields the tables use (unknown fields are skipped in C). ``args`` stays raw JSON text
-(:class:`msgspec.Raw`, never decoded) except for ``M`` and ``C`` events. Columns are taken from
-the structs with one list comprehension each and turned into numpy/Arrow arrays; everything after
-that reuses the DuckDB path's table logic in :mod:`layerscope.trace.chrome_reader`
-(:func:`~layerscope.trace.chrome_reader.ids_for`, :func:`~layerscope.trace.chrome_reader.nest`
-through :func:`~layerscope.trace.chrome_reader.order_and_nest`,
+end found from the tail) and scanned by the C extension :mod:`layerscope.trace._chrome_scan`
+(GIL released; texts of a MiB or more in two chunks on two threads) into columns: the phase
+byte, type tags and int64 values for pid/tid/id and the times (exact ns where the text makes that
+simple), Arrow string views into the text for names, categories and other strings, and each
+``args`` value's offset and length (never decoded, except for ``M`` and ``C`` events).
+Everything after that reuses the DuckDB path's table logic in
+:mod:`layerscope.trace.chrome_reader` (:func:`~layerscope.trace.chrome_reader.ids_for`,
+:func:`~layerscope.trace.chrome_reader.nest` through
+:func:`~layerscope.trace.chrome_reader.order_and_nest`,
 :func:`~layerscope.trace.chrome_reader.python_slices`,
 :func:`~layerscope.trace.chrome_reader.bind_flows`,
 :func:`~layerscope.trace.chrome_reader.counters`), fed with the same rows in the same order.
 
 Why: for traces up to ~1M events the DuckDB path's cost is mostly fixed per statement (a
 temporary file, a JSON parse into a table, ~15 queries); here the whole ingest is one C parse
-plus vectorized work, several times faster. Holding the text costs memory, so files whose
-inflated text exceeds :data:`MAX_TEXT_BYTES` go to the DuckDB path, which streams.
+plus vectorized work, 1.8-12x faster (bench/RESULTS.md, "Chrome JSON reader paths"). Holding the
+text costs memory, so files whose inflated text exceeds :data:`MAX_TEXT_BYTES` go to the DuckDB
+path, which streams.
 
 Scope: every phase the DuckDB path reads (X, B/E, i/I/R, M, C, s/t/f, b/e/n; other phases only
-name threads, as there). Anything unusual returns ``None`` so the caller falls back to DuckDB,
-which handles everything and gives the same tables: a gzip stream that is truncated, corrupt or
-multi-member; JSON msgspec rejects (truncated, non-object items, NaN); a field of an unexpected
-JSON type (``name`` not a string, ``pid`` a float, ``ts`` a bool, ``ph`` not a Trace Event
-Format phase); a time string that is not a plain decimal number (``"1e3"``, ``" 12"``,
-``"soon"``: DuckDB's casts have their own rules for those); a time whose µs × 1000 overflows
-int64; invalid UTF-8 inside ``args``; a nested ``"ts"`` key in output ``args`` when fractional
-timestamps switch on the DuckDB path's ``ts`` quoting (which quotes those too).
+name threads, as there). Anything else returns ``None`` so the caller falls back to DuckDB, the
+one fallback, which handles everything and gives the same tables: the scanner not built (no C
+compiler at install), switched off (``LAYERSCOPE_JSON_NATIVE=0``) or pyarrow without string
+views (< 16); a gzip stream that is truncated, corrupt or multi-member; anything the scanner
+declines (any JSON syntax error, a field of an unexpected JSON type (``name`` not a string,
+``pid`` a float, ``ts`` a bool, ``ph`` not a Trace Event Format phase), an escaped or duplicated
+key, an int outside int64, invalid UTF-8, nesting past 256 levels: see _chrome_scan.c); a time
+string that is not a plain decimal number (``"1e3"``, ``" 12"``, ``"soon"``: DuckDB's casts
+have their own rules for those); a time whose µs × 1000 overflows int64; a nested ``"ts"`` key
+in output ``args`` when fractional timestamps switch on the DuckDB path's ``ts`` quoting (which
+quotes those too).
 
 Times follow the DuckDB path's casts exactly: ints × 1000; text (a JSON string, or under ``ts``
 quoting a number's own digits) through DECIMAL(38,6) and ROUND, both half away from zero; a JSON
@@ -48,11 +54,9 @@ import threading
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -88,9 +92,8 @@ log = logging.getLogger(__name__)
 #: (gpu-training-control repeated, bench/RESULTS.md): the C scanner's path costs ~0.9 µs per event
 #: and holds the text, the columns and the tables at once (1125 MiB peak at 982k events, 314 MB of
 #: text), where DuckDB's takes ~1.6 µs per event and 816 MiB; past ~1.2M events (384 MiB) the
-#: peak would pass 1.4 GB, so the DuckDB path keeps 3M-event traces within 2 GB. Without the
-#: scanner (msgspec's structs: ~2 µs per event, ~6× the text at peak) the limit is 192 MiB.
-MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "384" if _chrome_scan is not None else "192")) << 20
+#: peak would pass 1.4 GB, so the DuckDB path keeps 3M-event traces within 2 GB.
+MAX_TEXT_BYTES = int(os.environ.get("LAYERSCOPE_JSON_FAST_MAX_MB", "384")) << 20
 _TAIL_BYTES = 1 << 23
 _MAX_US = (2**63 - 1) // 1000
 _PLAIN_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
@@ -99,9 +102,8 @@ _SPLIT_MIN_BYTES = 1 << 20
 #: Between two events: where the second chunk may start (the first chunk's scan checks it).
 _EVENT_GAP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ARRAY_OPENING = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
-_ARGS_SEPARATOR = b'}\x00{"args":'
-_ARGS_PREFIX = int(np.frombuffer(b'{"ar', dtype=np.int32)[0])
-#: String-view arrays (pyarrow >= 16) point at the args texts in place.
+#: String-view arrays (pyarrow >= 16): the scanner's strings point into the text (without them,
+#: the DuckDB path reads).
 _STRING_VIEW = hasattr(pa, "string_view")
 
 
@@ -136,64 +138,31 @@ class _Beside:
         return value
 
 
-#: Every phase of the Trace Event Format; another ``ph`` fails the decode (and DuckDB takes over).
-#: A literal costs no string allocation per event.
-_Phase = Literal["X", "B", "E", "i", "I", "R", "M", "C", "s", "t", "f", "b", "e", "n", "S", "T", "p", "F",
-                 "P", "N", "O", "D", "V", "v", "c", "(", ")"]
-
-
-class _Event(msgspec.Struct, gc=False):
-    """The fields of one trace event that the tables use; others are skipped while parsing.
-
-    Types are strict (a float ``pid`` fails the decode, and the DuckDB path takes over). Times
-    keep their JSON type: DuckDB reads a number as a double and a string as exact text, and so
-    does :func:`_times`.
-    """
-
-    # in Kineto's key order (msgspec looks for the field after the last one matched first)
-    ph: _Phase | None = None
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: int | float | str | None = None
-    dur: int | float | str | None = None
-    args: msgspec.Raw = msgspec.Raw()
-    id: int | str | None = None
-    bp: str | None = None
-    s: str | None = None
-    tts: int | float | str | None = None
-    tdur: int | float | str | None = None
-
-
-class _QuotedEvent(_Event, gc=False):
-    """Under ts quoting (the DuckDB path quotes every ``"ts"`` number once fractional ones show
-    up), a float ``ts`` arrives as its own digits: untyped, so ``float_hook=str`` applies."""
-
-    ts: Any = None
-
-
-_DECODERS: dict[bool, msgspec.json.Decoder[list[_Event]]] = {
-    False: msgspec.json.Decoder(list[_Event]),
-    True: msgspec.json.Decoder(list[_QuotedEvent], float_hook=str),
-}
-
-
 # phase kinds
 _OTHER, _X, _B, _E, _INSTANT, _M, _S, _T, _F, _C, _AB, _AE, _AN = range(13)
 _KIND = {"X": _X, "B": _B, "E": _E, "i": _INSTANT, "I": _INSTANT, "R": _INSTANT, "M": _M, "s": _S,
          "t": _T, "f": _F, "C": _C, "b": _AB, "e": _AE, "n": _AN}
 
 
+def scanner_available() -> bool:
+    """Whether this path can run: the C scanner is built, not switched off
+    (``LAYERSCOPE_JSON_NATIVE=0``), and pyarrow has string views (>= 16)."""
+    return _chrome_scan is not None and _STRING_VIEW and os.environ.get("LAYERSCOPE_JSON_NATIVE", "1") != "0"
+
+
 def read_chrome_json_fast(path: Path) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]] | None:
     """Tables, top-level metadata and warnings of the trace at ``path``, or ``None``.
 
-    ``None`` means "use the DuckDB path": the file is too big to hold, or uses something this
-    path does not reproduce exactly (see the module docstring). Bad input raises only what no
-    path reads, as the DuckDB path would: :class:`TraceError` for JSON nested deeper than
+    ``None`` means "use the DuckDB path": the scanner is not available
+    (:func:`scanner_available`), the file is too big to hold, or it uses something this path
+    does not reproduce exactly (see the module docstring). Bad input raises only what no path
+    reads, as the DuckDB path would: :class:`TraceError` for JSON nested deeper than
     :data:`~layerscope.trace.readers.MAX_JSON_DEPTH` or gzip inflating past its
     :func:`~layerscope.trace.readers.inflate_budget`.
     """
+    if not scanner_available():
+        log.debug("%s: fast JSON path not used (the C scanner is not available)", path)
+        return None
     try:
         text = _read_text(path)
         if text is None:
@@ -202,8 +171,7 @@ def read_chrome_json_fast(path: Path) -> tuple[dict[str, pa.Table], dict[str, An
     except _Unsupported as exc:
         log.debug("%s: fast JSON path not used (%s)", path, exc)
         return None
-    except (msgspec.DecodeError, msgspec.ValidationError, pa.ArrowException, orjson.JSONDecodeError,
-            ValueError, OverflowError, OSError, MemoryError) as exc:
+    except (pa.ArrowException, orjson.JSONDecodeError, ValueError, OverflowError, OSError, MemoryError) as exc:
         log.debug("%s: fast JSON path not used (%s: %s)", path, type(exc).__name__, exc)
         return None
 
@@ -242,10 +210,10 @@ def _read_text(path: Path) -> bytes | None:
 
 
 def _parse(text: bytes, guard: DepthGuard) -> tuple[dict[str, pa.Table], dict[str, Any], list[str]]:
-    """Locate the events array as the DuckDB path does, decode it, build the tables.
+    """Locate the events array as the DuckDB path does, scan it, build the tables.
 
-    ``guard`` walks the text before any parser sees it: the events only where the C scanner
-    declined them (its columns prove them nested less than 259 levels).
+    ``guard`` walks the text outside the events before any parser sees it; the scanner's columns
+    prove the events nested less than 259 levels (where it declines, the DuckDB path guards them).
     """
     lead = _LEADING.match(text).end()  # type: ignore[union-attr]
     first = text[lead:lead + 1]
@@ -283,11 +251,9 @@ def _parse(text: bytes, guard: DepthGuard) -> tuple[dict[str, pa.Table], dict[st
     quoted = _FRACTIONAL_TS.search(text, start, start + _FRACTION_PROBE_BYTES) is not None
     if quoted and text.find(b'"ts":', end) >= 0:
         raise _Unsupported("a 'ts' key after the events array would be quoted")
-    columns: _Columns | None = _scan_columns(text, start, end, quoted)
-    if columns is None:
-        guard.at(start).feed(memoryview(text)[start:end])  # before msgspec, which recurses per level
-        events = _DECODERS[quoted].decode(memoryview(text)[start - 1:end + 1])
-        columns = _DecodedColumns(events)
+    columns = _scan_columns(text, start, end, quoted)
+    if isinstance(columns, str):
+        raise _Unsupported(f"the C scanner declined the events: {columns}")
     if columns.n == 0:
         raise _Unsupported("no events")
     warnings: list[str] = []
@@ -295,17 +261,13 @@ def _parse(text: bytes, guard: DepthGuard) -> tuple[dict[str, pa.Table], dict[st
     return tables, metadata, warnings
 
 
-def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _Columns | None:
-    """The C scanner's columns of the events in ``text[start:end]``, or ``None`` (use msgspec).
-
-    ``None`` when the scanner is not built, is switched off (``LAYERSCOPE_JSON_NATIVE=0``), or
-    meets something it leaves to msgspec (see _chrome_scan.c). Texts of a MiB or more are
+def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _ScannedColumns | str:
+    """The C scanner's columns of the events in ``text[start:end]``, or why it declined them
+    (the DuckDB path reads them then; see _chrome_scan.c). Texts of a MiB or more are
     scanned in two chunks on two threads (the scanner releases the GIL): the second starts at an
     event boundary found after the middle, which the first chunk's scan proves (it must end
     with a comma after a complete event); where it does not, the text is scanned whole.
     """
-    if _chrome_scan is None or not _STRING_VIEW or os.environ.get("LAYERSCOPE_JSON_NATIVE", "1") == "0":
-        return None
     chunks: list[Any] | None = None
     if end - start >= _SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1:
         gap = _EVENT_GAP.search(text, start + (end - start) // 2, end)
@@ -324,8 +286,7 @@ def _scan_columns(text: bytes, start: int, end: int, quoted: bool) -> _Columns |
         chunks = [_chrome_scan.scan(text, start, end, _chrome_scan.MODE_ALL, quoted, 1)]
     reasons = [c for c in chunks if isinstance(c, str)]
     if reasons:
-        log.debug("C scanner left the events to msgspec (%s)", reasons[0])
-        return None
+        return str(reasons[0])
     return _ScannedColumns(text, chunks)
 
 
@@ -370,46 +331,6 @@ def _typed_array(values: list[Any]) -> pa.Array:
         return pa.array([_text(v) for v in values], pa.string())
 
 
-def _times(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """µs values → (int64 ns, valid), exactly as the DuckDB path's ``_TIME_NS`` casts them.
-
-    ints: × 1000. Text (a JSON string, or a float's own digits under ts quoting): through
-    DECIMAL(38,6). Floats (JSON numbers DuckDB reads as doubles): through the double's shortest
-    decimal text, as DuckDB's double → VARCHAR → DECIMAL.
-    """
-    n = len(values)
-    kinds = set(map(type, values))
-    kinds.discard(type(None))
-    if not kinds:
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    if not kinds <= {int, float, str}:
-        raise _Unsupported(f"times of type {sorted(k.__name__ for k in kinds)}")
-    if len(kinds) == 1:
-        (kind,) = kinds
-        return _times_of(kind, values)
-    ns = np.zeros(n, dtype=np.int64)
-    valid = np.zeros(n, dtype=bool)
-    for kind in kinds:
-        part, ok = _times_of(kind, [v if v.__class__ is kind else None for v in values])
-        ns[ok] = part[ok]
-        valid |= ok
-    return ns, valid
-
-
-def _times_of(kind: type, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    arr = pa.array(values, {int: pa.int64(), float: pa.float64(), str: pa.string()}[kind])
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    if kind is int:
-        us = arr.fill_null(0).to_numpy()
-        # both ends compared: np.abs(-2**63) is -2**63, which once let -2**63 µs through as 0 ns
-        if int(us.max()) > _MAX_US or int(us.min()) < -_MAX_US:
-            raise _Unsupported("a time overflows int64 ns")
-        return us * 1000, valid
-    if kind is float:
-        return _float_times(arr.fill_null(0.0).to_numpy()), valid
-    return _text_times(arr, valid), valid
-
-
 def _round_half_away(x: np.ndarray, div: np.ndarray | int) -> np.ndarray:
     mag = np.abs(x)
     q, r = np.divmod(mag, div)
@@ -432,9 +353,10 @@ def _float_times(us: np.ndarray) -> np.ndarray:
     .5, or beyond 2^36 ns, take the exact decimal path (a handful: Kineto durations have 3
     decimals; timestamps with decimals are quoted text, not floats).
     """
-    x = us * 1000.0
-    ns = np.where(x < 0, np.ceil(x - 0.5), np.floor(x + 0.5))
-    exact = (np.abs(np.abs(x - np.trunc(x)) - 0.5) < 1e-3) | (np.abs(x) >= 2.0**36)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond int64 ns: the exact path refuses it
+        x = us * 1000.0
+        ns = np.where(x < 0, np.ceil(x - 0.5), np.floor(x + 0.5))
+        exact = (np.abs(np.abs(x - np.trunc(x)) - 0.5) < 1e-3) | ~(np.abs(x) < 2.0**36)
     out = np.where(exact, 0.0, ns).astype(np.int64)
     for i in np.flatnonzero(exact).tolist():
         value = float(us[i])
@@ -489,20 +411,6 @@ def _text_times(arr: pa.Array, valid: np.ndarray) -> np.ndarray:
     return ns
 
 
-def _text_codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Per value, the index of its text (``None`` → ``"0"``, ints in decimal) in first-seen order.
-
-    The DuckDB path reads pid/tid as text, so ``7`` and ``"7"`` are one key.
-    """
-    code_of: dict[Any, int] = {}
-    texts: dict[str, int] = {}
-    for value in dict.fromkeys(values):
-        text = "0" if value is None else value if value.__class__ is str else str(value)
-        code_of[value] = texts.setdefault(text, len(texts))
-    codes = np.fromiter(map(code_of.__getitem__, values), dtype=np.int64, count=len(values))
-    return codes, list(texts)
-
-
 def _first_seen(keys: np.ndarray, size: int) -> np.ndarray:
     """Distinct values of ``keys`` (ints in ``[0, size)``) in order of first appearance."""
     if size <= 4 * len(keys) + 1024:
@@ -522,13 +430,6 @@ def _text_ranks(values: list[Any]) -> np.ndarray:
     return pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
 
 
-def _pick(items: list[Any], index: np.ndarray) -> tuple[Any, ...]:
-    """``items`` at ``index``, in one C call."""
-    if len(index) > 1:
-        return itemgetter(*index.tolist())(items)  # type: ignore[no-any-return]
-    return tuple(items[i] for i in index.tolist())
-
-
 def _ranks(strings: pa.DictionaryArray) -> np.ndarray:
     """Per element, the rank of its string in byte order, nulls last (DuckDB's ORDER BY)."""
     values = strings.dictionary.to_pylist()
@@ -536,132 +437,6 @@ def _ranks(strings: pa.DictionaryArray) -> np.ndarray:
     rank[sorted(range(len(values)), key=values.__getitem__)] = np.arange(len(values))
     rank[len(values)] = len(values)
     return rank[strings.indices.fill_null(len(values)).to_numpy()]
-
-
-class _Columns:
-    """The per-event columns the tables are built from, whichever decoder produced them.
-
-    Numpy/Arrow columns for every event (phase kind, times, names, categories, pid/tid codes),
-    and accessors for the fields only some events need (taken by event index).
-    """
-
-    n: int
-    kind: np.ndarray
-    ts: np.ndarray
-    ts_ok: np.ndarray
-    dur: np.ndarray
-    dur_ok: np.ndarray
-    tts: tuple[np.ndarray, np.ndarray] | None
-    tdur: tuple[np.ndarray, np.ndarray] | None
-    name_arr: pa.DictionaryArray
-    cat_arr: pa.DictionaryArray
-    pid_code: np.ndarray
-    pid_texts: list[str]
-    tid_code: np.ndarray
-    tid_texts: list[str]
-
-    def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
-        raise NotImplementedError
-
-    def idents(self, index: np.ndarray) -> list[int | str | None]:
-        raise NotImplementedError
-
-    def raw_args(self, i: int) -> bytes:
-        """The raw JSON text of event ``i``'s ``args`` (``b""`` when it has none)."""
-        raise NotImplementedError
-
-    def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
-        """Per candidate slice (events ``seq``), whether it has args (a non-empty object).
-
-        Raises :class:`_Unsupported` where the args need the DuckDB path (a nested ``"ts":``
-        under ts quoting, invalid UTF-8).
-        """
-        raise NotImplementedError
-
-    def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
-        """The ``{"args": …}`` texts (raw, as in the file) of candidates ``chosen`` (positions in
-        the ``seq`` last given to :meth:`arg_flags`), as plain strings."""
-        raise NotImplementedError
-
-
-class _DecodedColumns(_Columns):
-    """Columns from msgspec's decoded structs (one list comprehension per field)."""
-
-    def __init__(self, events: list[_Event]) -> None:
-        self.events = events
-        self.n = len(events)
-        phases = pa.array([e.ph for e in events], pa.string()).dictionary_encode()
-        kind_of = np.array([_KIND.get(p, _OTHER) for p in phases.dictionary.to_pylist()] + [_OTHER],
-                           dtype=np.int8)
-        self.kind = kind_of[phases.indices.fill_null(len(phases.dictionary)).to_numpy()]
-        self.ts, self.ts_ok = _times([e.ts for e in events])
-        self.dur, self.dur_ok = _times([e.dur for e in events])
-        tts = [e.tts for e in events]
-        tdur = [e.tdur for e in events]
-        self.tts = _times(tts) if tts.count(None) < self.n else None
-        self.tdur = _times(tdur) if tdur.count(None) < self.n else None
-        self.names = [e.name for e in events]
-        self.name_arr = pa.array(self.names, pa.string()).dictionary_encode()
-        self.cat_arr = pa.array([e.cat for e in events], pa.string()).dictionary_encode()
-        self.args = [e.args for e in events]
-        self.pid_code, self.pid_texts = _text_codes([e.pid for e in events])
-        self.tid_code, self.tid_texts = _text_codes([e.tid for e in events])
-
-    def strings(self, field: Literal["ph", "name", "cat", "s", "bp"], index: np.ndarray) -> list[str | None]:
-        if field == "name":
-            return list(_pick(self.names, index))
-        return [getattr(e, field) for e in _pick(self.events, index)]
-
-    def idents(self, index: np.ndarray) -> list[int | str | None]:
-        return [e.id for e in _pick(self.events, index)]
-
-    def raw_args(self, i: int) -> bytes:
-        return bytes(self.args[i])
-
-    def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
-        """One join writes every ``{"args": …}`` text followed by a NUL (which cannot occur in
-        JSON text); the flags and, later, the texts are read from that buffer."""
-        data = _ARGS_SEPARATOR.join((b"", *_pick(self.args, seq), b""))
-        if len(data) >= 2**31:
-            raise _Unsupported("args text over 2 GiB")
-        a = np.frombuffer(data, dtype=np.uint8)
-        nul = np.flatnonzero(a == 0)
-        starts = nul[:-1] + 1  # each text: '{"args":' + piece + '}'
-        lengths = nul[1:] - starts
-        piece = starts + 8
-        has = (lengths > 11) & (a[piece] == ord("{"))  # a piece of at least 3 bytes, an object
-        # an object with only whitespace inside is DuckDB's '{}': no args
-        obj = np.flatnonzero(has)
-        pos = piece[obj] + 1
-        busy = np.flatnonzero(a[pos] <= 32)  # JSON whitespace: the only bytes <= 32 outside strings
-        while len(busy):
-            pos[busy] += 1
-            busy = busy[a[pos[busy]] <= 32]
-        has[obj[a[pos] == ord("}")]] = False
-        if quoted and data.find(b'"ts":') >= 0:
-            raise _Unsupported("a nested 'ts' key in args under ts quoting")
-        if not data.isascii():
-            try:
-                data.decode()  # UTF-8 (msgspec does not check the strings it skips)
-            except UnicodeDecodeError:
-                raise _Unsupported("invalid UTF-8 in args") from None
-        self._joined = data, starts, lengths
-        return has
-
-    def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
-        """String views point at the joined texts in place; the cast packs them into plain strings."""
-        data, starts, lengths = self._joined
-        if not _STRING_VIEW:  # pyarrow < 16: slice the texts one by one
-            view = memoryview(data)
-            return pa.array([view[a:a + n] for a, n in zip(starts[chosen].tolist(), lengths[chosen].tolist(),
-                                                           strict=True)], pa.binary()).cast(pa.string())
-        views = np.empty((len(chosen), 4), dtype=np.int32)
-        views[:, 0] = lengths[chosen]
-        views[:, 1] = _ARGS_PREFIX  # the first 4 bytes of every text (all are longer than 12)
-        views[:, 2] = 0
-        views[:, 3] = starts[chosen]
-        json = pa.Array.from_buffers(pa.string_view(), len(chosen), [None, pa.py_buffer(views), pa.py_buffer(data)])
-        return json.cast(pa.string())
 
 
 #: ``_chrome_scan.scan`` tag values (``_TAG_NS``: a time's exact ns, in the int column)
@@ -675,12 +450,14 @@ for _ph, _k in _KIND.items():
     _PH_KIND[ord(_ph)] = _k
 
 
-class _ScannedColumns(_Columns):
-    """Columns from the C scanner (:mod:`layerscope.trace._chrome_scan`), one or two chunks.
+class _ScannedColumns:
+    """The per-event columns the tables are built from, from the C scanner
+    (:mod:`layerscope.trace._chrome_scan`), one or two chunks.
 
-    Strings are Arrow string views into the JSON text (or a chunk's side buffer, for escaped
-    strings); times arrive as exact ns where the text makes that simple; nothing is decoded per
-    event in Python.
+    Numpy/Arrow columns for every event (phase kind, times, names, categories, pid/tid codes),
+    and accessors for the fields only some events need (taken by event index). Strings are
+    Arrow string views into the JSON text (or a chunk's side buffer, for escaped strings); times
+    arrive as exact ns where the text makes that simple; nothing is decoded per event in Python.
     """
 
     def __init__(self, text: bytes, chunks: list[tuple[Any, ...]]) -> None:
@@ -712,11 +489,11 @@ class _ScannedColumns(_Columns):
     # Names and categories are needed whole only for the slice table and the flows, after the
     # nesting has started in its thread: encoded then, in its shadow.
     @cached_property
-    def name_arr(self) -> pa.DictionaryArray:  # type: ignore[override]
+    def name_arr(self) -> pa.DictionaryArray:
         return self._dictionary("name")
 
     @cached_property
-    def cat_arr(self) -> pa.DictionaryArray:  # type: ignore[override]
+    def cat_arr(self) -> pa.DictionaryArray:
         return self._dictionary("cat")
 
     def _column(self, get: Any, dtype: Any) -> np.ndarray:
@@ -745,8 +522,9 @@ class _ScannedColumns(_Columns):
         return pa.DictionaryArray.from_arrays(encoded.indices, encoded.dictionary.cast(pa.string()))
 
     def _times(self, field: str) -> tuple[np.ndarray, np.ndarray]:
-        """As :func:`_times` on the decoded values: the scanner's exact ns, else ints × 1000 and
-        floats and texts as DuckDB casts them."""
+        """(int64 ns, valid) of a time field, exactly as the DuckDB path's ``_TIME_NS`` casts it:
+        the scanner's exact ns, else ints × 1000, floats (JSON numbers DuckDB reads as doubles)
+        through the double's shortest decimal text, texts through DECIMAL(38,6)."""
         tag, ints = self.tags[_TAGGED[field]], self.ints[_TAGGED[field]]
         valid = tag != _TAG_NONE
         if (tag == _TAG_NS).sum() == int(valid.sum()):
@@ -766,7 +544,8 @@ class _ScannedColumns(_Columns):
         return ns, valid
 
     def _text_codes(self, field: str) -> tuple[np.ndarray, list[str]]:
-        """As :func:`_text_codes`: per event the index of its text (ints in decimal, none → "0")."""
+        """Per event the index of its text (ints in decimal, none → ``"0"``) in first-seen order:
+        the DuckDB path reads pid/tid as text, so ``7`` and ``"7"`` are one key."""
         tag, ints = self.tags[_TAGGED[field]], self.ints[_TAGGED[field]]
         is_str = tag == _TAG_STR
         if not is_str.any():  # ints and none (the int column holds 0 there): codes of the ints
@@ -796,19 +575,22 @@ class _ScannedColumns(_Columns):
         return out
 
     def raw_args(self, i: int) -> bytes:
+        """The raw JSON text of event ``i``'s ``args`` (``b""`` when it has none)."""
         start = int(self.args_off[i])
         return self.text[start:start + int(self.args_len[i])]
 
     def arg_flags(self, seq: np.ndarray, quoted: bool) -> np.ndarray:
-        """The scanner's flags (it checked the UTF-8 of every string); under ts quoting the
-        texts are searched for a nested ``"ts":`` in place."""
+        """Per candidate slice (events ``seq``), whether it has args (a non-empty object): the
+        scanner's flags (it checked the UTF-8 of every string). Under ts quoting the texts are
+        searched for a nested ``"ts":`` in place (then :class:`_Unsupported`: the DuckDB path)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
         if quoted and _chrome_scan.args_contain(self.text, self.args_off, self.args_len, seq, b'"ts":'):
             raise _Unsupported("a nested 'ts' key in args under ts quoting")
         return self.args_obj[seq]
 
     def arg_json(self, seq: np.ndarray, chosen: np.ndarray) -> pa.Array:
-        """Written by the scanner straight into an Arrow string array's buffers."""
+        """The ``{"args": …}`` texts (raw, as in the file) of candidates ``chosen`` (positions in
+        ``seq``), written by the scanner straight into an Arrow string array's buffers."""
         events = np.ascontiguousarray(seq[chosen], dtype=np.int64)
         offsets, data = _chrome_scan.args_strings(self.text, self.args_off, self.args_len, events)
         return pa.Array.from_buffers(pa.string(), len(events), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
@@ -817,7 +599,7 @@ class _ScannedColumns(_Columns):
 class _Builder:
     """Tables from the columns; each method mirrors one step of ``chrome_reader._build``."""
 
-    def __init__(self, columns: _Columns, quoted: bool, warnings: list[str]) -> None:
+    def __init__(self, columns: _ScannedColumns, quoted: bool, warnings: list[str]) -> None:
         self.columns = columns
         self.n = columns.n
         self.warnings = warnings
