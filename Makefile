@@ -64,7 +64,7 @@ schema:
 	$(PYTHON) -m layerscope.app.schema docs/schema
 
 golden:
-	$(PYTHON) -m layerscope.trace.golden tests/data/golden
+	$(PYTHON) -m layerscope.app.golden tests/data/golden
 
 bench:
 	$(PYTHON) bench/bench_estimate.py

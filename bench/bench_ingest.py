@@ -13,8 +13,8 @@ alternating, and the best time of each is kept (the machine may be shared). File
 
 layerscope ingest = ``TraceDB(path)`` with a cold (empty) Parquet cache: parse, trace_processor
 tables, registered in DuckDB and queryable (the cache is written in the background and not
-timed; ``read_trace`` alone is reported too; "reader" says whether the C scanner, msgspec (the
-two in-memory paths) or the DuckDB path read the file); "cached" = a second ``TraceDB`` open reading the
+timed; ``read_trace`` alone is reported too; "reader" says whether the C scanner (the
+in-memory path) or the DuckDB path read the file); "cached" = a second ``TraceDB`` open reading the
 Parquet cache; report times are each report of
 ``layerscope.analysis.reports.REPORTS`` after ingest. HTA ingest = ``TraceAnalysis(trace_dir=…)``
 (HolisticTraceAnalysis, run by ``--hta-python``, e.g. a venv with ``pip install
@@ -59,15 +59,15 @@ if mode == "ingest":
     out["events_flows"] = db.scalar("SELECT COUNT(*) FROM flow")
     db.close()
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # which reader ran (asked again, after the timing and the peak): the C scanner or msgspec
-    # (the in-memory fast path), or DuckDB
+    # which reader ran (asked again, after the timing and the peak): the C scanner (the in-memory
+    # fast path) or DuckDB
     cf = layerscope.trace.chrome_fast
     used = []
     builder = cf._Builder
     cf._Builder = lambda columns, *a: used.append(type(columns).__name__) or builder(columns, *a)
     fast = cf.read_chrome_json_fast(__import__("pathlib").Path(path))
     out["path"] = ("duckdb" if fast is None else
-                   {"_ScannedColumns": "C scanner", "_DecodedColumns": "msgspec"}.get(used[-1], used[-1]))
+                   {"_ScannedColumns": "C scanner"}.get(used[-1], used[-1]))
 elif mode == "parse":
     tables = read_trace(path)
     out["seconds"] = time.perf_counter() - t0

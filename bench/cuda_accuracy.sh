@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 DEPS=(
   "yaml:pyyaml" "pydantic:pydantic pydantic_core annotated_types typing_inspection typing_extensions"
   "typer:typer click shellingham" "rich:rich markdown_it_py mdurl pygments" "duckdb:duckdb" "orjson:orjson"
-  "msgspec:msgspec" "openpyxl:openpyxl et_xmlfile" "pyarrow:pyarrow"
+  "openpyxl:openpyxl et_xmlfile" "pyarrow:pyarrow"
 )
 
 if [[ "${1:-}" == "--wheels" ]]; then
@@ -81,7 +81,7 @@ if ((${#missing[@]})); then
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-# The C trace scanner is optional (the msgspec decoder runs without it).
+# The C trace scanner is optional (DuckDB's reader runs without it).
 python3 setup.py -q build_ext --inplace > /dev/null 2>&1 || echo "C scanner not built: the pure-Python readers run"
 
 if python3 -c "import pytest, hypothesis" 2>/dev/null; then

@@ -138,10 +138,10 @@ def test_byte_identical(tmp_path: Path, timed, sched) -> None:  # type: ignore[n
 def test_a_third_of_the_json_size(tmp_path: Path) -> None:
     # A real model: per-op strings (names, shapes) dominate tiny graphs, so the ratio is measured
     # on Llama-3.2-1B's 16 layers (324 ops); bench/bench_simulate.py measures it at 1M ops.
-    from layerscope.trace.simulate import simulate
+    from layerscope.app.simulate import SimulateRequest, run_simulation
 
-    pb = simulate("llama-3.2-1b", "h100-sxm", engines=3, all_layers=True, out=tmp_path / "m.pftrace")
-    js = simulate("llama-3.2-1b", "h100-sxm", engines=3, all_layers=True, out=tmp_path / "m.json")
+    pb = run_simulation(SimulateRequest(model="llama-3.2-1b", engines=3, all_layers=True, out=tmp_path / "m.pftrace"))
+    js = run_simulation(SimulateRequest(model="llama-3.2-1b", engines=3, all_layers=True, out=tmp_path / "m.json"))
     assert pb.trace_path is not None and js.trace_path is not None
     assert pb.trace_path.stat().st_size <= js.trace_path.stat().st_size / 3
 

@@ -30,7 +30,7 @@ from layerscope.trace.tables import TraceTables
 from layerscope.units import note_input
 
 #: Arrays and objects nested deeper than this refuse a JSON trace (Kineto's args nest a few
-#: levels; msgspec and orjson recurse per level, orjson stops at 1024).
+#: levels; DuckDB's JSON reader and orjson recurse per level, orjson stops at 1024).
 MAX_JSON_DEPTH = 512
 #: Nested DebugAnnotations (dicts, arrays) deeper than this refuse a Perfetto trace: protobuf's
 #: own parsers stop at 100 nested messages.

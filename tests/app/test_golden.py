@@ -1,4 +1,4 @@
-"""The golden traces in tests/data/golden (``make golden``, layerscope/trace/golden.py).
+"""The golden traces in tests/data/golden (``make golden``, layerscope/app/golden.py).
 
 Three checks, so that a bug in the simulation or the writers fails here even after someone runs
 ``make golden`` and commits what it wrote:
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from layerscope.analysis.engine import TraceDB
-from layerscope.trace.golden import GOLDEN_NAMES, write_golden
+from layerscope.app.golden import GOLDEN_NAMES, write_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 

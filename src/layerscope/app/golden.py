@@ -1,4 +1,4 @@
-"""Regenerate the golden simulated traces: ``python -m layerscope.trace.golden [OUT_DIR]``.
+"""Regenerate the golden simulated traces: ``python -m layerscope.app.golden [OUT_DIR]``.
 
 A tiny Llama (2 layers, hidden 64; the config is spelled out here so the golden files change only
 when the simulation or the writers do) decoding one token against 64 cached tokens, layer 0 with
@@ -38,16 +38,18 @@ GOLDEN_NAMES = ("tiny_layer_trace.json", "tiny_layer_trace.pftrace")
 
 def write_golden(out_dir: str | Path) -> list[Path]:
     """Simulate the golden case and write both trace formats into ``out_dir``."""
+    from layerscope.app.requests import WorkloadRequest
+    from layerscope.app.simulate import SimulateRequest, run_simulation
     from layerscope.model import model_spec_from_dict
-    from layerscope.trace.simulate import simulate
 
     spec = model_spec_from_dict(dict(GOLDEN_CONFIG), "tiny-llama")
     paths = []
     for name in GOLDEN_NAMES:
-        result = simulate(spec, "h100-sxm", engines=2, policy="list", phase="decode", context=64,
-                          layer=0, attention="unfused", out=Path(out_dir) / name)
-        assert result.trace_path is not None
-        paths.append(result.trace_path)
+        run = run_simulation(SimulateRequest(
+            model=spec, hardware="h100-sxm", engines=2, policy="list", layer=0, attention="unfused",
+            workload=WorkloadRequest(phase="decode", context=64), out=Path(out_dir) / name))
+        assert run.trace_path is not None
+        paths.append(run.trace_path)
     return paths
 
 
