@@ -63,3 +63,12 @@ def test_importing_never_imports_torch(module):
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_cli_app_loads_no_library():
+    """``layerscope --help`` and option parsing load no numpy, pydantic or library package: every command
+    imports what it needs when it runs (its options' defaults come from import-free modules)."""
+    code = ("import sys, layerscope.cli.app; print(sorted(m for m in ('numpy', 'pydantic', 'layerscope.graph', "
+            "'layerscope.cost', 'layerscope.app.requests') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

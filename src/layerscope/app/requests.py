@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from layerscope.app.defaults import DEFAULT_ATTENTION
 from layerscope.errors import LayerscopeError, WorkloadError
 from layerscope.graph.attention import AttentionView
 from layerscope.workload.workload import MAX_BATCH, MAX_DEVICES, MAX_TOKENS
@@ -24,9 +25,6 @@ __all__ = ["DEFAULT_ATTENTION", "AttentionView", "HardwareRef", "ModelRef", "Par
 
 M = TypeVar("M", bound=BaseModel)
 
-#: The attention view every verb uses unless told otherwise: one fused kernel per attention, as
-#: FlashAttention and PyTorch's SDPA run it (``unfused`` shows QKᵀ, softmax and PV as their own ops).
-DEFAULT_ATTENTION: AttentionView = "fused"
 
 #: A model: a catalog name (``llama-3.2-1b``), a Hugging Face id, a ``config.json`` or a directory,
 #: or an already loaded :class:`~layerscope.model.ModelSpec`.

@@ -13,6 +13,7 @@ import sys
 
 import typer
 
+from layerscope.cli.options import flush_deprecations
 from layerscope.errors import LayerscopeError
 from layerscope.units import reading_inputs
 
@@ -87,7 +88,9 @@ def main() -> None:
         # Every input a loader reads is remembered, so no writer of this command overwrites one.
         with reading_inputs():
             code = app(standalone_mode=False)
+        flush_deprecations()
     except LayerscopeError as exc:
+        flush_deprecations(print_them=False)
         typer.echo(error_line(str(exc)), err=True)
         raise SystemExit(2) from None
     except typer.Abort:
@@ -96,6 +99,7 @@ def main() -> None:
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except typer.Exit as exc:
+        flush_deprecations()
         raise SystemExit(exc.exit_code) from None
     except RecursionError:
         # The last line of defence for input nested deeper than any reader bounds (readers refuse

@@ -74,7 +74,7 @@ def cost_model(default: str | None = "roofline") -> Any:
 
 
 def attention() -> Any:
-    from layerscope.app.requests import DEFAULT_ATTENTION
+    from layerscope.app.defaults import DEFAULT_ATTENTION
 
     return typer.Option(DEFAULT_ATTENTION, "--attention",
                         help="fused (one attention op, as FlashAttention/SDPA run it) | unfused (QKᵀ, softmax, PV)")
@@ -89,14 +89,27 @@ def alias(name: str) -> Any:
     return typer.Option(None, name, hidden=True)
 
 
+#: Deprecation warnings of the running command, printed once it has run (:func:`flush_deprecations`): a
+#: command that fails prints its one ``error:`` line alone.
+_PENDING: list[str] = []
+
+
 def resolve(new: T | None, new_name: str, old: Any, old_name: str, default: T,
             convert: Callable[[Any], T] | None = None, hint: str = "") -> T:
-    """The value of an option that has a deprecated alias: the new spelling's, else the alias's (with a
-    deprecation warning on stderr), else ``default``. Both given is an error naming both."""
+    """The value of an option that has a deprecated alias: the new spelling's, else the alias's (a
+    deprecation warning queued for stderr), else ``default``. Both given is an error naming both."""
     if old is None:
         return default if new is None else new
     if new is not None:
         raise WorkloadError(f"{old_name} is the deprecated spelling of {new_name}: give {new_name} only")
-    typer.echo(f"warning: {old_name} is deprecated and will be removed in the next release; use {new_name}"
-               f"{hint}", err=True)
-    return convert(old) if convert is not None else old
+    value = convert(old) if convert is not None else old
+    _PENDING.append(f"warning: {old_name} is deprecated and will be removed in the next release; use {new_name}"
+                    f"{hint}")
+    return value
+
+
+def flush_deprecations(print_them: bool = True) -> None:
+    """Print (or, for a failed command, drop) the queued deprecation warnings, on stderr."""
+    for line in _PENDING if print_them else ():
+        typer.echo(line, err=True)
+    _PENDING.clear()
