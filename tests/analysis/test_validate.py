@@ -1,11 +1,10 @@
-"""validate: error metrics and the join rule hand-checked on small tables, the captured-trace
-reader on a synthetic trace, repeats combined by median on hand-made phases, and real end-to-end
-validations of a tiny llama."""
+"""analysis.validate: error metrics and the join rule hand-checked on small tables, the captured-trace
+reader on a synthetic trace, repeats combined by median on hand-made phases (the end-to-end validations:
+tests/app/test_validate.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -252,70 +251,6 @@ def test_captured_times_count_the_aten_events_in_each_range(tmp_path: Path) -> N
     assert got.events["decode_step_0"] == {}
 
 
-# The profiled-trace path runs on every landing; the unprofiled pass (a second run of the same
-# iterations) only under `make test-slow`: the CLI test runs validate's default (unprofiled) end to end.
-@pytest.mark.parametrize("unprofiled", [pytest.param(True, marks=pytest.mark.slow), False])
-def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from layerscope.analysis.validate import validate
-    from layerscope.model import tiny_config
-
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(tiny_config("llama")))
-    out = tmp_path / "val"
-    r = validate(config, "server-cpu", layers=1, prompt_len=8, decode_steps=2, warmup=1, iterations=1,
-                 out_dir=out, unprofiled=unprofiled)
-    for name in ("simulated-prefill.json.gz", "simulated-decode.json.gz", "captured.json.gz", "validation.json"):
-        assert (out / name).is_file(), name
-    assert [p.phase for p in r.phases] == ["prefill", "decode"] and r.layers == 1
-    prefill, decode = r.phase("prefill"), r.phase("decode")
-    # The predictions are the estimate's: TTFT and the decode steps' sum.
-    assert prefill.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
-    assert decode.forward.predicted_s == pytest.approx(r.estimate.phase_times_s["decode"], rel=1e-6)
-    assert [s.name for s in decode.steps] == ["decode_step_0", "decode_step_1"]
-    assert decode.forward.measured_s == pytest.approx(sum(s.measured_s for s in decode.steps))
-    # The machine check runs before and after the capture, predicted on the same spec.
-    assert [p.label for p in r.probes] == ["before capture 1", "after capture 1"]
-    assert all(x.measured_s > 0 and x.predicted_s > 0 for p in r.probes for x in p.readings)
-    assert json.loads((out / "validation.json").read_text())["machine_probes"][1]["label"] == "after capture 1"
-    trace_times = captured_times(r.capture.trace_path)
-    for p in r.phases:
-        rows = {row.name: row for row in p.rows}
-        assert rows["layers.0.self_attn.q_proj"].rule == "module"
-        assert rows["layers.0.self_attn"].predicted_ops == (
-            "layers.0.self_attn.rope", "layers.0.self_attn.kv_write", "layers.0.self_attn.attn")
-        assert rows["layers.0"].kind == "residual_add" and rows["layers.0.mlp"].folded == ("layers.0.mlp.act_fn",)
-        assert not p.only_predicted
-        assert {u.name for u in p.only_measured} >= {"rotary_emb", "layers.0.mlp.act_fn"}
-        unmodelled = sum(u.time_s for u in p.only_measured if u.counted_in is None)
-        assert sum(row.measured_s for row in p.rows) + unmodelled == pytest.approx(p.forward.measured_s)
-        assert p.call_overhead_s > 0 and p.instrumentation_s > 0
-        assert p.median_abs_error is not None and p.p90_abs_error >= p.median_abs_error
-        ranges = ["prefill"] if p.phase == "prefill" else [s.name for s in decode.steps]
-        if unprofiled:
-            # Measured by the pass without the profiler; the raw times are the trace's own.
-            assert p.timing == "unprofiled" and p.event_overhead_s == 0
-            assert r.capture.unprofiled is not None
-            assert p.call_overhead_s == r.capture.unprofiled.call_overhead_s
-            q = rows["layers.0.self_attn.q_proj"]
-            traced = sum(trace_times.modules[k]["layers.0.self_attn.q_proj"] for k in ranges)
-            assert q.measured_s + q.instrumentation_s + q.profiler_s == pytest.approx(traced)
-            assert q.measured_s == pytest.approx(sum(r.capture.unprofiled.modules[k]["layers.0.self_attn.q_proj"]
-                                                     for k in ranges))
-        else:
-            # The profiler's per-event cost, measured by the capture, is charged on the events the trace recorded.
-            assert p.timing == "profiled" and r.capture.unprofiled is None
-            assert r.capture.profiler_event is not None and p.event_overhead_s == r.capture.profiler_event.per_event_s
-            assert p.profiler_s > 0
-            assert p.call_overhead_s == trace_times.call_overhead_s
-    doc = json.loads((out / "validation.json").read_text())
-    assert doc["phases"][1]["phase"] == "decode" and doc["phases"][0]["ops_joined"] == len(prefill.rows)
-    assert doc["phases"][0]["timing"] == ("unprofiled" if unprofiled else "profiled")
-    with pytest.raises(AnalysisError, match="known: prefill, decode"):
-        r.phase("chunked")
-
-
 def _repeat(q_s: float, sa_s: float, steps_s: tuple[float, float], act_fn_s: float,
             rotary_s: float | None = None, *, swap_rows: bool = False, overhead_s: float = 1e-5) -> PhaseValidation:
     """One capture's decode join, made by hand: two rows, two steps, one-sided entries."""
@@ -447,74 +382,6 @@ def test_combine_repeats_rejects_other_phases() -> None:
     prefill = dataclasses.replace(REPEATS[1], phase="prefill")
     with pytest.raises(AnalysisError, match=r"phases of repeat 2 \(prefill\) differ"):
         combine_repeats([_result(REPEATS[0], 1), _result(prefill, 2)])
-
-
-def test_validate_rejects_zero_repeats(tmp_path: Path) -> None:
-    from layerscope.analysis.validate import validate
-
-    with pytest.raises(AnalysisError, match=r"repeats \(--repeats\): 0 is out of range; must be >= 1"):
-        validate("no-such-model", "server-cpu", repeats=0, out_dir=tmp_path / "val")
-    assert not (tmp_path / "val").exists()
-
-
-def test_validate_repeats_end_to_end(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from layerscope.analysis.validate import validate
-    from layerscope.model import tiny_config
-
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(tiny_config("llama")))
-    out = tmp_path / "val"
-    # Raw times: each capture's forward is then its prefill range, readable from its trace alone.
-    r = validate(config, "server-cpu", layers=1, prompt_len=8, warmup=0, iterations=1, out_dir=out, repeats=2,
-                 correct_instrumentation=False, probe=False)
-    assert (out / "captured.json.gz").is_file() and (out / "captured-2.json.gz").is_file()
-    assert not (out / "captured-3.json.gz").exists()
-    assert (r.traces["captured"], r.traces["captured_2"]) == (out / "captured.json.gz", out / "captured-2.json.gz")
-    assert "captured_1" not in r.traces
-    p = r.phase("prefill")
-    ranges = [captured_times(r.traces[key]).ranges["prefill"] for key in ("captured", "captured_2")]
-    assert r.probes == ()
-    assert p.repeats == 2 and p.forward_measured_all_s == pytest.approx(tuple(ranges), rel=1e-9)
-    assert p.forward.measured_s == pytest.approx(sum(ranges) / 2, rel=1e-9)
-    assert p.forward.predicted_s == pytest.approx(r.estimate.ttft_s, rel=1e-6)
-    doc = json.loads((out / "validation.json").read_text())
-    assert doc["phases"][0]["repeats"] == 2 and len(doc["phases"][0]["forward_measured_all_s"]) == 2
-
-
-@pytest.mark.slow
-def test_rejoin_predicts_a_capture_again_on_other_hardware(tmp_path: Path) -> None:
-    # The capture stays (same measured times); the predictions are those of the new hardware, and
-    # rejoining on the first hardware gives the first validation back. Combined validations are refused.
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from layerscope.analysis.validate import rejoin, validate
-    from layerscope.hardware import load_hardware
-    from layerscope.model import tiny_config
-
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(tiny_config("llama")))
-    first = load_hardware("server-cpu")
-    r = validate(config, first, layers=1, prompt_len=8, decode_steps=1, warmup=0, iterations=1,
-                 out_dir=tmp_path / "val")
-    slower = first.model_copy(update={"name": "slower", "launch_overhead_s": 10 * first.launch_overhead_s})
-    again = rejoin(r, slower)
-    assert again.hardware.name == "slower" and again.capture is r.capture
-    for p, q in zip(r.phases, again.phases, strict=True):
-        assert [row.measured_s for row in q.rows] == [row.measured_s for row in p.rows]
-        assert q.forward.measured_s == p.forward.measured_s and q.forward.predicted_s > p.forward.predicted_s
-    assert again.estimate.ttft_s > r.estimate.ttft_s
-    assert json.loads((tmp_path / "val" / "validation.json").read_text())["hardware"] == "slower"
-    # The machine check keeps its measurements and is predicted again: 10x the launch overhead, longer.
-    for p, q in zip(r.probes, again.probes, strict=True):
-        assert [x.measured_s for x in q.readings] == [x.measured_s for x in p.readings]
-        assert all(y.predicted_s > x.predicted_s for x, y in zip(p.readings, q.readings, strict=True))
-    back = rejoin(again, first)
-    assert [p.to_dict() for p in back.phases] == [p.to_dict() for p in r.phases]
-    assert [p.to_dict() for p in back.probes] == [p.to_dict() for p in r.probes]
-    with pytest.raises(AnalysisError, match="combine several captures"):
-        rejoin(combine_repeats([r, r]), first)
 
 
 def test_unprofiled_join_keeps_the_trace_as_raw_by_hand() -> None:

@@ -1,7 +1,7 @@
-"""``validate``: capture a model on this device, estimate and simulate the same workload, and join
-predicted and measured time op by op.
+"""The analysis behind ``validate`` (:mod:`layerscope.app.validate` runs it): predicted and measured time joined
+op by op, the errors, and captures combined.
 
-One call runs the workload three ways with the same model spec (the capture's config, truncated
+One validation runs the workload three ways with the same model spec (the capture's config, truncated
 to ``layers``), dtype, batch and lengths: the cost model's :func:`~layerscope.cost.estimate`
 (TTFT/TPOT), the 1-engine simulation (ops in sequence, as eager PyTorch runs them; its op times
 are the predictions and its trace is written), and a torch.profiler capture (every module
@@ -99,24 +99,21 @@ capture's whole-forward time (``forward_measured_all_s``) and their spread, (max
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from layerscope.analysis.compare import abs_error_stats
-from layerscope.errors import AnalysisError, OutputError
-from layerscope.hardware.host import CpuLoad, cpu_sample, load_between
-from layerscope.units import atomic_write, make_output_dir
+from layerscope.errors import AnalysisError
+from layerscope.hardware.host import CpuLoad
 from layerscope.workload.steps import PHASE_RANGE_RE, STEP_PREFIX, step_range
 
 if TYPE_CHECKING:
@@ -126,9 +123,9 @@ if TYPE_CHECKING:
     from layerscope.capture.probe import MachineProbe
     from layerscope.capture.unprofiled import UnprofiledTimes
     from layerscope.cost import Estimate
+    from layerscope.cost.timed import TimedGraph
     from layerscope.hardware import HardwareSpec
     from layerscope.model import ModelSpec
-    from layerscope.trace.simulate import SimulationResult
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +137,6 @@ __all__ = [
     "OpRow",
     "PhaseValidation",
     "PredictedOp",
-    "ResolvedHardware",
     "Unmatched",
     "ValidationResult",
     "captured_times",
@@ -149,16 +145,12 @@ __all__ = [
     "join_capture_times",
     "join_phase",
     "predicted_op",
-    "rejoin",
-    "resolve_hardware",
+    "predicted_ops",
     "unprofiled_captured_times",
-    "validate",
 ]
 
 #: Name of the node standing for the phase's whole forward (the root of the captured tree).
 FORWARD = "(forward)"
-#: Hardware argument that measures this machine instead of loading a spec.
-MEASURE = "measure"
 
 
 def _error(predicted_s: float, measured_s: float) -> float:
@@ -710,10 +702,10 @@ def _gpu_module_rows(db: TraceDB, phase_re: str, not_module_re: str) -> list[dic
     return [{"phase": k[0], "name": k[1], "dur_ns": v[0], "n": v[1]} for k, v in acc.items()]
 
 
-def _predicted_ops(sim: SimulationResult) -> list[tuple[str | None, PredictedOp]]:
-    """(decode step or None, op with the step prefix stripped) for each op of a simulation."""
+def predicted_ops(timed: TimedGraph) -> list[tuple[str | None, PredictedOp]]:
+    """(decode step or None, op with the step prefix stripped) for each op of a timed graph (a simulation's)."""
     return [predicted_op(op.name, op.module, op.kind, t)
-            for op, t in zip(sim.timed.graph.ops, np.asarray(sim.timed.time_s).tolist(), strict=True)]
+            for op, t in zip(timed.graph.ops, np.asarray(timed.time_s).tolist(), strict=True)]
 
 
 def _sum_by_name(ops: Iterable[PredictedOp]) -> list[PredictedOp]:
@@ -779,31 +771,6 @@ class ValidationResult:
                 return p
         raise AnalysisError(f"phase: no {name!r} in this validation; known: {', '.join(p.phase for p in self.phases)}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "hardware": self.hardware.name,
-            "hardware_spec": str(self.hardware_path) if self.hardware_path else None,
-            "cost_model": self.cost_model,
-            "device": self.device,
-            "dtype": self.dtype,
-            "layers": self.layers,
-            "batch": self.batch,
-            "prompt_len": self.prompt_len,
-            "decode_steps": self.decode_steps,
-            "threads": self.threads,
-            "iterations": self.capture.iterations,
-            "warmup": self.capture.warmup,
-            "weights": self.capture.weights,
-            "estimate": {"ttft_s": self.estimate.ttft_s, "tpot_s": self.estimate.tpot_s,
-                         "phase_times_s": self.estimate.phase_times_s},
-            "phases": [p.to_dict() for p in self.phases],
-            "traces": {k: str(v) for k, v in self.traces.items()},
-            "machine_probes": [p.to_dict() for p in self.probes],
-            "machine_measurement": None if self.measurement is None else self.measurement.to_dict(),
-            "capture_loads": [None if c is None else c.to_dict() for c in self.capture_loads],
-            "thread_choice": None if self.thread_choice is None else self.thread_choice.to_dict(),
-        }
 
 
 #: The fields of a :class:`ValidationResult` that name its workload: repeats combine only when all agree.
@@ -847,56 +814,6 @@ def combine_repeats(results: Sequence[ValidationResult]) -> ValidationResult:
     probes = tuple(dataclasses.replace(p, capture=i) for i, r in enumerate(results, start=1) for p in r.probes)
     loads = tuple(c for r in results for c in r.capture_loads)
     return dataclasses.replace(first, phases=phases, traces=traces, probes=probes, capture_loads=loads)
-
-
-class ResolvedHardware(NamedTuple):
-    """The spec a validation times on, where it was written, and (when this machine was measured) how."""
-
-    spec: HardwareSpec
-    path: Path | None
-    measurement: MachineMeasurement | None = None
-
-
-def resolve_hardware(hardware: str | os.PathLike[str] | HardwareSpec, *, device: str = "cpu",
-                     out: Path | None = None, max_wait_s: float = 0.0) -> ResolvedHardware:
-    """A spec object, a preset name or file, or ``"measure"``: this machine measured through torch in rounds
-    (:func:`~layerscope.capture.machine.measure_machine_robust`, waiting up to ``max_wait_s`` for a busy machine
-    to quieten; written as YAML to ``out`` when given)."""
-    from layerscope.hardware import HardwareSpec, load_hardware
-
-    if isinstance(hardware, HardwareSpec):
-        return ResolvedHardware(hardware, None)
-    if os.fspath(hardware) != MEASURE:
-        return ResolvedHardware(load_hardware(os.fspath(hardware)), None)
-    from layerscope.capture.machine import measure_machine_robust
-    from layerscope.hardware.loaders import dump_hardware_yaml
-
-    measurement = measure_machine_robust(device, max_wait_s=max_wait_s)
-    if out is not None:
-        with atomic_write(out, "w") as fh:
-            fh.write(dump_hardware_yaml(measurement.spec))
-    return ResolvedHardware(measurement.spec, out, measurement)
-
-
-def _check_args(layers: int | None, batch: int, prompt_len: int, decode_steps: int, warmup: int,
-                iterations: int, repeats: int = 1) -> None:
-    for name, value, low in (("layers", layers, 1), ("batch", batch, 1), ("prompt_len", prompt_len, 1),
-                             ("decode_steps", decode_steps, 0), ("warmup", warmup, 0),
-                             ("iterations", iterations, 1), ("repeats", repeats, 1)):
-        if value is not None and value < low:
-            flag = "--" + name.replace("_", "-")
-            raise AnalysisError(f"{name} ({flag}): {value} is out of range; must be >= {low}")
-
-
-def _captured_spec(model: str | os.PathLike[str], layers: int | None, random_weights: bool) -> ModelSpec:
-    """The spec of exactly what the capture builds: its config, truncated to ``layers``."""
-    from layerscope.capture.build import prepare_config
-    from layerscope.capture.source import resolve_model
-    from layerscope.model import model_spec_from_dict
-
-    source = resolve_model(model)
-    load = source.weights_dir is not None and not random_weights
-    return model_spec_from_dict(prepare_config(source.config, layers=layers, keep_quantization=load), source.name)
 
 
 #: Predicted ops of one simulated phase: (decode step range or None, the op with its step prefix stripped).
@@ -971,185 +888,3 @@ def join_capture_times(measured: CapturedTimes, prefill: StepOps | None, decode:
     event_s = per_event_s if correct_instrumentation and per_event_s is not None else 0.0
     return tuple(_join_times(measured, prefill, decode, decode_steps=decode_steps, per_call_s=per_call_s,
                              per_event_s=event_s, correct=correct_instrumentation))
-
-
-def _join_capture(cap: CaptureResult, sims: Sequence[SimulationResult], *, device: str, decode_steps: int,
-                  correct_instrumentation: bool) -> tuple[PhaseValidation, ...]:
-    """One capture joined with the simulations' predicted ops (prefill; decode when it has decode steps)."""
-    return join_capture_times(
-        captured_times(cap.trace_path, device=device), _predicted_ops(sims[0]),
-        _predicted_ops(sims[1]) if decode_steps else None, decode_steps=decode_steps, unprofiled=cap.unprofiled,
-        per_event_s=cap.profiler_event.per_event_s if cap.profiler_event else None,
-        correct_instrumentation=correct_instrumentation)
-
-
-def _predict(spec: ModelSpec, hw: HardwareSpec, *, dtype: str, batch: int, prompt_len: int, decode_steps: int,
-             cost_model: str, out: Path) -> tuple[Estimate, list[SimulationResult], dict[str, Path]]:
-    """The estimate and the 1-engine simulations (prefill; decode with decode steps) of the validated
-    workload, their traces written to ``out``."""
-    from layerscope.cost import estimate
-    from layerscope.trace.simulate import simulate
-    from layerscope.workload import make_workload
-
-    dtypes = {"weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
-                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
-    est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
-    common: dict[str, Any] = {"engines": 1, "cost_model": cost_model, "batch": batch, "all_layers": True,
-                              "attention": "fused", **dtypes}
-    traces = {"simulated_prefill": out / "simulated-prefill.json.gz"}
-    sims = [simulate(spec, hw, phase="prefill", input_len=prompt_len, out=traces["simulated_prefill"], **common)]
-    if decode_steps:
-        traces["simulated_decode"] = out / "simulated-decode.json.gz"
-        sims.append(simulate(spec, hw, phase="decode", context=prompt_len, steps=decode_steps,
-                             out=traces["simulated_decode"], **common))
-    return est, sims, traces
-
-
-def rejoin(result: ValidationResult, hardware: HardwareSpec) -> ValidationResult:
-    """``result``'s capture predicted again on ``hardware`` and joined anew (same rules, same
-    corrections); the simulated traces and ``validation.json`` beside the capture are rewritten.
-
-    For calibrations taken while the captures run (``bench/bench_accuracy.py`` calibrates once per
-    round and predicts every round's captures with the runs combined): the capture is kept, only the
-    prediction changes. ``result`` must be one capture's validation (combine after rejoining).
-    """
-    from layerscope.capture.probe import predict_probe
-
-    if result.spec is None:
-        raise AnalysisError("rejoin: the validation carries no model spec (not made by validate)")
-    several = [p.phase for p in result.phases if p.repeats != 1]
-    if several:
-        raise AnalysisError(f"rejoin: phases {', '.join(several)} combine several captures; rejoin each capture, "
-                            "then combine")
-    out = result.capture.trace_path.parent
-    est, sims, traces = _predict(result.spec, hardware, dtype=result.dtype, batch=result.batch,
-                                 prompt_len=result.prompt_len, decode_steps=result.decode_steps,
-                                 cost_model=result.cost_model, out=out)
-    phases = _join_capture(result.capture, sims, device=result.device, decode_steps=result.decode_steps,
-                           correct_instrumentation=result.corrected)
-    probes = tuple(dataclasses.replace(p, readings=predict_probe(p.readings, hardware, result.cost_model))
-                   for p in result.probes)
-    again = dataclasses.replace(result, hardware=hardware, hardware_path=None, estimate=est, phases=phases,
-                                traces={**result.traces, **traces}, probes=probes)
-    with atomic_write(out / "validation.json", "w") as fh:
-        json.dump(_strict(again.to_dict()), fh, indent=2)
-    return again
-
-
-def _captured_name(repeat: int) -> str:
-    """The trace file of the ``repeat``-th capture (from 1): ``captured.json.gz``, ``captured-2.json.gz``, …"""
-    return "captured.json.gz" if repeat == 1 else f"captured-{repeat}.json.gz"
-
-
-def validate(
-    model: str | os.PathLike[str],
-    hardware: str | os.PathLike[str] | HardwareSpec = MEASURE,
-    *,
-    layers: int | None = None,
-    dtype: str = "fp32",
-    batch: int = 1,
-    prompt_len: int = 128,
-    decode_steps: int = 0,
-    warmup: int = 2,
-    iterations: int = 3,
-    cost_model: str = "roofline",
-    device: str = "cpu",
-    random_weights: bool = False,
-    seed: int = 0,
-    out_dir: str | os.PathLike[str] = "out/validate",
-    correct_instrumentation: bool = True,
-    repeats: int = 1,
-    unprofiled: bool = True,
-    probe: bool = True,
-    max_wait_s: float = 0.0,
-    threads: int | Literal["auto"] | None = None,
-) -> ValidationResult:
-    """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
-
-    Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
-    (with decode steps), ``captured.json.gz``, ``validation.json`` and, for ``hardware="measure"``,
-    ``hardware.yaml``. ``correct_instrumentation`` subtracts the measured per-call cost of the
-    module annotations and the profiler's measured per-event cost (module docstring, "Instrumentation").
-    ``repeats`` > 1 captures the workload that many times (``captured-2.json.gz``, …) and reports
-    the median of their joins (:func:`combine_repeats`; module docstring, "Repeats"). ``unprofiled``
-    (on the CPU; ignored on CUDA) runs each capture's iterations again without the profiler and
-    measures from that pass (module docstring, "Instrumentation"). ``probe`` times the machine check
-    (:mod:`layerscope.capture.probe`, about a second) before and after each capture; other processes' CPU load
-    is read during each (``capture_loads``). ``max_wait_s``: how long measuring this machine may wait for a busy
-    one to quieten (:func:`resolve_hardware`). ``threads`` (CPU): torch's intra-op threads for the measurement and
-    the captures, ``"auto"`` as many as other processes leave a free core
-    (:func:`~layerscope.capture.machine.choose_threads`), ``None`` torch's current count. Raises
-    :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
-    """
-    from layerscope.capture import capture
-    from layerscope.capture.build import capture_dtype, require_torch
-    from layerscope.capture.machine import choose_threads, torch_threads
-    from layerscope.capture.probe import probe_machine
-    from layerscope.cost.models import get_cost_model
-    from layerscope.hardware import HardwareSpec, load_hardware
-
-    _check_args(layers, batch, prompt_len, decode_steps, warmup, iterations, repeats)
-    if max_wait_s < 0:
-        raise AnalysisError(f"--wait-quiet {max_wait_s}: must be >= 0 seconds")
-    get_cost_model(cost_model)  # an unknown name fails before anything is created
-    dt = capture_dtype(dtype).value
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"out_dir {str(out)!r} exists and is not a directory")
-    spec = _captured_spec(model, layers, random_weights)
-    if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
-        hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
-    torch, _ = require_torch()
-    choice = None
-    if threads is not None and device == "cpu":
-        choice = choose_threads(None if threads == "auto" else int(threads))
-    with torch_threads(choice.threads) if choice is not None else contextlib.nullcontext():
-        make_output_dir(out)
-        hw, hw_path, measurement = resolve_hardware(hardware, device=device, out=out / "hardware.yaml",
-                                                    max_wait_s=max_wait_s)
-
-        est, sims, traces = _predict(spec, hw, dtype=dt, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
-                                     cost_model=cost_model, out=out)
-        results = []
-        for repeat in range(1, repeats + 1):
-            before = (probe_machine(hw, when="before", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
-                      ) if probe else ()
-            start = cpu_sample()
-            cap = capture(model, layers=layers, dtype=dt, device=device, batch=batch, prompt_len=prompt_len,
-                          decode_steps=decode_steps, warmup=warmup, iterations=iterations,
-                          random_weights=random_weights, seed=seed, out=out / _captured_name(repeat),
-                          unprofiled=unprofiled and correct_instrumentation and device == "cpu")
-            load = load_between(start, cpu_sample()) if device == "cpu" else None
-            after = (probe_machine(hw, when="after", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
-                     ) if probe else ()
-            phases = _join_capture(cap, sims, device=device, decode_steps=decode_steps,
-                                   correct_instrumentation=correct_instrumentation)
-            results.append(ValidationResult(
-                model=str(model), hardware=hw, hardware_path=hw_path, cost_model=cost_model, device=device, dtype=dt,
-                layers=spec.num_layers, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
-                threads=int(torch.get_num_threads()), estimate=est, capture=cap, phases=phases,
-                traces={**traces, "captured": cap.trace_path}, spec=spec, corrected=correct_instrumentation,
-                probes=before + after, measurement=measurement, capture_loads=(load,), thread_choice=choice,
-            ))
-            if repeats > 1:
-                log.info("capture %d/%d: forward measured %s", repeat, repeats,
-                         ", ".join(f"{p.phase} {p.forward.measured_s:.4g} s" for p in phases))
-        result = combine_repeats(results)
-        with atomic_write(out / "validation.json", "w") as fh:
-            json.dump(_strict(result.to_dict()), fh, indent=2)
-        for p in result.phases:
-            log.info("%s: forward error %+.1f%%, median |error| %s over %d ops", p.phase, 100 * p.forward.error,
-                     p.median_abs_error, len(p.rows))
-    return result
-
-
-def _strict(value: Any) -> Any:
-    """``value`` with non-finite floats as ``None`` (strict JSON)."""
-    if isinstance(value, float):
-        return value if np.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strict(v) for v in value]
-    return value

@@ -22,6 +22,9 @@ from layerscope.units import atomic_write
 RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "estimate": "layerscope.app.estimate:EstimateResult",
     "simulate": "layerscope.app.simulate:SimulateResult",
+    "validate": "layerscope.app.validate:ValidateResult",
+    "demo": "layerscope.app.demo:DemoResult",
+    "calibrate": "layerscope.app.calibrate:CalibrateResult",
 })
 
 

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.app.calibrate import CalibrateResult
 
 
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate_cmd)
-
-
-#: The measurements file beside ``--out``: ``hw.yaml`` keeps its run in ``hw.measurements.json``.
-MEASUREMENTS_SUFFIX = ".measurements.json"
-
-
-def measurements_path(out: Path) -> Path:
-    """Where a calibration writing ``out`` keeps its measurements (``hw.yaml`` -> ``hw.measurements.json``)."""
-    return out.with_name(out.stem + MEASUREMENTS_SUFFIX)
 
 
 def calibrate_cmd(
@@ -34,7 +32,8 @@ def calibrate_cmd(
     save: bool = typer.Option(True, "--save/--no-save",
                               help="Also keep the spec as this machine's, for `layerscope demo` (in "
                                    "$LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the fitted figures and residuals as one JSON object."),
+    as_json: bool = options.as_json("Print the fitted figures and residuals as one JSON object "
+                                    "(docs/schema/calibrate.json)."),
 ) -> None:
     """Time GEMMs (a grid of shapes and dtypes), copy/scale bandwidth, elementwise/norm/softmax
     kernels and per-op dispatch through torch, fit them (peak FLOP/s per dtype with Hockney's
@@ -53,96 +52,41 @@ def calibrate_cmd(
     A spec measured here (not --from-measurements) is also kept as this machine's, keyed by device, CPU/GPU model
     and thread count, where `layerscope demo` looks for it first (--no-save: not kept).
     """
-    from layerscope.errors import LayerscopeError, OutputError
+    from layerscope.app.calibrate import CalibrateRequest, calibrate
+    from layerscope.app.requests import build_request
+    from layerscope.errors import OutputError
 
-    suffix = out.suffix.lower()
-    if suffix not in (".yaml", ".yml", ".json"):
-        raise OutputError(f"--out {str(out)!r}: use a .yaml or .json file")
     if from_measurements is not None and (quick or device is not None):
         raise typer.BadParameter("--quick and --device choose what to measure; --from-measurements measures "
                                  "nothing", param_hint="--from-measurements")
-    if out.exists() and not force:
-        raise OutputError(f"--out {str(out)!r} exists; pass --force to overwrite it")
-    from layerscope.units import check_writable
-
-    # Minutes of measuring come before the write: an output that cannot be written fails now.
-    check_writable(out, (from_measurements,) if from_measurements is not None else ())
-    device = device or "cpu"
-    if device not in ("cpu", "cuda"):
-        from layerscope.errors import CaptureError
-
-        raise CaptureError(f"--device {device!r}: use cpu or cuda")
-
-    from layerscope.hardware.loaders import dump_hardware_json, dump_hardware_yaml
-    from layerscope.units import atomic_write
-
+    request = build_request(CalibrateRequest, error=OutputError, out=out, device=device, quick=quick, name=name,
+                            force=force, from_measurements=from_measurements, save=save)
     if from_measurements is not None:
-        spec = _refit(from_measurements, out, name)
-        inputs: tuple[Path, ...] = (from_measurements,)
+        result = calibrate(request, warn=_warn)
     else:
-        kept = measurements_path(out)
-        if kept.exists() and not force:
-            raise OutputError(f"{str(kept)!r} (the measurements of an earlier run) exists; refit it with "
-                              f"--from-measurements {str(kept)!r}, or pass --force to measure again over it")
-        try:
-            spec = _run_with_progress(kept, device=device, quick=quick, name=name)
-        except LayerscopeError as exc:
-            if not kept.exists():
-                raise
-            raise type(exc)(f"{exc} (the measurements are kept in {str(kept)!r}: refit them with "
-                            f"layerscope calibrate --from-measurements {str(kept)!r} --out FILE)") from exc
-        inputs = ()
-    text = dump_hardware_json(spec) if suffix == ".json" else dump_hardware_yaml(spec)
-    with atomic_write(out, "w", inputs=inputs) as fh:
-        fh.write(text)
-    assert spec.calibration is not None
-    for flag in spec.calibration.fit.flags:
-        typer.echo(f"warning: calibrate: {flag.message()}", err=True)
-    saved = _save_for_machine(spec, text if suffix != ".json" else dump_hardware_yaml(spec)) \
-        if save and from_measurements is None else None
+        with _progress() as (progress, notify):
+            result = calibrate(request, progress=progress, notify=notify, warn=_warn)
+    for flag in result.flags:
+        _warn(flag.to_flag().message())
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json({"out": str(out), "name": spec.name, "saved_as_machine_spec": None if saved is None else str(saved),
-                    **spec.calibration.summary()})
+        print_json(result)
         return
-    _render(spec, out)
-    if saved is not None:
-        typer.echo(f"kept as this machine's spec for layerscope demo: {saved}")
+    _render(result)
+    if result.saved_as_machine_spec is not None:
+        typer.echo(f"kept as this machine's spec for layerscope demo: {result.saved_as_machine_spec}")
 
 
-def _save_for_machine(spec: Any, yaml_text: str) -> Path:
-    """Write the calibrated spec where ``demo`` looks for this machine's (:func:`saved_spec_path`)."""
-    from layerscope.hardware.host import keep_spec, saved_spec_path
-
-    m = spec.calibration.measurements
-    return keep_spec(saved_spec_path(m.device, m.device_name or m.device, m.threads), yaml_text)
+def _warn(message: str) -> None:
+    typer.echo(f"warning: calibrate: {message}", err=True)
 
 
-def _refit(path: Path, out: Path, name: str | None) -> Any:
-    from layerscope.capture.calibrate import spec_from_run
-    from layerscope.hardware.calibration import read_calibration_run
-    from layerscope.units import check_output
-
-    check_output(out, (path,))  # before the fit: never over the file it reads
-    run = read_calibration_run(path)
-    if not run.complete:
-        typer.echo(f"warning: calibrate: {str(path)!r} holds {run.measured} of {run.total} measurements (the run "
-                   "stopped early); fitting those", err=True)
-    return spec_from_run(run, name=name)
-
-
-def _run_with_progress(kept: Path, **kwargs: Any) -> Any:
+@contextmanager
+def _progress() -> Iterator[tuple[Any, Any]]:
+    """A progress bar on stderr, and its (progress, notify) callbacks for the measurement."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from layerscope.capture.calibrate import calibrate
-    from layerscope.hardware.calibration import CalibrationRun
-    from layerscope.units import atomic_write
-
-    def checkpoint(run: CalibrationRun) -> None:
-        with atomic_write(kept, "w") as fh:
-            fh.write(run.model_dump_json(indent=1))
 
     # Redrawn between tasks only: no refresh thread takes the interpreter during the timings.
     with Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -156,25 +100,24 @@ def _run_with_progress(kept: Path, **kwargs: Any) -> Any:
         def notify(line: str) -> None:
             bar.console.print(f"note: calibrate: {line}", markup=False, highlight=False, soft_wrap=True)
 
-        return calibrate(progress=progress, checkpoint=checkpoint, notify=notify, **kwargs)
+        yield progress, notify
 
 
-def _render(spec: Any, out: Path) -> None:
+def _render(fit: CalibrateResult) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
     from layerscope.hardware.fit import KIND_KERNELS
 
-    fit = spec.calibration.fit
     con = console()
-    t = Table(title=f"{esc(spec.name)} → {esc(out)}")
+    t = Table(title=f"{esc(fit.name)} → {esc(fit.out)}")
     for col in ("figure", "value", "fitted on", "rms |error|", "outliers"):
         t.add_column(col, justify="left" if col in ("figure", "fitted on") else "right")
     for dt, mm in fit.matmul.items():
         r = mm.residuals
-        t.add_row(f"GEMM {dt.value} peak (r∞)", fmt_si(mm.peak_flops_per_s, "FLOP/s"),
+        t.add_row(f"GEMM {dt} peak (r∞)", fmt_si(mm.peak_flops_per_s, "FLOP/s"),
                   f"{mm.compute_bound_points} compute-bound GEMMs", f"{r.rms_rel_error:.0%}", str(r.outliers))
-        t.add_row(f"GEMM {dt.value} half size (W½)", fmt_si(mm.half_flops, "FLOP"), "", "", "")
+        t.add_row(f"GEMM {dt} half size (W½)", fmt_si(mm.half_flops, "FLOP"), "", "", "")
     for label, bw in (("main-memory bandwidth (copy/scale)", fit.memory),
                       ("main-memory bandwidth (GEMV weights; the spec's)", fit.weight_stream),
                       ("activation streams (copy/scale, median times)", fit.activation_stream),

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.app.validate import PhaseResult, ProbeRow, ValidateResult
 
 
 def register(app: typer.Typer) -> None:
@@ -13,21 +18,20 @@ def register(app: typer.Typer) -> None:
 
 
 def validate_cmd(
-    model: str = typer.Option(..., "--model", "-m",
-                              help="Catalog name, HF id (local cache), config.json or checkpoint."),
-    hardware: str = typer.Option("measure", "--hardware", "-H",
-                                 help="Preset name or spec file; 'measure' measures this machine (a few seconds)."),
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint."),  # type: ignore[arg-type]  # required
+    hardware: str = options.hardware("measure", help="Preset name or spec file; 'measure' measures this machine "
+                                                     "(a few seconds)."),
     layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
-    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
-    prompt_len: int | None = typer.Option(None, "--prompt-len", help="Prefill tokens [default: 128]."),
+    batch: int = options.batch(),
+    prompt_len: int | None = options.prompt_len(None, help="Prefill tokens [default: 128]."),
     context: int | None = typer.Option(None, "--context",
                                        help="Decode context: the prompt prefilled before the decode steps "
                                             "(same as --prompt-len)."),
-    decode_steps: int = typer.Option(0, "--decode-steps", help="Decode steps validated after the prefill."),
+    decode_steps: int = options.decode_steps(0, help="Decode steps validated after the prefill."),
     warmup: int = typer.Option(2, "--warmup", help="Unrecorded warm-up iterations."),
     iterations: int = typer.Option(3, "--iterations", help="Recorded iterations (times are their mean)."),
-    cost_model: str = typer.Option("roofline", "--cost-model", help="Registered cost model."),
+    cost_model: str = options.cost_model(),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
     random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
     out: Path = typer.Option(Path("out/validate"), "--out", "-o", help="Directory for the traces and validation.json."),
@@ -51,41 +55,47 @@ def validate_cmd(
     wait_quiet: float = typer.Option(10.0, "--wait-quiet",
                                      help="Seconds measuring this machine (--hardware measure) may wait for a busy "
                                           "machine to quieten."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json("Print one JSON object (docs/schema/validate.json)."),
 ) -> None:
     """Predicted vs measured time per op, per kind and per forward, on this device."""
-    from layerscope.analysis.validate import validate
+    from layerscope.app.requests import build_request
+    from layerscope.app.validate import ValidateRequest, result_of, run_validation
     from layerscope.cli.common import parse_threads
-    from layerscope.errors import WorkloadError
+    from layerscope.errors import AnalysisError, WorkloadError
 
     if prompt_len is not None and context is not None and prompt_len != context:
         raise WorkloadError(f"--prompt-len {prompt_len} and --context {context} disagree: decode runs over the "
                             "prefilled prompt; give one of them")
     tokens = prompt_len if prompt_len is not None else context if context is not None else 128
-    result = validate(model, hardware, layers=layers, dtype=dtype, batch=batch, prompt_len=tokens,
-                      decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
-                      device=device, random_weights=random_weights, out_dir=out,
-                      correct_instrumentation=not raw_times, repeats=repeats,
-                      unprofiled=not profiled_times, probe=probe, max_wait_s=wait_quiet,
-                      threads=parse_threads(threads))
+    request = build_request(
+        ValidateRequest, error=AnalysisError, model=model, hardware=hardware, layers=layers, dtype=dtype, batch=batch,
+        prompt_len=tokens, decode_steps=decode_steps, warmup=warmup, iterations=iterations, cost_model=cost_model,
+        device=device, random_weights=random_weights, out_dir=out, correct_instrumentation=not raw_times,
+        repeats=repeats, unprofiled=not profiled_times, probe=probe, max_wait_s=wait_quiet,
+        threads=parse_threads(threads))
+    result = result_of(run_validation(request))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(result.to_dict())
+        print_json(result)
         return
+    _render(result, top=top, repeats=repeats)
+
+
+def _render(result: ValidateResult, *, top: int, repeats: int) -> None:
     from layerscope.cli.common import console, esc
 
     con = console()
     con.print(f"[bold]{esc(result.model)}[/] · {result.layers} layer(s) · {result.dtype} on {result.device} "
               f"({result.threads} threads) · batch {result.batch} · prompt {result.prompt_len} · "
-              f"{result.decode_steps} decode steps · {result.capture.iterations} iteration(s) · "
-              f"hardware {esc(result.hardware.name)} · cost model {esc(result.cost_model)}")
+              f"{result.decode_steps} decode steps · {result.iterations} iteration(s) · "
+              f"hardware {esc(result.hardware)} · cost model {esc(result.cost_model)}")
     if repeats > 1:
         con.print(f"Measured times are medians of {repeats} captures.")
     for phase in result.phases:
         render_phase(con, phase, top=top)
-    if result.probes:
-        render_probes(con, result.probes)
+    if result.machine_probes:
+        render_probes(con, result.machine_probes)
     render_machine_state(con, result)
     con.print("Traces: " + esc(", ".join(f"{k} {v}" for k, v in result.traces.items())))
 
@@ -94,8 +104,8 @@ def _pct(x: float | None) -> str:
     return "-" if x is None or x != x else f"{x:+.0%}"
 
 
-def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = None) -> None:
-    """Rich tables of one :class:`~layerscope.analysis.validate.PhaseValidation`: per op, per kind,
+def render_phase(con: Any, phase: PhaseResult, *, top: int = 40, title: str | None = None) -> None:
+    """Rich tables of one phase of a validation (:class:`~layerscope.app.validate.PhaseResult`): per op, per kind,
     the whole forward and the unmatched ops."""
     from rich.table import Table
 
@@ -104,7 +114,7 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     t = Table(title=title or f"{phase.phase}: predicted vs measured, per op (per iteration)", caption=ERROR_SIGN)
     for col in ("op", "kind", "rule", "predicted", "measured", "error"):
         t.add_column(col, justify="left" if col in ("op", "kind", "rule") else "right")
-    rows = sorted(phase.rows, key=lambda r: -r.measured_s)
+    rows = sorted(phase.ops, key=lambda r: -r.measured_s)
     for r in rows[:top]:
         t.add_row(esc(r.name), esc(r.kind), esc(r.rule), fmt_time_s(r.predicted_s), fmt_time_s(r.measured_s),
                   _pct(r.error))
@@ -114,7 +124,7 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     k = Table(title=f"{phase.phase}: per kind", caption=ERROR_SIGN)
     for col in ("kind", "rows", "predicted", "measured", "error"):
         k.add_column(col, justify="left" if col == "kind" else "right")
-    for g in phase.by_kind():
+    for g in phase.by_kind:
         k.add_row(esc(g.kind), str(g.rows), fmt_time_s(g.predicted_s), fmt_time_s(g.measured_s), _pct(g.error))
     con.print(k)
     f = phase.forward
@@ -122,7 +132,7 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
     p90 = "-" if phase.p90_abs_error is None else f"{phase.p90_abs_error:.0%}"
     con.print(f"[bold]{phase.phase} forward[/]: predicted {fmt_time_s(f.predicted_s)}, measured "
               f"{fmt_time_s(f.measured_s)}, error {_pct(f.error)}; per-op median |error| {med}, p90 {p90} "
-              f"over {len(phase.rows)} ops")
+              f"over {phase.ops_joined} ops")
     if phase.repeats > 1 and phase.forward_measured_all_s:
         times, spread = phase.forward_measured_all_s, phase.forward_spread
         con.print(f"  forward measured over {phase.repeats} captures: {fmt_time_s(min(times))} – "
@@ -139,35 +149,37 @@ def render_phase(con: Any, phase: Any, *, top: int = 40, title: str | None = Non
                   f"{fmt_time_s(phase.profiler_s)} in all")
     if len(phase.steps) > 1:
         con.print("  steps: " + esc(", ".join(f"{s.name} {_pct(s.error)}" for s in phase.steps)))
-    for u in phase.only_predicted:
+    for u in phase.only_predicted_ops:
         con.print(f"  only predicted: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
-    for u in phase.only_measured:
+    for u in phase.only_measured_ops:
         con.print(f"  only measured: {esc(u.name)} ({fmt_time_s(u.time_s)}): {esc(u.note)}")
 
 
-def render_machine_state(con: Any, result: Any) -> None:
+def render_machine_state(con: Any, result: ValidateResult) -> None:
     """How the threads were chosen, how the machine was measured and how busy it was during the captures."""
     from layerscope.cli.common import esc
 
     if result.thread_choice is not None:
         con.print(f"threads: {esc(result.thread_choice.describe())}")
-    m = result.measurement
+    m = result.machine_measurement
     if m is not None:
         busy = "unknown" if m.load is None else f"{m.load.busy_cores:.1f} of {m.load.cores} cores"
-        con.print(f"machine measured in {len(m.rounds)} rounds (best of each figure; GEMM spread "
-                  f"{m.spread('gemm'):.0%}); other processes' load {busy}"
+        gemm_spread = m.spread.get("gemm_fp32")
+        con.print(f"machine measured in {m.rounds} rounds (best of each figure; GEMM spread "
+                  f"{float('nan') if gemm_spread is None else gemm_spread:.0%}); other processes' load {busy}"
                   + (f"; waited {m.waited_s:.0f} s for quiet" if m.waited_s else "")
                   + ("; [yellow]busy: our threads were short of cores[/]" if m.busy else ""))
-    for i, load in enumerate(result.capture_loads, start=1):
-        if load is None:
+    for i, row in enumerate(result.capture_loads, start=1):
+        if row is None:
             continue
+        load = row.to_load()
         over = load.oversubscribed_cores(result.threads)
         con.print(f"capture {i}: other processes' load {load.busy_cores:.1f} of {load.cores} cores"
                   + (f"; [yellow]busy: our {result.threads} threads were {over:.1f} cores short, measured times "
                      "are inflated[/]" if load.is_busy_for(result.threads) else ""))
 
 
-def render_probes(con: Any, probes: Any) -> None:
+def render_probes(con: Any, probes: list[ProbeRow]) -> None:
     """The machine check: one row per probe call, one column per moment, measured / predicted."""
     from rich.table import Table
 
@@ -180,5 +192,9 @@ def render_probes(con: Any, probes: Any) -> None:
         table.add_column(p.label, justify="right")
     for i, reading in enumerate(probes[0].readings):
         table.add_row(f"{reading.label} {reading.dtype}", fmt_time_s(reading.predicted_s),
-                      *(f"{p.readings[i].ratio:.2f}" for p in probes))
+                      *(_ratio(p.readings[i].ratio) for p in probes))
     con.print(table)
+
+
+def _ratio(x: float | None) -> str:
+    return f"{float('nan') if x is None else x:.2f}"

@@ -1,7 +1,11 @@
-"""The main job on the bundled default: one decoder layer estimated, simulated, captured, compared — and said in
-plain words.
+"""``demo``: the main job on the bundled default: one decoder layer estimated, simulated, captured, compared — and
+said in plain words.
 
-``run_demo`` takes Llama-3.2-1B's layer 0 (a real config, random weights, no downloads) and:
+:func:`run_demo` takes one :class:`DemoRequest` and returns what it computed (:class:`DemoRun`); :func:`result_of`
+makes of it one :class:`DemoResult`, the JSON contract of ``layerscope demo --json`` (its schema:
+docs/schema/demo.json); :func:`demo` does both.
+
+The default request takes Llama-3.2-1B's layer 0 (a real config, random weights, no downloads) and:
 
 1. picks torch's intra-op threads: as many as other processes leave a free core
    (:func:`~layerscope.capture.machine.choose_threads`), so that neither the measurement nor the capture shares a
@@ -16,7 +20,7 @@ plain words.
    PyTorch runs them) and on N engines (how the ops would overlap), writing both Perfetto traces;
 4. validates: captures a 1-layer model (the layer with its embedding, final norm and lm_head) on the same prompt
    with torch.profiler, the machine checked before and after, and joins predicted and measured time op by op
-   (:func:`layerscope.analysis.validate.validate`);
+   (:func:`layerscope.app.validate.run_validation`);
 5. says what the numbers mean (:func:`verdict`): the whole forward's error with its sign, where the time went,
    how busy the machine was and the error bars that follow, which ops are off and the known reason, which files to
    open.
@@ -29,23 +33,42 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from layerscope.analysis.validate import PhaseValidation, ValidationResult, resolve_hardware, validate
-from layerscope.cost import Estimate, estimate
+from pydantic import BaseModel, ConfigDict
+
+from layerscope.analysis.validate import PhaseValidation, ValidationResult
+from layerscope.app.estimate import EstimateRequest, KindRow, estimate_raw
+from layerscope.app.requests import WorkloadRequest
+from layerscope.app.simulate import SimulateRequest, SimulateResult, SimulationRun, run_simulation
+from layerscope.app.simulate import result_of as simulate_result_of
+from layerscope.app.validate import (
+    LoadRow,
+    MeasurementRow,
+    PhaseResult,
+    ProbeRow,
+    ThreadChoiceRow,
+    ValidateRequest,
+    load_rows,
+    measurement_row,
+    phase_result,
+    probe_rows,
+    resolve_hardware,
+    run_validation,
+    thread_choice_row,
+)
 from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
 from layerscope.hardware.host import CpuLoad, cpu_name, keep_spec, quick_spec_path, saved_spec_path, saved_spec_paths
 from layerscope.model import load_model_spec
-from layerscope.trace.simulate import SimulationResult, simulate
 from layerscope.units import make_output_dir
-from layerscope.workload import make_workload
 
 if TYPE_CHECKING:
     from layerscope.capture.machine import MachineMeasurement, ThreadChoice
+    from layerscope.cost import Estimate
+    from layerscope.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +82,42 @@ OFF_ERROR = 0.25
 MIN_SHARE = 0.005
 
 HardwareSource = Literal["given", "calibrated", "kept", "measured", "preset"]
+#: How every error of the demo is signed (``error_sign`` of its JSON).
+ERROR_SIGN = "error = (predicted - measured) / measured: negative when the prediction is too fast"
+
+_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class DemoRequest(BaseModel):
+    """What the demo runs: a model's layer 0, its prefill of ``prompt_len`` tokens, on this machine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    out_dir: Path = Path("out/demo")
+    """Directory of the traces, the measured spec and ``validation.json`` (created)."""
+    model: str = DEMO_MODEL
+    """Catalog name, Hugging Face id or ``config.json``."""
+    prompt_len: int = 256
+    """Prefill tokens."""
+    engines: int = 4
+    """Engines of the overlap simulation."""
+    iterations: int = 3
+    """Recorded capture iterations."""
+    hardware: str | None = None
+    """Time on this spec (preset name or file) instead of this machine's calibrated, kept or measured one."""
+    threads: int | Literal["auto"] = "auto"
+    """torch's intra-op threads; ``"auto"``: as many as other processes leave a free core."""
+    max_wait_s: float = 10.0
+    """Seconds measuring may wait for a busy machine to quieten."""
+    use_saved: bool = True
+    """Time on the spec ``calibrate`` saved for this machine, else on the quick measurement an earlier demo kept
+    (False: measure now)."""
 
 
 @dataclass(frozen=True)
-class DemoResult:
+class DemoRun:
+    """What :func:`run_demo` computed."""
+
     out_dir: Path
     hardware: HardwareSpec
     hardware_path: Path | None
@@ -70,8 +125,8 @@ class DemoResult:
     """``given`` (``--hardware``), ``calibrated`` (the spec ``calibrate`` saved for this machine), ``kept`` (the quick
     measurement an earlier demo kept for it), ``measured`` (measured now), ``preset`` (no torch)."""
     estimate: Estimate
-    simulated_1: SimulationResult
-    simulated_n: SimulationResult
+    simulated_1: SimulationRun
+    simulated_n: SimulationRun
     validation: ValidationResult | None
     notes: tuple[str, ...]
     measurement: MachineMeasurement | None = None
@@ -90,44 +145,109 @@ class DemoResult:
         """The prefill's predicted vs measured time per op (``None`` without torch)."""
         return None if self.validation is None else self.validation.phase("prefill")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out_dir": str(self.out_dir),
-            "hardware": self.hardware.name,
-            "hardware_spec": str(self.hardware_path) if self.hardware_path else None,
-            "hardware_source": self.hardware_source,
-            "threads": None if self.thread_choice is None else self.thread_choice.to_dict(),
-            "machine_measurement": None if self.measurement is None else self.measurement.to_dict(),
-            "estimate": {"scope": self.estimate.scope, "ttft_s": self.estimate.ttft_s,
-                         "ops": len(self.estimate.ops), "by_kind": self.estimate.breakdown("kind")},
-            "simulated_1_engine": self.simulated_1.to_dict(),
-            "simulated_n_engines": self.simulated_n.to_dict(),
-            "captured": self.capture.model_dump(mode="json", exclude={"summary"}) if self.capture else None,
-            "comparison": None if self.comparison is None else self.comparison.to_dict(),
-            "capture_loads": [] if self.validation is None else
-            [None if c is None else c.to_dict() for c in self.validation.capture_loads],
-            "machine_probes": [] if self.validation is None else [p.to_dict() for p in self.validation.probes],
-            "predicted_slowest_s": self.predicted_slowest_s,
-            "machine_adjusted_error": None if self.validation is None else machine_adjusted_error(self.validation),
-            "error_sign": "error = (predicted - measured) / measured: negative when the prediction is too fast",
-            "notes": list(self.notes),
-            "verdict": list(self.verdict),
-        }
+
+class DemoEstimate(BaseModel):
+    """The estimate of the layer's prefill."""
+
+    model_config = _RESULT_CONFIG
+
+    scope: str
+    """``layer 0``."""
+    ttft_s: float | None
+    """The prefill's estimated time, seconds."""
+    ops: int
+    """Ops estimated."""
+    by_kind: list[KindRow]
+    """Per op kind, largest time first."""
+
+
+class DemoResult(BaseModel):
+    """The answer of ``layerscope demo``: its ``--json`` output. Errors are ``(predicted − measured) / measured``,
+    negative when the prediction is too fast."""
+
+    model_config = _RESULT_CONFIG
+
+    out_dir: str
+    """Directory of the traces, the measured spec and ``validation.json``."""
+    hardware: str
+    """The hardware spec's name."""
+    hardware_spec: str | None
+    """The spec file timed on (calibrated, kept or measured now), else ``null``."""
+    hardware_source: HardwareSource
+    """``given`` (``--hardware``), ``calibrated`` (the spec ``calibrate`` saved for this machine), ``kept`` (the
+    quick measurement an earlier demo kept), ``measured`` (measured now), ``preset`` (no torch)."""
+    threads: ThreadChoiceRow | None
+    """How torch's intra-op threads were chosen; ``null`` without torch."""
+    machine_measurement: MeasurementRow | None
+    """How this machine was measured (``measured`` only), else ``null``."""
+    estimate: DemoEstimate
+    """The estimate of the layer's prefill."""
+    simulated_1_engine: SimulateResult
+    """The layer simulated on 1 engine (ops in sequence, as eager PyTorch runs them)."""
+    simulated_n_engines: SimulateResult
+    """The layer simulated on ``--engines`` engines (how its ops would overlap)."""
+    captured: dict[str, Any] | None
+    """What the capture ran and measured: the fields of ``layerscope.capture.CaptureResult`` but its per-module
+    summary (``model``, ``trace_path``, ``weights``, ``layers``, ``iterations``, ``unprofiled``, …); ``null``
+    without torch."""
+    comparison: PhaseResult | None
+    """The prefill's predicted (1 engine) vs measured time per op; ``null`` without torch."""
+    capture_loads: list[LoadRow | None]
+    """Other processes' CPU load during the capture."""
+    machine_probes: list[ProbeRow]
+    """The machine check before and after the capture."""
+    predicted_slowest_s: float | None
+    """The validated forward predicted with each measured figure's slowest round (``measured`` only)."""
+    machine_adjusted_error: float | None
+    """The forward's error with the predicted GEMM time scaled by the machine check's ratio."""
+    error_sign: str
+    """How the errors are signed."""
+    notes: list[str]
+    """What to know about the run."""
+    verdict: list[str]
+    """The result in plain words, one sentence per question."""
+
+
+def result_of(r: DemoRun) -> DemoResult:
+    """The result model of a demo run."""
+    v = r.validation
+    return DemoResult(
+        out_dir=str(r.out_dir), hardware=r.hardware.name,
+        hardware_spec=str(r.hardware_path) if r.hardware_path else None, hardware_source=r.hardware_source,
+        threads=thread_choice_row(r.thread_choice),
+        machine_measurement=measurement_row(r.measurement),
+        estimate=DemoEstimate(scope=r.estimate.scope, ttft_s=r.estimate.ttft_s, ops=len(r.estimate.ops),
+                              by_kind=[KindRow.model_validate(k) for k in r.estimate.breakdown("kind")]),
+        simulated_1_engine=simulate_result_of(r.simulated_1), simulated_n_engines=simulate_result_of(r.simulated_n),
+        captured=r.capture.model_dump(mode="json", exclude={"summary"}) if r.capture else None,
+        comparison=None if r.comparison is None else phase_result(r.comparison),
+        capture_loads=[] if v is None else load_rows(v.capture_loads),
+        machine_probes=[] if v is None else probe_rows(v.probes),
+        predicted_slowest_s=r.predicted_slowest_s,
+        machine_adjusted_error=None if v is None else machine_adjusted_error(v),
+        error_sign=ERROR_SIGN, notes=list(r.notes), verdict=list(r.verdict),
+    )
+
+
+def demo(request: DemoRequest) -> DemoResult:
+    """Run the demo of ``request`` (:func:`run_demo`) and describe what it computed."""
+    return result_of(run_demo(request))
 
 
 def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_MODEL, prompt_len: int = 256,
-             engines: int = 4, iterations: int = 3, hardware: str | None = None,
-             threads: int | Literal["auto"] = "auto", max_wait_s: float = 10.0, use_saved: bool = True) -> DemoResult:
+def run_demo(request: DemoRequest) -> DemoRun:
     """Run the main job; traces, the spec and ``validation.json`` go to ``out_dir`` (created).
 
     ``threads``: torch's intra-op threads, ``"auto"`` as many as other processes leave a free core. ``max_wait_s``:
     how long measuring may wait for a busy machine. ``use_saved``: time on the spec ``calibrate`` saved for this
     machine when there is one, else on the quick measurement an earlier demo kept (else measure, and keep the
     measurement when the machine was not busy)."""
+    out_dir, model, prompt_len, engines = request.out_dir, request.model, request.prompt_len, request.engines
+    iterations, hardware, threads = request.iterations, request.hardware, request.threads
+    max_wait_s, use_saved = request.max_wait_s, request.use_saved
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {str(out)!r} exists and is not a directory")
@@ -145,7 +265,7 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
         bare = () if user_hw else ("torch is not installed: no measurement or capture; timed on the server-cpu "
                                    "preset (pip install 'layerscope[capture]' torch==2.13.0)",)
         est, sim1, simn = _predict(spec, hw, out, prompt_len, engines)
-        result = DemoResult(out, hw, None, "given" if user_hw else "preset", est, sim1, simn, None, bare)
+        result = DemoRun(out, hw, None, "given" if user_hw else "preset", est, sim1, simn, None, bare)
         return _with_verdict(result)
 
     from layerscope.capture.machine import choose_threads, torch_threads
@@ -179,28 +299,33 @@ def run_demo(out_dir: str | os.PathLike[str] = "out/demo", *, model: str = DEMO_
                 notes.append(f"a calibrated spec of this CPU exists for other thread counts ({names}); this run "
                              f"uses {choice.threads} threads, so it measured instead")
         est, sim1, simn = _predict(spec, hw, out, prompt_len, engines)
-        validation = validate(model, hw, layers=1, dtype="fp32", prompt_len=prompt_len, warmup=2,
-                              iterations=iterations, device="cpu", out_dir=out)
+        validation = run_validation(ValidateRequest(model=model, hardware=hw, layers=1, dtype="fp32",
+                                                    prompt_len=prompt_len, warmup=2, iterations=iterations,
+                                                    device="cpu", out_dir=out))
         slowest_s = None
         if measurement is not None and validation.spec is not None:
             slowest_s = _slowest_forward_s(validation, measurement)
-    result = DemoResult(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
-                        slowest_s)
+    result = DemoRun(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
+                     slowest_s)
     return _with_verdict(result)
 
 
-def _predict(spec: Any, hw: HardwareSpec, out: Path, prompt_len: int, engines: int
-             ) -> tuple[Estimate, SimulationResult, SimulationResult]:
+def _prefill(prompt_len: int) -> WorkloadRequest:
     # CPU eager PyTorch computes in fp32 well; bf16 GEMMs on CPUs without bf16 units are emulated.
     dtype = "fp32"
-    workload = make_workload(phase="prefill", input_len=prompt_len, weight_dtype=dtype, act_dtype=dtype,
-                             kv_dtype=dtype)
-    est = estimate(spec, hw, workload, layer=0, attention="fused")
-    common: dict[str, Any] = {"phase": "prefill", "input_len": prompt_len, "layer": 0, "attention": "fused",
-                              "weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
-    sim1 = simulate(spec, hw, engines=1, out=out / "simulated-1engine.json.gz", **common)
-    simn = simulate(spec, hw, engines=engines, out=out / f"simulated-{engines}engines.json.gz", **common)
-    return est, sim1, simn
+    return WorkloadRequest(phase="prefill", prompt_len=prompt_len, weight_dtype=dtype, act_dtype=dtype, kv_dtype=dtype)
+
+
+def _predict(spec: ModelSpec, hw: HardwareSpec, out: Path, prompt_len: int, engines: int
+             ) -> tuple[Estimate, SimulationRun, SimulationRun]:
+    workload = _prefill(prompt_len)
+    est = estimate_raw(EstimateRequest(model=spec, hardware=hw, workload=workload, layer=0, attention="fused"))
+
+    def run(n: int, trace: Path) -> SimulationRun:
+        return run_simulation(SimulateRequest(model=spec, hardware=hw, workload=workload, engines=n, layer=0,
+                                              attention="fused", out=trace))
+
+    return est, run(1, out / "simulated-1engine.json.gz"), run(engines, out / f"simulated-{engines}engines.json.gz")
 
 
 def _slowest_forward_s(validation: ValidationResult, measurement: MachineMeasurement) -> float:
@@ -208,11 +333,12 @@ def _slowest_forward_s(validation: ValidationResult, measurement: MachineMeasure
     by the whole-model estimate's ratio between the two specs (same graph, same cost model; the validation's own
     estimate is the one on the best-round spec)."""
     assert validation.spec is not None
-    workload = make_workload(phase="prefill", input_len=validation.prompt_len, weight_dtype=validation.dtype,
-                             act_dtype=validation.dtype, kv_dtype=validation.dtype)
+    dtype = validation.dtype
+    workload = WorkloadRequest(phase="prefill", prompt_len=validation.prompt_len, weight_dtype=dtype, act_dtype=dtype,
+                               kv_dtype=dtype)
     best = validation.estimate.ttft_s or 0.0
-    slow = estimate(validation.spec, measurement.slowest, workload, cost_model=validation.cost_model,
-                    attention="fused").ttft_s or 0.0
+    slow = estimate_raw(EstimateRequest(model=validation.spec, hardware=measurement.slowest, workload=workload,
+                                        cost_model=validation.cost_model, attention="fused")).ttft_s or 0.0
     forward = validation.phase("prefill").forward.predicted_s
     return forward * slow / best if best > 0 else forward
 
@@ -288,7 +414,7 @@ def _load_words(load: CpuLoad | None, threads: int) -> str:
             f"measured times are inflated")
 
 
-def verdict(r: DemoResult) -> tuple[str, ...]:
+def verdict(r: DemoRun) -> tuple[str, ...]:
     """The demo's result in plain words: a handful of sentences, each about one question a user asks."""
     lines: list[str] = []
     phase = r.comparison
@@ -335,7 +461,7 @@ def verdict(r: DemoResult) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _machine_lines(r: DemoResult, v: ValidationResult, err: float) -> list[str]:
+def _machine_lines(r: DemoRun, v: ValidationResult, err: float) -> list[str]:
     lines: list[str] = []
     if r.thread_choice is not None and r.thread_choice.reduced:
         lines.append(f"Threads: {r.thread_choice.describe()} (pass --threads to choose).")
@@ -405,7 +531,7 @@ def _probe_drift(v: ValidationResult) -> tuple[str, float, float] | None:
     return first.label, first.ratio, last.ratio
 
 
-def _with_verdict(r: DemoResult) -> DemoResult:
+def _with_verdict(r: DemoRun) -> DemoRun:
     from dataclasses import replace
 
     return replace(r, verdict=verdict(r))

@@ -1,4 +1,5 @@
-"""The README's main job, end to end on the bundled default (a shorter prompt to keep CI quick), and its verdict."""
+"""``app.demo``: the README's main job, end to end on the bundled default (a shorter prompt to keep CI quick), its
+verdict and its result model (``demo --json``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from layerscope.analysis.demo import KNOWN_REASONS, known_reason, machine_adjusted_error, run_demo, verdict
+from layerscope.app.demo import (
+    KNOWN_REASONS,
+    DemoRequest,
+    DemoResult,
+    known_reason,
+    machine_adjusted_error,
+    result_of,
+    run_demo,
+    verdict,
+)
 from layerscope.capture.machine import DEFAULT_ROUNDS
 from layerscope.hardware.host import CpuLoad, cpu_name, saved_spec_path
 from layerscope.hardware.loaders import dump_hardware_yaml
@@ -28,7 +38,7 @@ def demo(tmp_path_factory, demo_machines):
     out = tmp_path_factory.mktemp("demo") / "demo"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAYERSCOPE_MACHINES_DIR", str(demo_machines))
-        return run_demo(out, prompt_len=32, engines=4, iterations=1, max_wait_s=0)
+        return run_demo(DemoRequest(out_dir=out, prompt_len=32, engines=4, iterations=1, max_wait_s=0))
 
 
 def test_demo_estimates_simulates_captures_and_compares(demo):
@@ -44,7 +54,7 @@ def test_demo_estimates_simulates_captures_and_compares(demo):
     joined = set(demo.comparison.ops.column("op").to_pylist())
     assert {"layers.0.self_attn.q_proj", "layers.0.mlp.down_proj", "layers.0.input_layernorm"} <= joined
     assert demo.comparison.median_abs_error is not None
-    doc = demo.to_dict()
+    doc = _doc(demo)
     assert doc["comparison"]["ops_joined"] == len(joined)
 
 
@@ -58,11 +68,37 @@ def test_demo_measures_in_rounds_and_records_the_machine_state(demo):
     assert m.slowest.engines.peak_flops_per_s["fp32"] == pytest.approx(min(rates))
     assert demo.predicted_slowest_s >= demo.comparison.forward.predicted_s
     assert demo.thread_choice is not None and demo.validation.threads == demo.thread_choice.threads
-    doc = demo.to_dict()
+    doc = _doc(demo)
     assert doc["machine_measurement"]["rounds"] == DEFAULT_ROUNDS
     assert "gemm_fp32" in doc["machine_measurement"]["spread"]
     assert len(doc["capture_loads"]) == 1 and doc["error_sign"].startswith("error = (predicted - measured)")
     assert doc["machine_adjusted_error"] == pytest.approx(machine_adjusted_error(demo.validation))
+
+
+# The keys `demo --json` printed before the result model (DemoResult.to_dict), in order.
+DEMO_KEYS = ["out_dir", "hardware", "hardware_spec", "hardware_source", "threads", "machine_measurement", "estimate",
+             "simulated_1_engine", "simulated_n_engines", "captured", "comparison", "capture_loads", "machine_probes",
+             "predicted_slowest_s", "machine_adjusted_error", "error_sign", "notes", "verdict"]
+
+
+def _doc(run):
+    from layerscope.cli.common import to_json_text
+
+    return json.loads(to_json_text(result_of(run)))
+
+
+def test_the_result_keeps_the_keys_and_values_of_the_run(demo):
+    from layerscope.cli.common import to_json_text
+
+    doc = _doc(demo)
+    assert list(doc) == DEMO_KEYS
+    assert list(doc["estimate"]) == ["scope", "ttft_s", "ops", "by_kind"]
+    assert doc["estimate"]["by_kind"] == json.loads(json.dumps(demo.estimate.breakdown("kind")))
+    assert doc["captured"]["trace_path"] == str(demo.capture.trace_path) and "summary" not in doc["captured"]
+    assert doc["comparison"] == json.loads(to_json_text(demo.comparison.to_dict()))
+    assert doc["simulated_n_engines"]["trace"] == str(demo.simulated_n.trace_path)
+    assert doc["simulated_1_engine"]["sweep"][0]["engines"] == 1
+    assert DemoResult.model_validate(doc).verdict == list(demo.verdict)
 
 
 def test_verdict_says_the_error_its_sign_where_time_went_and_what_to_open(demo):
@@ -102,7 +138,8 @@ def test_demo_prefers_the_spec_calibrate_kept_for_this_machine(demo, tmp_path, m
     saved = saved_spec_path("cpu", cpu_name(), threads)
     saved.parent.mkdir(parents=True)
     saved.write_text(dump_hardware_yaml(demo.hardware))
-    again = run_demo(tmp_path / "again", prompt_len=32, engines=2, iterations=1, threads=threads, max_wait_s=0)
+    again = run_demo(DemoRequest(out_dir=tmp_path / "again", prompt_len=32, engines=2, iterations=1, threads=threads,
+                                 max_wait_s=0))
     assert again.hardware_source == "calibrated" and again.hardware_path == saved
     assert again.measurement is None and not (tmp_path / "again" / "this-machine.yaml").exists()
     assert any("the spec `layerscope calibrate` saved for this machine" in line for line in again.verdict)
@@ -120,7 +157,8 @@ def test_a_quiet_measurement_is_kept_and_the_next_demo_predicts_on_it(demo, demo
     assert kept.is_file() == (not demo.measurement.busy)
     if not kept.is_file():
         pytest.skip("this machine was busy while the demo measured it: a busy measurement is not kept")
-    second = run_demo(tmp_path / "two", prompt_len=32, engines=4, iterations=1, threads=threads, max_wait_s=0)
+    second = run_demo(DemoRequest(out_dir=tmp_path / "two", prompt_len=32, engines=4, iterations=1, threads=threads,
+                                  max_wait_s=0))
     assert second.hardware_source == "kept" and second.hardware_path == kept
     # The same spec, so the same prediction, to the last digit.
     assert second.estimate.ttft_s == demo.estimate.ttft_s
