@@ -6,9 +6,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.app.records import VerifyResult, WorkloadsResult
 
 
 def register(app: typer.Typer) -> None:
@@ -17,171 +22,116 @@ def register(app: typer.Typer) -> None:
 
 
 def workloads_cmd(
-    model: str = typer.Option(
-        ..., "--model", "-m", help="Catalog name, HF id (local cache), config.json or checkpoint directory."
-    ),
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "  # type: ignore[arg-type]  # required
+                               "directory."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory for definitions/, workloads/ and calls.json."),
     from_graph: bool = typer.Option(False, "--from-graph", help="Derive the records from the graph (no torch)."),
     layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
     dtype: str = typer.Option("bf16", "--dtype", help="fp32 | bf16 | fp16 (graph: any layerscope dtype)"),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda (captured runs)"),
-    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
-    prompt_len: int = typer.Option(128, "--prompt-len", help="Prompt tokens of the prefill."),
-    decode_steps: int = typer.Option(0, "--decode-steps", help="Greedy decode steps after the prefill."),
+    batch: int = options.batch(),
+    prompt_len: int = options.prompt_len(128, help="Prompt tokens of the prefill."),
+    decode_steps: int = options.decode_steps(0, help="Greedy decode steps after the prefill."),
     random_weights: bool = typer.Option(False, "--random-weights", help="Random weights even if a checkpoint exists."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights and prompt tokens."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (--from-graph only)."),
+    tp: int = options.tensor_parallel(),
     mla_form: str | None = typer.Option(
         None, "--mla-form", help="MLA form of --from-graph records: naive (what HF runs) | absorbed; default: the "
         "graph's (absorbed decode, naive prefill)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a summary as one JSON object."),
+    as_json: bool = options.as_json("Print a summary as one JSON object (docs/schema/workloads.json)."),
 ) -> None:
-    """Record every operator instance a model runs (definitions, workloads, per-layer calls)."""
-    if from_graph:
-        records = _from_graph(model, out, layers, dtype, batch, prompt_len, decode_steps, tp, mla_form)
-    else:
-        if tp != 1 or mla_form is not None:
-            from layerscope.errors import RecordsError
+    """Record every operator instance a model runs (definitions, workloads, per-layer calls).
 
-            raise RecordsError("--tp and --mla-form apply to --from-graph only (a run records what it runs)")
-        from layerscope.capture.record_run import record_workloads
+    --tp and --mla-form apply to --from-graph records only (a run records what it runs)."""
+    from layerscope.app.records import WorkloadsRequest, result_of, run_workloads
+    from layerscope.app.requests import ParallelPlan, build_request
+    from layerscope.errors import RecordsError
 
-        records = record_workloads(model, out=out, layers=layers, dtype=dtype, device=device, batch=batch,
-                                   prompt_len=prompt_len, decode_steps=decode_steps, random_weights=random_weights,
-                                   seed=seed)
-    summary = _summary(records, out)
+    request = build_request(
+        WorkloadsRequest, RecordsError, model=model, out=out, from_graph=from_graph, layers=layers, dtype=dtype,
+        device=device, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, random_weights=random_weights,
+        seed=seed, parallel=build_request(ParallelPlan, RecordsError, tensor_parallel=tp), mla_form=mla_form,
+    )
+    run = run_workloads(request)
+    for warning in run.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    result = result_of(run)
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(summary)
+        print_json(result)
     else:
-        _render_workloads(summary)
+        _render_workloads(result)
 
 
-def _from_graph(model: str, out: Path, layers: int | None, dtype: str, batch: int, prompt_len: int,
-                decode_steps: int, tp: int, mla_form: str | None) -> Any:
-    from layerscope.errors import RecordsError
-    from layerscope.model import load_model_spec
-    from layerscope.records import records_from_spec
-
-    if mla_form not in (None, "naive", "absorbed"):
-        raise RecordsError(f"--mla-form: unknown form {mla_form!r}; known: naive, absorbed")
-    checks = (("--batch", batch, 1), ("--prompt-len", prompt_len, 1), ("--decode-steps", decode_steps, 0),
-              ("--tp", tp, 1))
-    for name, value, low in checks:
-        if value < low:
-            raise RecordsError(f"{name}: {value} is out of range; must be >= {low}")
-    spec = load_model_spec(model)
-    if layers is not None and not 1 <= layers <= spec.num_layers:
-        raise RecordsError(f"--layers: {layers} is out of range; the model has {spec.num_layers} decoder layers")
-    from layerscope.workload import context_warnings, make_workload
-
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
-                             output_len=decode_steps + 1)
-    for warning in context_warnings(spec, workload):
-        typer.echo(f"warning: {warning}", err=True)
-    records = records_from_spec(spec, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, dtype=dtype,
-                                tp=tp, layers=None if layers is None else range(layers),
-                                mla_form=mla_form)  # type: ignore[arg-type]
-    config = Path(model)
-    records.write(out, inputs=(config,) if config.is_file() else ())
-    return records
-
-
-def _summary(records: Any, out: Path) -> dict[str, Any]:
-    per_def: dict[str, dict[str, Any]] = {}
-    for c in records.sorted_calls():
-        row = per_def.setdefault(c.definition, {"definition": c.definition, "op_type": c.op_type,
-                                                "category": c.category, "calls": 0, "layers": set()})
-        row["calls"] += c.calls
-        if c.layer is not None:
-            row["layers"].add(c.layer)
-    rows = [{**r, "layers": len(r["layers"]), "workloads": len(records.workloads.get(r["definition"], {}))}
-            for r in per_def.values()]
-    return {"out": str(out), "meta": records.meta, "passes": records.passes, "definitions": len(records.definitions),
-            "workloads": records.workload_count(), "records": rows}
-
-
-def _render_workloads(summary: dict[str, Any]) -> None:
+def _render_workloads(result: WorkloadsResult) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc
 
     con = console()
-    meta = summary["meta"]
-    passes = esc(", ".join(f"{n} {p}" for p, n in summary["passes"].items()))
+    meta = result.meta
+    passes = esc(", ".join(f"{n} {p}" for p, n in result.passes.items()))
     con.print(f"[bold]{esc(meta.get('model', ''))}[/] · {esc(meta.get('source', ''))} · {esc(meta.get('dtype', ''))} · "
               f"{passes} · "
-              f"{summary['definitions']} definitions · {summary['workloads']} workloads")
+              f"{result.definitions} definitions · {result.workloads} workloads")
     table = Table(title="operator definitions")
     for col in ("definition", "op type", "category", "layers", "calls", "workloads"):
         table.add_column(col, justify="right" if col in ("layers", "calls", "workloads") else "left")
-    for r in sorted(summary["records"], key=lambda r: (r["category"], r["definition"])):
-        table.add_row(esc(r["definition"]), esc(r["op_type"]), esc(r["category"]), str(r["layers"]),
-                      str(r["calls"]), str(r["workloads"]))
+    for r in sorted(result.records, key=lambda r: (r.category, r.definition)):
+        table.add_row(esc(r.definition), esc(r.op_type), esc(r.category), str(r.layers), str(r.calls),
+                      str(r.workloads))
     con.print(table)
-    con.print(f"records: {esc(summary['out'])}")
+    con.print(f"records: {esc(result.out)}")
 
 
 def verify_cmd(
     traces: Path = typer.Option(..., "--traces", "-t", help="Records directory (workloads --out, or a tracing dir)."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Verify against this model's spec."),
+    model: str | None = options.model(None, help="Verify against this model's spec."),
     against: Path | None = typer.Option(None, "--against", help="Verify against another records directory."),
     dtype: str | None = typer.Option(None, "--dtype", help="Expected dtype (default: the records' own)."),
     compare_workloads: bool | None = typer.Option(
         None, "--workloads/--no-workloads", help="Also compare workload axes (default: on with --against)."),
     show: int = typer.Option(20, "--show", help="Gaps listed under the table (--json lists all)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    as_json: bool = options.as_json("Print the report as one JSON object (docs/schema/verify.json)."),
 ) -> None:
     """Check recorded operators against what the model must run; exit 1 on any gap."""
+    from layerscope.app.records import VerifyRequest, verify
+    from layerscope.app.requests import build_request
     from layerscope.errors import RecordsError
-    from layerscope.records import RecordSet, expected_from_spec, verify
 
-    if (model is None) == (against is None):
-        raise RecordsError("give exactly one of --model (verify against the spec) and --against (another records dir)")
-    observed = RecordSet.read(traces)
-    if model is not None:
-        from layerscope.model import load_model_spec
-
-        spec = load_model_spec(model)
-        expected = expected_from_spec(spec, observed, dtype=dtype)
-        report = verify(observed, expected, model=spec.name, against="spec",
-                        compare_workloads=bool(compare_workloads))
-    else:
-        assert against is not None
-        expected = RecordSet.read(against)
-        report = verify(observed, expected, against=str(against),
-                        compare_workloads=True if compare_workloads is None else compare_workloads)
+    result = verify(build_request(VerifyRequest, RecordsError, traces=traces, model=model, against=against,
+                                  dtype=dtype, compare_workloads=compare_workloads))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(report.to_dict())
+        print_json(result)
     else:
-        _render_verify(report, show)
-    if not report.ok:
+        _render_verify(result, show)
+    if not result.ok:
         raise typer.Exit(1)
 
 
-def _render_verify(report: Any, show: int) -> None:
+def _render_verify(result: VerifyResult, show: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     from layerscope.cli.common import console
 
     con = console()
-    con.print(f"[bold]{escape(str(report.model))}[/] against {escape(str(report.against))} · phases: "
-              f"{escape(', '.join(report.phases)) or 'none'}")
+    con.print(f"[bold]{escape(str(result.model))}[/] against {escape(str(result.against))} · phases: "
+              f"{escape(', '.join(result.phases)) or 'none'}")
     table = Table(title="operator coverage (calls per forward pass)")
     for col in ("category", "status", "expected", "found", "layers exp/found", "calls exp", "calls found", "result"):
         table.add_column(col, justify="right" if col.startswith(("calls", "layers")) else "left")
-    for c in report.categories:
+    for c in result.categories:
         table.add_row(escape(c.category), escape(c.status), escape(" ".join(c.expected_definitions)) or "-",
                       escape(" ".join(c.found_definitions)) or "-", f"{c.expected_layers}/{c.found_layers}",
                       f"{c.expected_calls_per_pass:g}", f"{c.found_calls_per_pass:g}",
                       "ok" if c.ok else f"[red]{len(c.gaps)} gap(s)[/]")
     con.print(table)
-    for g in report.gaps[:show]:
+    for g in result.gaps[:show]:
         con.print(f"  [red]{escape(g.kind)}[/] {escape(g.category)}: {escape(g.message)}", highlight=False)
-    if len(report.gaps) > show:
-        con.print(f"  … {len(report.gaps) - show} more (--json lists all)")
-    con.print("[green]covered[/]" if report.ok else f"[red]{len(report.gaps)} gap(s)[/]")
+    if len(result.gaps) > show:
+        con.print(f"  … {len(result.gaps) - show} more (--json lists all)")
+    con.print("[green]covered[/]" if result.ok else f"[red]{len(result.gaps)} gap(s)[/]")

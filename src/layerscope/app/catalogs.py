@@ -1,0 +1,201 @@
+"""``models`` and ``hardware``: the bundled catalogs, listed.
+
+:func:`models` takes one :class:`ModelsRequest` and returns one :class:`ModelsResult`; :func:`hardware` takes one
+:class:`HardwareRequest` and returns one :class:`HardwareResult`: the JSON contracts of ``layerscope models --json``
+and ``layerscope hardware --json`` (their schemas: docs/schema/models.json, docs/schema/hardware.json), a JSON array
+of one object per model or spec.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, RootModel
+
+if TYPE_CHECKING:
+    from layerscope.hardware import HardwareSpec
+
+__all__ = ["HardwareRequest", "HardwareResult", "HardwareRow", "ModelRow", "ModelsRequest", "ModelsResult",
+           "hardware", "hardware_row", "models"]
+
+_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelsRequest(BaseModel):
+    """What to list: every bundled model config (there is nothing to choose yet)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelRow(BaseModel):
+    """One bundled model config (a real Hugging Face ``config.json``)."""
+
+    model_config = _RESULT_CONFIG
+
+    id: str
+    """Hugging Face id (``meta-llama/Llama-3.2-1B``)."""
+    alias: str
+    """Short catalog name (``llama-3.2-1b``)."""
+    model_type: str
+    """The config's ``model_type``."""
+    layers: int
+    """Decoder layers."""
+    hidden: int
+    """Hidden size."""
+    attention: str
+    """Attention kind (``mha``, ``gqa``, ``mqa``, ``mla``)."""
+    moe: bool
+    """Whether the model has mixture-of-experts layers."""
+    params_total: int
+    """Parameters, counted from the config."""
+    params_active: int
+    """Parameters active per token (differs from ``params_total`` for MoE models)."""
+    published_total: str
+    """The parameter count its publisher states, as they state it."""
+    published_active: str | None
+    """The active parameter count its publisher states; ``null`` where none is stated."""
+
+
+class ModelsResult(RootModel[list[ModelRow]]):
+    """The answer of ``layerscope models``: its ``--json`` output, a JSON array of one object per bundled model."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class HardwareRequest(BaseModel):
+    """What to list: every hardware preset, or one spec."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    hardware: str | None = None
+    """A preset name or YAML/JSON/CSV/XLSX file to show alone; ``None``: every preset."""
+    device_column: str | None = None
+    """The column of a multi-device spreadsheet."""
+
+
+class MemoryLevelRow(BaseModel):
+    """One level of the memory hierarchy."""
+
+    model_config = _RESULT_CONFIG
+
+    name: str
+    """Level name (``smem``, ``l2``, ``hbm``, …)."""
+    capacity_bytes: float
+    """Capacity, bytes (per engine when ``per_engine``)."""
+    bandwidth_bytes_per_s: float | None
+    """Bandwidth, bytes per second; ``null`` where the spec does not give one."""
+    per_engine: bool
+    """Whether each engine has its own (shared memory, registers) rather than one for the chip."""
+
+
+class InterconnectRow(BaseModel):
+    """The link between devices."""
+
+    model_config = _RESULT_CONFIG
+
+    name: str
+    """Link name (``nvlink4``, ``pcie4-x16``, …)."""
+    bandwidth_bytes_per_s: float
+    """Bandwidth per device, bytes per second."""
+    latency_s: float
+    """Latency of one transfer, seconds."""
+
+
+class HardwareRow(BaseModel):
+    """One hardware spec's figures, in base units (the field names carry them)."""
+
+    model_config = _RESULT_CONFIG
+
+    name: str
+    """Spec name."""
+    description: str
+    """What the spec describes."""
+    kind: str
+    """``gpu``, ``cpu``, ``npu``, …"""
+    engines: int
+    """Compute engines (SMs, cores, CUs)."""
+    clock_hz: float
+    """Engine clock, Hz."""
+    macs_per_cycle: dict[str, float]
+    """Multiply-accumulates per cycle per engine, by dtype (where the spec gives them)."""
+    peak_flops_per_s: dict[str, float]
+    """Peak FLOP/s of the chip, by dtype (where the spec gives them)."""
+    peak_bf16_flops_per_s: float
+    """Peak bf16 FLOP/s as the cost models resolve it."""
+    tf32_flops_per_s: float | None
+    """Peak TF32 FLOP/s; ``null`` where the chip has none."""
+    vector_flops_per_s: float
+    """Peak vector (non-matrix) FLOP/s."""
+    memory_levels: list[MemoryLevelRow]
+    """The memory hierarchy, innermost first."""
+    memory_bytes: float | None
+    """Main-memory capacity, bytes; ``null`` when unbounded (a sheet without ``Memory_capacity``)."""
+    memory_bandwidth_bytes_per_s: float
+    """Main-memory bandwidth, bytes per second."""
+    interconnect: InterconnectRow | None
+    """The link between devices; ``null`` where the spec has none."""
+    launch_overhead_s: float
+    """Fixed cost of one kernel launch, seconds."""
+    matmul_efficiency: float
+    """Fraction of peak FLOP/s matrix ops reach, 0..1."""
+    memory_efficiency: float
+    """Fraction of peak bandwidth memory-bound ops reach, 0..1."""
+
+
+class HardwareResult(RootModel[list[HardwareRow]]):
+    """The answer of ``layerscope hardware``: its ``--json`` output, a JSON array of one object per spec (every
+    preset, or the one asked for)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+def models(request: ModelsRequest | None = None) -> ModelsResult:
+    """Every bundled model config with its counted and published parameter counts."""
+    from layerscope.model import list_catalog, load_model_spec, param_counts
+
+    rows = []
+    for entry in list_catalog():
+        spec = load_model_spec(entry.id)
+        counts = param_counts(spec)
+        rows.append(ModelRow(
+            id=entry.id, alias=entry.alias, model_type=spec.model_type, layers=spec.num_layers,
+            hidden=spec.hidden_size, attention=spec.attention_kind, moe=spec.moe is not None,
+            params_total=counts.total, params_active=counts.active, published_total=entry.published_total_params,
+            published_active=entry.published_active_params,
+        ))
+    return ModelsResult(rows)
+
+
+def hardware(request: HardwareRequest | None = None) -> HardwareResult:
+    """Every hardware preset, or the one spec of ``request.hardware``, with its figures."""
+    from layerscope.hardware import list_presets, load_hardware
+
+    request = request or HardwareRequest()
+    if request.hardware is not None:
+        specs = [load_hardware(request.hardware, device=request.device_column)]
+    else:
+        specs = [load_hardware(name) for name in list_presets()]
+    return HardwareResult([hardware_row(hw) for hw in specs])
+
+
+def hardware_row(hw: HardwareSpec) -> HardwareRow:
+    """One spec's figures for the listing, in base units."""
+    from layerscope.units import DType
+
+    return HardwareRow(
+        name=hw.name, description=hw.description, kind=hw.kind, engines=hw.engines.count,
+        clock_hz=hw.engines.clock_hz,
+        macs_per_cycle={d.value: m for d, m in hw.engines.macs_per_cycle.items()},
+        peak_flops_per_s={d.value: f for d, f in hw.engines.peak_flops_per_s.items()},
+        peak_bf16_flops_per_s=hw.peak_flops(DType.BF16), tf32_flops_per_s=hw.engines.tf32_flops_per_s,
+        vector_flops_per_s=hw.engines.vector_flops_per_s,
+        memory_levels=[MemoryLevelRow(name=lv.name, capacity_bytes=lv.capacity_bytes,
+                                      bandwidth_bytes_per_s=lv.bandwidth_bytes_per_s, per_engine=lv.per_engine)
+                       for lv in hw.memory],
+        memory_bytes=hw.memory_capacity_bytes, memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
+        interconnect=None if hw.interconnect is None else InterconnectRow(
+            name=hw.interconnect.name, bandwidth_bytes_per_s=hw.interconnect.bandwidth_bytes_per_s,
+            latency_s=hw.interconnect.latency_s),
+        launch_overhead_s=hw.launch_overhead_s, matmul_efficiency=hw.efficiency.matmul,
+        memory_efficiency=hw.efficiency.memory,
+    )
