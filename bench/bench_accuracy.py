@@ -270,7 +270,8 @@ def main() -> int:
 
     import torch
 
-    from layerscope.analysis.validate import combine_repeats, rejoin, validate
+    from layerscope.analysis.validate import combine_repeats
+    from layerscope.app.validate import rejoin, validate
     from layerscope.hardware import load_hardware
 
     if a.device == "cuda" and not torch.cuda.is_available():

@@ -108,7 +108,7 @@ def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     import json
 
-    from layerscope.analysis.validate import validate
+    from layerscope.app.validate import validate
     from layerscope.model import tiny_config
 
     config = tmp_path / "config.json"
