@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.analysis.compare import SimRealComparison
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +30,7 @@ def query_cmd(
         None, help="SQL over trace_processor-style tables (slice, thread …); without it, read from standard input."),
     file: Path | None = typer.Option(None, "--file", "-f", help="Read the SQL from this file ('-': standard input)."),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as one JSON array (as --format json)."),
+    as_json: bool = options.as_json("Print the rows as one JSON array (as --format json; docs/schema/query.json)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
 ) -> None:
     """Run SQL on a trace (tables named and shaped like Perfetto trace_processor's).
@@ -41,13 +46,14 @@ def query_cmd(
             raise AnalysisError(f"--json prints JSON; it cannot be combined with --format {fmt}")
         fmt = "json"
     text = _read_sql(sql, file)
-    from layerscope.analysis.engine import run_query
+    from layerscope.app.analyze import QueryRequest, query_result, query_table
+    from layerscope.app.requests import build_request
 
-    table = run_query(trace, text, use_cache=not no_cache)
+    table = query_table(build_request(QueryRequest, AnalysisError, trace=trace, sql=text, use_cache=not no_cache))
     if fmt == "json":
         from layerscope.cli.common import print_json
 
-        print_json(_unique_names(table).to_pylist())
+        print_json(query_result(table))
     elif fmt == "csv":
         import pyarrow.csv as pacsv
 
@@ -125,21 +131,6 @@ def _csv_ready(table: Any) -> Any:
     return table
 
 
-def _unique_names(table: Any) -> Any:
-    """``table`` with repeated column names made unique (``a``, ``a_1`` as DuckDB names them), so
-    that every column is a key of the JSON rows."""
-    seen: set[str] = set()
-    names = []
-    for name in table.column_names:
-        unique, k = name, 0
-        while unique in seen:
-            k += 1
-            unique = f"{name}_{k}"
-        seen.add(unique)
-        names.append(unique)
-    return table.rename_columns(names)
-
-
 def _check_rows(rows: int) -> None:
     from layerscope.errors import AnalysisError
 
@@ -149,26 +140,24 @@ def _check_rows(rows: int) -> None:
 
 def analyze_cmd(
     trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: report name → rows."),
+    as_json: bool = options.as_json("Print one JSON object: report name → rows (docs/schema/analyze.json)."),
     csv_dir: Path | None = typer.Option(None, "--csv", help="Also write each report as DIR/<report>.csv."),
     threshold_ms: float = typer.Option(100.0, "--threshold-ms", help="Major events: slices longer than this."),
     rows: int = typer.Option(15, "--rows", help="Rows shown per table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
 ) -> None:
     """Reports: top ops, major events, launch overhead, memcpy, attention, categories, GPU idle."""
-    from layerscope.analysis.reports import analyze_trace, check_csv_dir, check_threshold_ms, write_csv_dir
+    from layerscope.app.analyze import AnalyzeRequest, analyze_result, report_tables
+    from layerscope.app.requests import build_request
+    from layerscope.errors import AnalysisError
 
     _check_rows(rows)
-    check_threshold_ms(threshold_ms, "--threshold-ms")
-    if csv_dir is not None:
-        check_csv_dir(csv_dir, inputs=(trace,))  # before the analysis: a bad --csv fails fast
-    tables = analyze_trace(trace, threshold_ms, use_cache=not no_cache)
-    if csv_dir is not None:
-        write_csv_dir(tables, csv_dir, inputs=(trace,))
+    tables = report_tables(build_request(AnalyzeRequest, AnalysisError, trace=trace, threshold_ms=threshold_ms,
+                                         csv_dir=csv_dir, use_cache=not no_cache))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json({name: table.to_pylist() for name, table in tables.items()})
+        print_json(analyze_result(tables))
         return
     for name, table in tables.items():
         if table.num_rows:
@@ -184,55 +173,46 @@ def compare_cmd(
         None, "--iterations", help="Iterations in the real trace (not a layerscope capture, which says itself)."),
     phase: str | None = typer.Option(
         None, "--phase", help="prefill | decode: the simulated phase, where its trace does not say (--sim)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json("Print one JSON object (docs/schema/compare.json)."),
     rows: int = typer.Option(20, "--rows", help="Rows shown per table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
 ) -> None:
     """Compare two traces (A B), or predicted vs measured op times (--sim S --real R)."""
+    from layerscope.analysis.compare import SimRealComparison
+    from layerscope.app.analyze import CompareRequest, compare_result, run_compare
+    from layerscope.app.requests import build_request
     from layerscope.errors import AnalysisError
 
     _check_rows(rows)
-    if sim is not None or real is not None:
-        if sim is None or real is None or a is not None or b is not None:
-            raise AnalysisError("give both --sim and --real (and no positional traces)")
-        from layerscope.analysis.compare import compare_sim_real
-
-        result = compare_sim_real(sim, real, iterations=iterations, phase=phase, use_cache=not no_cache)
-        if as_json:
-            from layerscope.cli.common import print_json
-
-            print_json({"summary": result.summary(), "ops": result.ops.to_pylist(),
-                        "only_sim": result.only_sim, "only_real": result.only_real})
-            return
-        how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
-        from layerscope.cli.common import ERROR_SIGN, console, esc
-
-        _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
-                     title=f"predicted vs measured ({result.ops.num_rows} ops, {how})", caption=ERROR_SIGN)
-
-        s = result.summary()
-        forward = ("" if s["forward_error"] is None else
-                   f"forward {s['forward_predicted_us'] / 1e3:.3f} ms predicted, {s['forward_measured_us'] / 1e3:.3f} "
-                   f"ms measured ({100 * s['forward_error']:+.1f}%) · ")
-        console().print(f"{forward}median |error| {_pct(s['median_abs_error'])} · p90 |error| "
-                        f"{_pct(s['p90_abs_error'])} · iterations {s['iterations']} · only in sim {s['only_sim']}"
-                        f" · only in real {s['only_real']}")
-        for note in result.notes:
-            console().print(f"note: {esc(note)}")
-        return
-    if a is None or b is None:
-        raise AnalysisError("give two traces A B, or --sim S --real R")
-    from layerscope.analysis.compare import compare_traces
-
-    comparison = compare_traces(a, b, use_cache=not no_cache)
+    comparison = run_compare(build_request(CompareRequest, AnalysisError, a=a, b=b, sim=sim, real=real,
+                                           iterations=iterations, phase=phase, use_cache=not no_cache))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json({name: table.to_pylist() for name, table in comparison.tables().items()})
-        return
-    for name, table in comparison.tables().items():
-        if table.num_rows:
-            _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})")
+        print_json(compare_result(comparison))
+    elif isinstance(comparison, SimRealComparison):
+        _render_sim_real(comparison, rows)
+    else:
+        for name, table in comparison.tables().items():
+            if table.num_rows:
+                _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})")
+
+
+def _render_sim_real(result: SimRealComparison, rows: int) -> None:
+    from layerscope.cli.common import ERROR_SIGN, console, esc
+
+    how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
+    _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
+                 title=f"predicted vs measured ({result.ops.num_rows} ops, {how})", caption=ERROR_SIGN)
+    s = result.summary()
+    forward = ("" if s["forward_error"] is None else
+               f"forward {s['forward_predicted_us'] / 1e3:.3f} ms predicted, {s['forward_measured_us'] / 1e3:.3f} "
+               f"ms measured ({100 * s['forward_error']:+.1f}%) · ")
+    console().print(f"{forward}median |error| {_pct(s['median_abs_error'])} · p90 |error| "
+                    f"{_pct(s['p90_abs_error'])} · iterations {s['iterations']} · only in sim {s['only_sim']}"
+                    f" · only in real {s['only_real']}")
+    for note in result.notes:
+        console().print(f"note: {esc(note)}")
 
 
 def _pct(value: float | None) -> str:
