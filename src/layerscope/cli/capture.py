@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+from layerscope.cli import options
+
+if TYPE_CHECKING:
+    from layerscope.app.capture import CaptureResult
 
 
 def register(app: typer.Typer) -> None:
@@ -14,15 +19,14 @@ def register(app: typer.Typer) -> None:
 
 
 def capture_cmd(
-    model: str = typer.Option(
-        ..., "--model", "-m", help="Catalog name, HF id (local cache), config.json or checkpoint directory."
-    ),
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "  # type: ignore[arg-type]  # required
+                               "directory."),
     layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
     dtype: str = typer.Option("bf16", "--dtype", help="fp32 | bf16 | fp16"),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per pass."),
-    prompt_len: int = typer.Option(128, "--prompt-len", help="Prompt tokens of the prefill."),
-    decode_steps: int = typer.Option(0, "--decode-steps", help="Greedy decode steps after the prefill."),
+    batch: int = options.batch(),
+    prompt_len: int = options.prompt_len(128, help="Prompt tokens of the prefill."),
+    decode_steps: int = options.decode_steps(0, help="Greedy decode steps after the prefill."),
     warmup: int = typer.Option(1, "--warmup", help="Unrecorded warm-up iterations."),
     iterations: int = typer.Option(1, "--iterations", help="Recorded iterations."),
     cache: str = typer.Option("dynamic", "--cache", help="KV cache: dynamic | static"),
@@ -33,20 +37,22 @@ def capture_cmd(
     ),
     open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev."),
     top: int = typer.Option(30, "--top", min=1, help="Modules shown in the table (slowest first)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the capture result as one JSON object."),
+    as_json: bool = options.as_json("Print the capture result as one JSON object (docs/schema/capture.json)."),
 ) -> None:
     """Profile a Hugging Face causal LM (prefill + decode steps) and write an annotated trace."""
-    from layerscope.capture import capture
+    from layerscope.app.capture import CaptureRequest, capture
+    from layerscope.app.requests import build_request
+    from layerscope.errors import CaptureError
 
-    result = capture(
-        model, layers=layers, dtype=dtype, device=device, batch=batch, prompt_len=prompt_len,
-        decode_steps=decode_steps, warmup=warmup, iterations=iterations, cache=cache,
+    result = capture(build_request(
+        CaptureRequest, CaptureError, model=model, layers=layers, dtype=dtype, device=device, batch=batch,
+        prompt_len=prompt_len, decode_steps=decode_steps, warmup=warmup, iterations=iterations, cache=cache,
         random_weights=random_weights, out=out, seed=seed,
-    )
+    ))
     if as_json:
         from layerscope.cli.common import print_json
 
-        print_json(result.model_dump(mode="json"))
+        print_json(result)
     else:
         _render(result, top)
     if open_ui:
@@ -66,7 +72,7 @@ def _open(path: Path) -> None:
     opener(path)
 
 
-def _render(result: Any, top: int) -> None:
+def _render(result: CaptureResult, top: int) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_si
