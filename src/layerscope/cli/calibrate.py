@@ -84,23 +84,32 @@ def _warn(message: str) -> None:
 
 @contextmanager
 def _progress() -> Iterator[tuple[Any, Any]]:
-    """A progress bar on stderr, and its (progress, notify) callbacks for the measurement."""
+    """(progress, notify) callbacks for the measurement: a progress bar on stderr, started by the first progress
+    report (a request refused before measuring prints its one error line alone)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     # Redrawn between tasks only: no refresh thread takes the interpreter during the timings.
-    with Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
-                  auto_refresh=False) as bar:
-        task = bar.add_task("", total=None)
+    bar = Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
+                   auto_refresh=False)
+    task: TaskID | None = None
 
-        def progress(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=total, description=label, refresh=True)
+    def progress(done: int, total: int, label: str) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task("", total=None)
+        bar.update(task, completed=done, total=total, description=label, refresh=True)
 
-        def notify(line: str) -> None:
-            bar.console.print(f"note: calibrate: {line}", markup=False, highlight=False, soft_wrap=True)
+    def notify(line: str) -> None:
+        bar.console.print(f"note: calibrate: {line}", markup=False, highlight=False, soft_wrap=True)
 
+    try:
         yield progress, notify
+    finally:
+        if task is not None:
+            bar.stop()
 
 
 def _render(fit: CalibrateResult) -> None:
