@@ -8,6 +8,7 @@ of one object per model or spec.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, RootModel
@@ -80,8 +81,8 @@ class MemoryLevelRow(BaseModel):
 
     name: str
     """Level name (``smem``, ``l2``, ``hbm``, …)."""
-    capacity_bytes: float
-    """Capacity, bytes (per engine when ``per_engine``)."""
+    capacity_bytes: float | None
+    """Capacity, bytes (per engine when ``per_engine``); ``null`` when unbounded."""
     bandwidth_bytes_per_s: float | None
     """Bandwidth, bytes per second; ``null`` where the spec does not give one."""
     per_engine: bool
@@ -178,6 +179,11 @@ def hardware(request: HardwareRequest | None = None) -> HardwareResult:
     return HardwareResult([hardware_row(hw) for hw in specs])
 
 
+def _finite(value: float | None) -> float | None:
+    """``value``, or ``None`` for an unbounded (infinite) capacity: JSON has no infinity."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def hardware_row(hw: HardwareSpec) -> HardwareRow:
     """One spec's figures for the listing, in base units."""
     from layerscope.units import DType
@@ -189,10 +195,10 @@ def hardware_row(hw: HardwareSpec) -> HardwareRow:
         peak_flops_per_s={d.value: f for d, f in hw.engines.peak_flops_per_s.items()},
         peak_bf16_flops_per_s=hw.peak_flops(DType.BF16), tf32_flops_per_s=hw.engines.tf32_flops_per_s,
         vector_flops_per_s=hw.engines.vector_flops_per_s,
-        memory_levels=[MemoryLevelRow(name=lv.name, capacity_bytes=lv.capacity_bytes,
+        memory_levels=[MemoryLevelRow(name=lv.name, capacity_bytes=_finite(lv.capacity_bytes),
                                       bandwidth_bytes_per_s=lv.bandwidth_bytes_per_s, per_engine=lv.per_engine)
                        for lv in hw.memory],
-        memory_bytes=hw.memory_capacity_bytes, memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
+        memory_bytes=_finite(hw.memory_capacity_bytes), memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
         interconnect=None if hw.interconnect is None else InterconnectRow(
             name=hw.interconnect.name, bandwidth_bytes_per_s=hw.interconnect.bandwidth_bytes_per_s,
             latency_s=hw.interconnect.latency_s),

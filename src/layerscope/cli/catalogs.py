@@ -78,7 +78,7 @@ def _render_hardware(result: HardwareResult, source: str | None) -> None:
         t.add_column(col)
     for r in rows:
         t.add_row(esc(r.name), esc(r.kind), str(r.engines), fmt_si(r.peak_bf16_flops_per_s, "FLOP/s"),
-                  "-" if r.memory_bytes is None else fmt_si(r.memory_bytes, "B"),
+                  fmt_si(float("inf") if r.memory_bytes is None else r.memory_bytes, "B"),  # None: unbounded
                   fmt_si(r.memory_bandwidth_bytes_per_s, "B/s"),
                   f"{r.matmul_efficiency:.2f}/{r.memory_efficiency:.2f}", esc(r.description))
     console().print(t)
