@@ -24,6 +24,9 @@ def test_json_summary_and_file(replayed: None, tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["out"] == str(out) and data["name"] == "me"
     assert data["matmul"]["fp32"]["peak_flops_per_s"] > 0 and data["measured"]["quick"] is True
+    from layerscope.app.calibrate import CalibrateResult
+
+    assert list(data) == list(CalibrateResult.model_validate(data).model_dump())  # the result model's dump
     from layerscope.hardware import load_hardware
 
     hw = load_hardware(out)

@@ -43,7 +43,7 @@ def test_unknown_model_exits_2(run_cli, tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
 
 
-@pytest.mark.slow  # the same run in-process: tests/analysis/test_validate.py::test_validate_tiny_llama_end_to_end
+@pytest.mark.slow  # the same run in-process: tests/app/test_validate.py::test_validate_tiny_llama_end_to_end
 def test_table_and_json(config: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -67,3 +67,8 @@ def test_table_and_json(config: Path, tmp_path: Path) -> None:
     assert {"name", "kind", "rule", "predicted_s", "measured_s", "error"} <= set(decode["ops"][0])
     assert Path(doc["traces"]["captured"]).is_file()
     assert (decode["repeats"], len(decode["forward_measured_all_s"]), decode["forward_spread"]) == (1, 1, None)
+    # --json is the result model's dump, and validation.json the same document.
+    from layerscope.app.validate import ValidateResult
+
+    assert list(doc) == list(ValidateResult.model_validate(doc).model_dump())
+    assert json.loads((tmp_path / "b" / "validation.json").read_text()) == doc
