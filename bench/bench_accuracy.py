@@ -1,6 +1,6 @@
 """Predicted vs measured here: ``python bench/bench_accuracy.py [--device cuda] [--quick] [--hardware SPEC]``.
 
-Runs ``layerscope.analysis.validate.validate`` over a matrix of models and workloads (random
+Runs ``layerscope.app.validate.validate`` over a matrix of models and workloads (random
 weights, fp32, truncated to 1–2 decoder layers) in rounds: every case is captured once per round
 (``--repeats``, default 3) and its captures are combined by median. Without ``--hardware`` each
 round starts with a quick calibration of this machine and, at the end, every capture is predicted

@@ -21,11 +21,11 @@ MODEL_HELP = "Catalog name, HF id, config.json or directory."
 HARDWARE_HELP = "Preset name or YAML/JSON/CSV/XLSX file."
 
 
-def model(default: str | None = "llama-3.2-1b", help: str = MODEL_HELP) -> Any:
+def model(default: Any = "llama-3.2-1b", help: str = MODEL_HELP) -> Any:
     return typer.Option(default, "--model", "-m", help=help)
 
 
-def hardware(default: str | None = "h100-sxm", help: str = HARDWARE_HELP) -> Any:
+def hardware(default: Any = "h100-sxm", help: str = HARDWARE_HELP) -> Any:
     return typer.Option(default, "--hardware", "-H", help=help)
 
 

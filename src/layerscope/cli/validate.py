@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 def validate_cmd(
-    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint."),  # type: ignore[arg-type]  # required
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint."),  # required
     hardware: str = options.hardware("measure", help="Preset name or spec file; 'measure' measures this machine "
                                                      "(a few seconds)."),
     layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
