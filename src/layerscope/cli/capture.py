@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def capture_cmd(
-    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "  # type: ignore[arg-type]  # required
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "
                                "directory."),
     layers: int | None = typer.Option(None, "--layers", help="Keep only the first N decoder layers."),
     dtype: str = typer.Option("bf16", "--dtype", help="fp32 | bf16 | fp16"),

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
 
 def workloads_cmd(
-    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "  # type: ignore[arg-type]  # required
+    model: str = options.model(..., help="Catalog name, HF id (local cache), config.json or checkpoint "
                                "directory."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory for definitions/, workloads/ and calls.json."),
     from_graph: bool = typer.Option(False, "--from-graph", help="Derive the records from the graph (no torch)."),
