@@ -31,3 +31,5 @@ def test_every_field_is_described(name):
                if not sub.get("description") and "$ref" not in sub]
     assert not missing, missing
     assert json.loads(schema_text(name)) == doc
+    table = schema_markdown(name).split("|---|---|---|\n", 1)[1]
+    assert table.count("\n| `") + table.startswith("| `") + table.count("| *one of:*") >= 1, "an empty field table"

@@ -214,11 +214,13 @@ def _capture_like(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from layerscope.trace.simulate import simulate
+    from layerscope.app.simulate import SimulateRequest, run_simulation
 
     out = tmp_path_factory.mktemp("sim")
-    return {suffix: simulate("llama-3.2-1b", "h100-sxm", engines=1, out=out / f"sim{suffix}").trace_path
-            for suffix in (".json.gz", ".pftrace")}
+    paths = {suffix: run_simulation(SimulateRequest(model="llama-3.2-1b", hardware="h100-sxm", engines=1,
+                                                    out=out / f"sim{suffix}")).trace_path
+             for suffix in (".json.gz", ".pftrace")}
+    return {suffix: path for suffix, path in paths.items() if path is not None}
 
 
 @pytest.mark.parametrize("suffix", [".json.gz", ".pftrace"])

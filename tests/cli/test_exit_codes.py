@@ -74,7 +74,7 @@ def test_verify_exits_0_when_covered_and_1_on_gaps(run_cli: Run, llama_records: 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("estimate", "--model", "llama-3.2-1c"), "model 'llama-3.2-1c' not found"),
-    (("estimate", "--batch", "100000000000000000000000"), "batch_size"),
+    (("estimate", "--batch", "100000000000000000000000"), "batch"),
     (("estimate", "--tp", "3"), "tensor_parallel=3 does not divide the 32 attention heads"),
     (("estimate", "--model", "gpt2", "--phase", "prefill", "--prompt-len", "2000"), "1024 learned positions"),
     (("simulate", "--engines", "0"), "engines"),

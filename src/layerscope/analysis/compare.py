@@ -189,7 +189,7 @@ class SimRealComparison:
 
 
 #: The phase in a simulated trace's process name (``<model>:prefill…``, ``<model>:decode@1024…``,
-#: ``<model>:decode_steps4``; ``trace.simulate.build_graph`` names the graph, the writers the process).
+#: ``<model>:decode_steps4``; ``app.simulate.build_graph`` names the graph, the writers the process).
 _SIM_PHASE = re.compile(r":(prefill|decode)(?:@\d+|_steps\d+)?(?::layer\d+)?\b")
 #: Phases of a simulation that a capture (a prefill, then decode steps) has a counterpart for.
 COMPARABLE_PHASES = ("prefill", "decode")

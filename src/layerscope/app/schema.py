@@ -94,7 +94,26 @@ def schema_markdown(name: str) -> str:
             f"(`{name}.json`) is the contract: field names, units and meaning stay across releases, new fields "
             "may be added, a value that does not apply is `null`.", "",
             " ".join(doc.get("description", "").split()), "", "| field | type | meaning |", "|---|---|---|"]
-    return "\n".join([*head, *_rows(doc, defs, "", ())]) + "\n"
+    return "\n".join([*head, *_top_rows(doc, defs)]) + "\n"
+
+
+def _top_rows(doc: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """The rows of a result that is an object, a list of objects (``[].field``), or one of several shapes
+    (a sub-table per shape)."""
+    if "properties" in doc:
+        return _rows(doc, defs, "", ())
+    if "anyOf" in doc:
+        rows = []
+        for shape in doc["anyOf"]:
+            ref = shape.get("$ref", "").rsplit("/", 1)[-1]
+            description = " ".join(defs.get(ref, {}).get("description", "").split())
+            rows += [f"| *one of:* `{ref}` | object | {description} |", *_rows(defs.get(ref, {}), defs, "", (ref,))]
+        return rows
+    items = doc.get("items", {})
+    ref = items.get("$ref", "").rsplit("/", 1)[-1]
+    if ref:
+        return _rows(defs.get(ref, {}), defs, "[].", (ref,))
+    return [f"| `[]` | {_type_of(items, defs).replace('|', '&#124;')} | one row per element |"]
 
 
 def write_schemas(directory: str | Path) -> list[Path]:
