@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
+from layerscope.app.requests import MODEL_CONFIG
 from layerscope.errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ __all__ = ["AnalyzeRequest", "AnalyzeResult", "CompareRequest", "CompareResult",
            "analyze", "analyze_result", "compare", "compare_result", "json_cell", "query", "query_result",
            "query_table", "report_tables", "run_compare"]
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-_REQUEST_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
+_REQUEST_CONFIG = MODEL_CONFIG
 
 Row = dict[str, Any]
 

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from layerscope.app.requests import MODEL_CONFIG
 from layerscope.errors import CaptureError, LayerscopeError, OutputError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ["MEASUREMENTS_SUFFIX", "CalibrateRequest", "CalibrateResult", "calibr
 #: The measurements file beside ``--out``: ``hw.yaml`` keeps its run in ``hw.measurements.json``.
 MEASUREMENTS_SUFFIX = ".measurements.json"
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 def measurements_path(out: Path) -> Path:
@@ -40,7 +41,7 @@ class CalibrateRequest(BaseModel):
     """What to calibrate: where the spec goes, and whether to measure this machine (which device, which grid) or
     refit a kept measurements file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     out: Path
     """Spec file to write: ``.yaml``/``.yml`` or ``.json``."""

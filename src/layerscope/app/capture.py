@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from layerscope.app.requests import ModelRef
+from layerscope.app.requests import MODEL_CONFIG, ModelRef
 
 if TYPE_CHECKING:
     from layerscope.capture import CaptureResult as CaptureRun
 
 __all__ = ["CaptureRequest", "CaptureResult", "capture", "result_of"]
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class CaptureRequest(BaseModel):
@@ -28,7 +28,7 @@ class CaptureRequest(BaseModel):
     decode steps, iterations, KV cache), and where the trace goes. Out-of-range values are refused by the capture
     (a ``CaptureError`` naming the field) before torch loads."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     model: ModelRef
     """Catalog name, Hugging Face id (local cache), ``config.json``, checkpoint directory, or an HF ``nn.Module``."""

@@ -13,19 +13,21 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
+from layerscope.app.requests import MODEL_CONFIG
+
 if TYPE_CHECKING:
     from layerscope.hardware import HardwareSpec
 
 __all__ = ["HardwareRequest", "HardwareResult", "HardwareRow", "ModelRow", "ModelsRequest", "ModelsResult",
            "hardware", "hardware_row", "models"]
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class ModelsRequest(BaseModel):
     """What to list: every bundled model config (there is nothing to choose yet)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
 
 class ModelRow(BaseModel):
@@ -66,7 +68,7 @@ class ModelsResult(RootModel[list[ModelRow]]):
 class HardwareRequest(BaseModel):
     """What to list: every hardware preset, or one spec."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     hardware: str | None = None
     """A preset name or YAML/JSON/CSV/XLSX file to show alone; ``None``: every preset."""

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from layerscope.analysis.validate import PhaseValidation, ValidationResult
 from layerscope.app.estimate import EstimateRequest, KindRow, estimate_raw
-from layerscope.app.requests import WorkloadRequest
+from layerscope.app.requests import MODEL_CONFIG, WorkloadRequest
 from layerscope.app.simulate import SimulateRequest, SimulateResult, SimulationRun, run_simulation
 from layerscope.app.simulate import result_of as simulate_result_of
 from layerscope.app.validate import (
@@ -85,13 +85,13 @@ HardwareSource = Literal["given", "calibrated", "kept", "measured", "preset"]
 #: How every error of the demo is signed (``error_sign`` of its JSON).
 ERROR_SIGN = "error = (predicted - measured) / measured: negative when the prediction is too fast"
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class DemoRequest(BaseModel):
     """What the demo runs: a model's layer 0, its prefill of ``prompt_len`` tokens, on this machine."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     out_dir: Path = Path("out/demo")
     """Directory of the traces, the measured spec and ``validation.json`` (created)."""

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from layerscope.app.requests import (
     DEFAULT_ATTENTION,
+    MODEL_CONFIG,
     AttentionView,
     HardwareRef,
     ModelRef,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EstimateRequest", "EstimateResult", "OpRow", "estimate", "from_estimate", "write_ops_csv"]
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class EstimateRequest(BaseModel):

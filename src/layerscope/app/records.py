@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from layerscope.app.requests import ModelRef, ParallelPlan
+from layerscope.app.requests import MODEL_CONFIG, ModelRef, ParallelPlan
 from layerscope.errors import RecordsError
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["VerifyRequest", "VerifyResult", "WorkloadsRequest", "WorkloadsResult", "WorkloadsRun", "result_of",
            "run_workloads", "verify", "verify_result", "workloads"]
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 #: MLA forms a graph-derived record set can be written in.
 MLA_FORMS = ("naive", "absorbed")
@@ -36,7 +36,7 @@ MLA_FORMS = ("naive", "absorbed")
 class WorkloadsRequest(BaseModel):
     """Which model to record, how (derived from its graph, or recorded from a captured run), and where to."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     model: ModelRef
     """Catalog name, Hugging Face id (local cache), ``config.json`` or checkpoint directory."""
@@ -188,7 +188,7 @@ def workloads(request: WorkloadsRequest) -> WorkloadsResult:
 class VerifyRequest(BaseModel):
     """Which records to check, and against what: a model's spec, or another records directory (exactly one)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     traces: Path
     """Records directory (``workloads --out``, or a tracing directory)."""

@@ -20,10 +20,14 @@ from layerscope.workload.workload import MAX_BATCH, MAX_DEVICES, MAX_TOKENS
 if TYPE_CHECKING:
     from layerscope.workload import Workload
 
-__all__ = ["DEFAULT_ATTENTION", "AttentionView", "HardwareRef", "ModelRef", "ParallelPlan", "WorkloadRequest",
-           "build_request"]
+__all__ = ["DEFAULT_ATTENTION", "MODEL_CONFIG", "AttentionView", "HardwareRef", "ModelRef", "ParallelPlan",
+           "WorkloadRequest", "build_request"]
 
 M = TypeVar("M", bound=BaseModel)
+
+#: The configuration of every request and result model of the verbs: immutable, no unknown fields, attribute
+#: docstrings exported as the JSON schema's descriptions.
+MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 #: A model: a catalog name (``llama-3.2-1b``), a Hugging Face id, a ``config.json`` or a directory,
@@ -43,7 +47,7 @@ class ParallelPlan(BaseModel):
     and FFN columns divided, an all-reduce after attention and after the MLP; Shoeybi et al. 2019,
     arXiv 1909.08053 §3); pipeline, expert and data parallelism join it with ``layerscope plan``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Devices each layer is split across."""
@@ -58,7 +62,7 @@ class WorkloadRequest(BaseModel):
     """The workload of a request, in the verbs' spelling. ``None`` takes :class:`~layerscope.workload.Workload`'s
     default (batch 1, prompt 512, context 1024, chunk 512, 128 generated tokens)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     phase: Literal["prefill", "decode", "chunked", "generate"] = "decode"
     """``prefill`` (the prompt), ``decode`` (one token per sequence over a cached context), ``chunked``

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from layerscope.app.requests import (
     DEFAULT_ATTENTION,
+    MODEL_CONFIG,
     AttentionView,
     HardwareRef,
     ModelRef,
@@ -41,7 +42,7 @@ __all__ = ["SIMULATED_PHASES", "SimulateRequest", "SimulateResult", "SimulationR
 #: ``decode`` with ``decode_steps``).
 SIMULATED_PHASES = ("prefill", "decode", "chunked")
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class SimulateRequest(BaseModel):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from layerscope.analysis.validate import (
     PhaseValidation,
@@ -34,7 +34,7 @@ from layerscope.analysis.validate import (
     join_capture_times,
     predicted_ops,
 )
-from layerscope.app.requests import HardwareRef, ModelRef, WorkloadRequest, build_request
+from layerscope.app.requests import MODEL_CONFIG, HardwareRef, ModelRef, WorkloadRequest, build_request
 from layerscope.errors import AnalysisError, OutputError
 from layerscope.hardware.host import CpuLoad, cpu_sample, load_between
 from layerscope.units import atomic_write, make_output_dir
@@ -55,7 +55,7 @@ __all__ = ["MEASURE", "PhaseResult", "ResolvedHardware", "ValidateRequest", "Val
 #: Hardware argument that measures this machine instead of loading a spec.
 MEASURE = "measure"
 
-_RESULT_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_RESULT_CONFIG = MODEL_CONFIG
 
 
 class ValidateRequest(BaseModel):
@@ -63,7 +63,7 @@ class ValidateRequest(BaseModel):
     model and workload its predictions are made with. Ranges are checked by :func:`run_validation`, whose
     errors name the option (``repeats (--repeats): 0 is out of range``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = MODEL_CONFIG
 
     model: ModelRef
     """Catalog name, Hugging Face id (local cache), ``config.json`` or checkpoint directory."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layerscope.errors import TraceError
+from layerscope.registry import Registry
 from layerscope.units import NS_PER_S
 from layerscope.workload.steps import without_step
 
@@ -220,12 +221,12 @@ def _perfetto(schedule: Schedule, meta: TraceMetadata, handle: Any) -> None:
 
 
 #: Writers by file suffix (longest suffix first when matching).
-TRACE_WRITERS: dict[str, WriterFn] = {
+TRACE_WRITERS: Registry[WriterFn] = Registry("trace output suffix", TraceError, {
     ".json.gz": lambda s, m, h: _chrome(s, m, h, gzip=True),
     ".json": lambda s, m, h: _chrome(s, m, h, gzip=False),
     ".pftrace": _perfetto,
     ".perfetto-trace": _perfetto,
-}
+})
 
 
 def trace_format(path: str | os.PathLike[str]) -> str:
@@ -252,7 +253,7 @@ def write_schedule_trace(
     """
     from layerscope.units import atomic_write
 
-    writer = TRACE_WRITERS[trace_format(path)]
+    writer = TRACE_WRITERS.lookup(trace_format(path))
     meta = source if isinstance(source, TraceMetadata) else TraceMetadata.from_timed(source)
     if len(meta.names) != schedule.problem.n:
         raise TraceError(f"metadata has {len(meta.names)} ops but the schedule has {schedule.problem.n}")
