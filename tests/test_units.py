@@ -123,3 +123,26 @@ def test_a_live_writers_temporary_and_others_files_are_kept(tmp_path: Path) -> N
     removed = remove_stale_temporaries(tmp_path, "out.json")
     assert removed == [old_style]
     assert live.exists() and fresh_old_style.exists() and other.exists()
+
+
+def test_json_value_converts_what_sql_results_and_results_hold():
+    import datetime
+    import decimal
+    import enum
+    import uuid
+
+    from layerscope.units import json_value
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    assert json_value({"a": [1, 2.5, float("nan"), (True, None)]}) == {"a": [1, 2.5, None, [True, None]]}
+    assert json_value(datetime.date(2026, 11, 26)) == "2026-11-26"
+    assert json_value(datetime.timedelta(milliseconds=1500)) == 1.5
+    assert json_value(decimal.Decimal("3")) == 3 and json_value(decimal.Decimal("0.25")) == 0.25
+    assert json_value(decimal.Decimal("NaN")) is None
+    assert json_value(uuid.UUID(int=1)) == "00000000-0000-0000-0000-000000000001"
+    assert json_value(b"ok\xff") == "ok\\xff"
+    assert json_value(Colour.RED) == "red"
+    with pytest.raises(TypeError, match="object"):
+        json_value(object())

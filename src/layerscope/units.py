@@ -6,11 +6,15 @@ schedules and traces, ``_bytes``, ``_flops``, ``_flops_per_s``, ``_bytes_per_s``
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import enum
+import math
 import os
 import reprlib
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -309,3 +313,36 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb",
         with suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def json_value(value: Any) -> Any:
+    """A value of a SQL result (a pyarrow ``to_pylist`` cell) as the JSON value the commands print: numbers,
+    strings, booleans and ``None`` as they are (NaN and infinities ``None``), lists and objects cell by cell,
+    dates and times ISO 8601, a duration in seconds, a decimal as an integer or float (a non-finite one ``None``),
+    a UUID as text, bytes as UTF-8 text (undecodable bytes ``\\xNN``), an enum as its value. Any other type:
+    ``TypeError``. The one conversion of the CLI's JSON output and the SQL results' cells."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if hasattr(value, "tolist"):
+        return json_value(value.tolist())
+    if isinstance(value, enum.Enum):
+        return json_value(value.value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

@@ -13,10 +13,6 @@ decimals as numbers, blobs as text, NaN and infinities ``null``.
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import math
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, RootModel
 
 from layerscope.app.requests import MODEL_CONFIG
 from layerscope.errors import AnalysisError
+from layerscope.units import json_value
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,33 +38,12 @@ Row = dict[str, Any]
 
 
 def json_cell(value: Any) -> Any:
-    """A value of a SQL result (a pyarrow ``to_pylist`` cell) as the JSON value the commands print: numbers,
-    strings, booleans and ``None`` as they are (NaN and infinities ``None``), lists and objects cell by cell,
-    dates and times ISO 8601, a duration in seconds, a decimal as an integer or float (a non-finite one ``None``),
-    a UUID as text, bytes as UTF-8 text (undecodable bytes ``\\xNN``)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_cell(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [json_cell(v) for v in value]
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            return None
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "backslashreplace")
-    if hasattr(value, "tolist"):
-        return json_cell(value.tolist())
-    raise AnalysisError(f"a SQL value of type {type(value).__name__} has no JSON form")
+    """A value of a SQL result (a pyarrow ``to_pylist`` cell) as the JSON value the commands print
+    (:func:`layerscope.units.json_value`); a type with no JSON form is an :class:`AnalysisError`."""
+    try:
+        return json_value(value)
+    except TypeError:
+        raise AnalysisError(f"a SQL value of type {type(value).__name__} has no JSON form") from None
 
 
 def _rows(table: pa.Table) -> list[Row]:

@@ -7,38 +7,18 @@ only. Data goes into a markup string through :func:`esc`, or into a table as :fu
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import json
 import math
 import sys
-import uuid
 from typing import Any, Literal
 
 
 def _default(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "value"):
-        return value.value
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    # what SQL results hold besides numbers and strings (DuckDB's TIMESTAMP, DECIMAL, UUID, BLOB …)
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            return None
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "backslashreplace")
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+    from layerscope.units import json_value
+
+    return json_value(value)  # numbers, text, dates, decimals, UUIDs, bytes, enums, arrays; else TypeError
 
 
 def to_json_text(obj: Any, indent: int | None = None) -> str:
