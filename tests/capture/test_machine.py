@@ -80,3 +80,13 @@ def test_a_busy_machine_is_waited_for_then_reported(monkeypatch):
     assert m.busy and m.oversubscribed_cores > 0.5
     assert m.attempts == 2 and m.waited_s >= 0.9 and len(m.loads_tried) == 2
     assert m.to_dict()["busy"] is True
+
+
+def test_last_level_cache_is_the_largest_level_or_the_one_default():
+    from layerscope.capture.machine import DEFAULT_LLC_BYTES, last_level_cache_bytes
+
+    assert last_level_cache_bytes([{"name": "l2", "capacity_bytes": 1 << 20},
+                                   {"name": "l3", "capacity_bytes": 32 << 20}]) == (float(32 << 20), True)
+    assert last_level_cache_bytes([]) == (float(DEFAULT_LLC_BYTES), False)
+    size, from_sysfs = last_level_cache_bytes()
+    assert size > 0 and isinstance(from_sysfs, bool)

@@ -28,7 +28,7 @@ from layerscope.workload import Workload
 if TYPE_CHECKING:
     from layerscope.cost.api import Estimate
 
-__all__ = ["EstimateRequest", "EstimateResult", "OpRow", "estimate", "from_estimate", "write_ops_csv"]
+__all__ = ["EstimateRequest", "EstimateResult", "OpRow", "estimate", "estimate_raw", "result_of", "write_ops_csv"]
 
 _RESULT_CONFIG = MODEL_CONFIG
 
@@ -215,7 +215,7 @@ class EstimateResult(BaseModel):
 
 def estimate(request: EstimateRequest) -> EstimateResult:
     """Load the model and hardware of ``request``, build its workload and time it."""
-    return from_estimate(estimate_raw(request))
+    return result_of(estimate_raw(request))
 
 
 def estimate_raw(request: EstimateRequest) -> Estimate:
@@ -235,7 +235,7 @@ def estimate_raw(request: EstimateRequest) -> Estimate:
                          layer=request.layer)
 
 
-def from_estimate(est: Estimate) -> EstimateResult:
+def result_of(est: Estimate) -> EstimateResult:
     """The result model of a cost-layer estimate."""
     rows = est.ops
     total = est.total_time_s or 1.0

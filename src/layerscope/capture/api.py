@@ -31,7 +31,7 @@ from layerscope.capture.build import (
     require_torch,
     torch_dtype,
 )
-from layerscope.capture.machine import cache_levels
+from layerscope.capture.machine import last_level_cache_bytes
 from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
 from layerscope.capture.profiler_cost import ProfilerEventCost, measure_profiler_event_cost
 from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled, run_unprofiled
@@ -48,8 +48,6 @@ logger = logging.getLogger(__name__)
 METADATA_KEY = "layerscope"
 
 CacheKind = Literal["dynamic", "static"]
-#: Last-level cache assumed when sysfs does not say (sizes the profiler-cost weight stream).
-_DEFAULT_LLC_BYTES = 32 * 1024 * 1024
 
 
 class CaptureResult(BaseModel):
@@ -282,8 +280,7 @@ def capture(
                    warmup=warmup, iterations=iterations, cache=str(cache), seed=seed)
     profiler_event = None
     if device == "cpu":
-        llc = max((float(c["capacity_bytes"]) for c in cache_levels()), default=float(_DEFAULT_LLC_BYTES))
-        profiler_event = measure_profiler_event_cost(llc)
+        profiler_event = measure_profiler_event_cost(last_level_cache_bytes()[0])
         logger.info("profiler cost per recorded op: %.2f us hot, %.2f us cold", profiler_event.per_event_s * 1e6,
                     profiler_event.cold_per_event_s * 1e6)
     with tempfile.TemporaryDirectory(prefix="layerscope-capture-") as tmp:

@@ -35,7 +35,14 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from layerscope.capture.machine import cache_levels, cpu_name, mem_total_bytes, time_cold_linear, torch_device
+from layerscope.capture.machine import (
+    cache_levels,
+    cpu_name,
+    last_level_cache_bytes,
+    mem_total_bytes,
+    time_cold_linear,
+    torch_device,
+)
 from layerscope.cost.execution import RMSNORM_EAGER_FP32_KERNELS
 from layerscope.errors import CaptureError, HardwareSpecError
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
@@ -65,8 +72,6 @@ _MIB = 1024 * 1024
 #: and the next layer's first projection): the weight stream's granularity and its calls' own Python.
 COLD_LAYER_GEMVS = 4
 
-#: Assumed last-level cache when the OS does not say (sysfs missing): a large server L3.
-_DEFAULT_LLC_BYTES = 64 * _MIB
 
 
 @dataclass(frozen=True)
@@ -389,10 +394,9 @@ def _machine(torch: Any, device: str) -> tuple[str, int, list[dict[str, Any]], f
                   {"name": "hbm", "capacity_bytes": float(props.total_memory)}]
         return str(props.name), int(props.multi_processor_count), levels, l2
     caches = cache_levels()
-    llc = max((float(c["capacity_bytes"]) for c in caches), default=0.0)
-    if llc <= 0:
-        log.warning("no cache sizes in sysfs: assuming a %d MiB last-level cache", _DEFAULT_LLC_BYTES // _MIB)
-        llc = float(_DEFAULT_LLC_BYTES)
+    llc, from_sysfs = last_level_cache_bytes(caches)
+    if not from_sysfs:
+        log.warning("no cache sizes in sysfs: assuming a %d MiB last-level cache", llc // _MIB)
     levels = [*caches, {"name": "dram", "capacity_bytes": mem_total_bytes()}]
     return cpu_name(), int(torch.get_num_threads()), levels, llc
 

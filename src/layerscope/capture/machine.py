@@ -173,6 +173,13 @@ def _time_add(torch: Any, dev: Any, elements: int, min_time_s: float, timer: Tim
 
 
 
+def last_level_cache_bytes(caches: list[dict[str, Any]] | None = None) -> tuple[float, bool]:
+    """The largest cache's capacity in bytes (of ``caches``, default :func:`cache_levels`), and whether sysfs
+    gave one; :data:`DEFAULT_LLC_BYTES` when it gave none. The one default every measurement uses."""
+    llc = max((float(c["capacity_bytes"]) for c in (cache_levels() if caches is None else caches)), default=0.0)
+    return (llc, True) if llc > 0 else (float(DEFAULT_LLC_BYTES), False)
+
+
 def cache_levels() -> list[dict[str, Any]]:
     """L2/L3 sizes from sysfs (Linux); the largest of each level, shared ones counted once."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -284,7 +291,7 @@ class _LayerWeights:
 
     def __init__(self, torch: Any, dev: Any) -> None:
         self.torch, self.dev = torch, dev
-        self.llc_bytes = max((float(c["capacity_bytes"]) for c in cache_levels()), default=0.0) or DEFAULT_LLC_BYTES
+        self.llc_bytes = last_level_cache_bytes()[0]
         self.sets: dict[tuple[str, int, int], list[Any]] = {}
 
     def get(self, dtype: Any, n: int, k: int) -> list[Any]:
