@@ -60,6 +60,14 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> Non
     assert json.loads((out / "validation.json").read_text())["machine_probes"][1]["label"] == "after capture 1"
     trace_times = captured_times(r.capture.trace_path)
     for p in r.phases:
+        # The profiled path subtracts the hooks' and the profiler's per-event time from the trace's: on a loaded
+        # machine a leaf op of this hidden-64 model (about 10 µs) can be left with no positive time, and the join
+        # then lists it, with that reason, instead of joining it (seen once in CI: v_proj at -2.4 µs). The
+        # unprofiled pass has nothing to subtract; for it this never happens.
+        unusable = [u for u in p.only_predicted if "is not positive" in u.note]
+        if unusable:
+            assert not unprofiled and all(u.name.startswith("layers.0.") for u in unusable), unusable
+            continue
         rows = {row.name: row for row in p.rows}
         assert rows["layers.0.self_attn.q_proj"].rule == "module"
         assert rows["layers.0.self_attn"].predicted_ops == (
