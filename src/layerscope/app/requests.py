@@ -7,7 +7,6 @@ tokens), ``decode_steps`` (decode passes after the prefill), ``context`` (tokens
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,11 +34,6 @@ MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=
 ModelRef = Any
 #: A hardware spec: a preset name, a YAML/JSON/CSV/XLSX file, or a :class:`~layerscope.hardware.HardwareSpec`.
 HardwareRef = Any
-
-
-def is_path_like(ref: object) -> bool:
-    """Whether a model or hardware reference names something on disk (a string or a path)."""
-    return isinstance(ref, (str, os.PathLike))
 
 
 class ParallelPlan(BaseModel):
