@@ -321,9 +321,11 @@ def main() -> int:
     command = " ".join(["python bench/bench_accuracy.py", *sys.argv[1:]])
     begin, end = MARKERS[a.device]
     if a.device == "cuda":
-        timing = ("Measured times are the `gpu_user_annotation` spans of the profiled trace (each module range's "
-                  "first kernel start to its last kernel end on the GPU timeline), less no instrumentation: the "
-                  "GPU does not see the hooks, only the gaps they leave between kernels when the host is behind.")
+        timing = ("Measured times are the spans of the GPU work launched inside each module's CPU range in the "
+                  "profiled pass (its first kernel's start to its last kernel's end, launches joined to kernels by "
+                  "correlation id: `capture.summary.launched_spans`), less no instrumentation: the GPU does not see "
+                  "the hooks, only the gaps they leave between kernels when the host is behind, so where the host "
+                  "is the bottleneck these spans are the profiled host's time.")
     else:
         timing = ("Measured times come from each capture's pass without the profiler (its recorded iterations run "
                   "again, every module call timed whole and every phase range by `perf_counter`; `validate`'s "

@@ -135,6 +135,9 @@ class ModuleRow(BaseModel):
     device_ms: float | None
     """Span of the GPU work the module's calls launched (first start to last end per call, summed), milliseconds;
     ``null`` unless captured on CUDA."""
+    device_busy_ms: float | None = None
+    """The GPU's own time on that work (kernels, copies and memsets, summed), milliseconds: ``device_ms`` less
+    the idle gaps where the host issued the work slower than the GPU ran it; ``null`` unless captured on CUDA."""
     input_shapes: list[list[int]]
     """Shapes of the tensor inputs of the first call (positional, then keyword)."""
     output_shapes: list[list[int]]

@@ -49,6 +49,9 @@ class ModuleRecord(BaseModel):
     device_ms: float | None = None
     """Span of the GPU work the module's calls launched (first start to last end per call, summed), when
     captured on CUDA (:func:`launched_spans`)."""
+    device_busy_ms: float | None = None
+    """The GPU's own time on that work (kernels, copies and memsets, summed): ``device_ms`` less the idle gaps
+    where the host issued the work slower than the GPU ran it (:func:`launched_work`)."""
     input_shapes: list[list[int]] = []
     """Shapes of the tensor inputs of the first call (positional, then keyword)."""
     output_shapes: list[list[int]] = []
@@ -70,14 +73,16 @@ GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH = ("cuda_runtime", "cuda_driver")
 
 
-def launched_spans(range_track: Sequence[Any], range_start: Sequence[float], range_end: Sequence[float],
-                   launch_track: Sequence[Any], launch_ts: Sequence[float], work_start: Sequence[float],
-                   work_end: Sequence[float]) -> list[float | None]:
-    """Per range, the span from the first start to the last end of the GPU work launched inside it
-    (a launch on the range's track with ``start <= ts < end``); None where nothing was launched.
+def launched_work(range_track: Sequence[Any], range_start: Sequence[float], range_end: Sequence[float],
+                  launch_track: Sequence[Any], launch_ts: Sequence[float], work_start: Sequence[float],
+                  work_end: Sequence[float]) -> list[tuple[float, float] | None]:
+    """Per range, ``(span, busy)`` of the GPU work launched inside it (a launch on the range's track with
+    ``start <= ts < end``); None where nothing was launched. The span runs from the work's first start to its
+    last end; busy is the sum of the work's own durations, the device's time on it: the span less the idle
+    gaps, where the host issued the work slower than the GPU ran it.
 
     Launch ``i`` made the work ``[work_start[i], work_end[i])`` (one entry per launch, joined to its work by
-    Kineto's correlation id). The ranges nest, so a module's span covers its children's work.
+    Kineto's correlation id). The ranges nest, so a module's span and busy time cover its children's work.
     """
     by_track: dict[Any, list[int]] = defaultdict(list)
     for i, track in enumerate(launch_track):
@@ -85,26 +90,42 @@ def launched_spans(range_track: Sequence[Any], range_start: Sequence[float], ran
     sorted_ts: dict[Any, np.ndarray] = {}
     starts: dict[Any, np.ndarray] = {}
     ends: dict[Any, np.ndarray] = {}
+    busy_before: dict[Any, np.ndarray] = {}  # per track: work time of the launches before index i
     for track, idx in by_track.items():
         ts = np.asarray([launch_ts[i] for i in idx], dtype=np.float64)
         order = np.argsort(ts, kind="stable")
         sorted_ts[track] = ts[order]
         starts[track] = np.asarray([work_start[i] for i in idx], dtype=np.float64)[order]
         ends[track] = np.asarray([work_end[i] for i in idx], dtype=np.float64)[order]
-    out: list[float | None] = []
+        busy_before[track] = np.concatenate(([0.0], np.cumsum(ends[track] - starts[track])))
+    out: list[tuple[float, float] | None] = []
     for track, start, end in zip(range_track, range_start, range_end, strict=True):
         at = sorted_ts.get(track)
         if at is None:
             out.append(None)
             continue
         lo, hi = np.searchsorted(at, start, "left"), np.searchsorted(at, end, "left")
-        out.append(float(ends[track][lo:hi].max() - starts[track][lo:hi].min()) if hi > lo else None)
+        if hi <= lo:
+            out.append(None)
+            continue
+        span = float(ends[track][lo:hi].max() - starts[track][lo:hi].min())
+        out.append((span, float(busy_before[track][hi] - busy_before[track][lo])))
     return out
 
 
-def _gpu_durations(events: list[Mapping[str, Any]], cpu_ranges: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """``cpu_ranges`` with ``dur`` replaced by the span (µs) of the GPU work launched inside each
-    (:func:`launched_spans`, launches joined to their work by ``args.correlation``); ranges that
+def launched_spans(range_track: Sequence[Any], range_start: Sequence[float], range_end: Sequence[float],
+                   launch_track: Sequence[Any], launch_ts: Sequence[float], work_start: Sequence[float],
+                   work_end: Sequence[float]) -> list[float | None]:
+    """Per range, the span from the first start to the last end of the GPU work launched inside it
+    (:func:`launched_work`'s span); None where nothing was launched."""
+    work = launched_work(range_track, range_start, range_end, launch_track, launch_ts, work_start, work_end)
+    return [None if w is None else w[0] for w in work]
+
+
+def _gpu_durations(events: list[Mapping[str, Any]],
+                   cpu_ranges: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """``cpu_ranges`` twice, with ``dur`` replaced by the span (µs) of the GPU work launched inside each, then by
+    its busy time (:func:`launched_work`, launches joined to their work by ``args.correlation``); ranges that
     launched nothing are left out."""
     work: dict[Any, tuple[float, float]] = {}
     for e in events:
@@ -117,11 +138,12 @@ def _gpu_durations(events: list[Mapping[str, Any]], cpu_ranges: list[Mapping[str
     launches = [(e.get("pid"), e.get("tid"), float(e["ts"]), work[c]) for e in events
                 if e.get("ph") == "X" and e.get("cat") in LAUNCH
                 and (c := (e.get("args") or {}).get("correlation")) is not None and c in work]
-    spans = launched_spans([(r.get("pid"), r.get("tid")) for r in cpu_ranges], [float(r["ts"]) for r in cpu_ranges],
-                           [float(r["ts"]) + float(r.get("dur", 0.0)) for r in cpu_ranges],
-                           [(p, t) for p, t, _, _ in launches], [ts for _, _, ts, _ in launches],
-                           [w[0] for *_, w in launches], [w[1] for *_, w in launches])
-    return [{**r, "dur": span} for r, span in zip(cpu_ranges, spans, strict=True) if span is not None]
+    found = launched_work([(r.get("pid"), r.get("tid")) for r in cpu_ranges], [float(r["ts"]) for r in cpu_ranges],
+                          [float(r["ts"]) + float(r.get("dur", 0.0)) for r in cpu_ranges],
+                          [(p, t) for p, t, _, _ in launches], [ts for _, _, ts, _ in launches],
+                          [w[0] for *_, w in launches], [w[1] for *_, w in launches])
+    kept = [(r, w) for r, w in zip(cpu_ranges, found, strict=True) if w is not None]
+    return [{**r, "dur": w[0]} for r, w in kept], [{**r, "dur": w[1]} for r, w in kept]
 
 
 def _phase_kind(name: str) -> str:
@@ -185,7 +207,9 @@ def module_records(trace: Mapping[str, Any], calls: Mapping[tuple[str, str], Mod
     cpu_events = _annotations(events, CPU_ANNOTATION)
     cpu = _durations(cpu_events, names, cpu_events)
     module_ranges = [e for e in cpu_events if e["name"] in names]
-    gpu = _durations(_gpu_durations(events, module_ranges), names, cpu_events) if module_ranges else {}
+    spans, busy = _gpu_durations(events, module_ranges) if module_ranges else ([], [])
+    gpu = _durations(spans, names, cpu_events) if spans else {}
+    gpu_busy = _durations(busy, names, cpu_events) if busy else {}
     seen_calls = dict(calls)
     for key, durs in cpu.items():
         if key not in seen_calls:
@@ -199,6 +223,7 @@ def module_records(trace: Mapping[str, Any], calls: Mapping[tuple[str, str], Mod
         total_ms = sum(durs) / 1e3
         count = len(durs) or seen.calls
         gpu_durs = gpu.get(key)
+        busy_durs = gpu_busy.get(key)
         records.append(
             ModuleRecord(
                 name=seen.name,
@@ -207,6 +232,7 @@ def module_records(trace: Mapping[str, Any], calls: Mapping[tuple[str, str], Mod
                 total_ms=total_ms,
                 mean_ms=total_ms / count if count else 0.0,
                 device_ms=sum(gpu_durs) / 1e3 if gpu_durs else None,
+                device_busy_ms=sum(busy_durs) / 1e3 if busy_durs else None,
                 input_shapes=[list(s) for s in seen.input_shapes],
                 output_shapes=[list(s) for s in seen.output_shapes],
             )

@@ -93,12 +93,14 @@ def _render(result: CaptureResult, top: int) -> None:
     records = sorted(result.summary, key=lambda r: -r.total_ms)
     shown = records[:top] if top > 0 else records
     table = Table(title=f"modules by time ({len(shown)} of {len(records)}; parents include children)")
-    for col in ("module", "phase", "calls", "total ms", "mean ms", "device ms", "input shapes", "output shapes"):
+    for col in ("module", "phase", "calls", "total ms", "mean ms", "device ms", "busy ms", "input shapes",
+                "output shapes"):
         table.add_column(col, justify="right" if "ms" in col or col == "calls" else "left")
     for r in shown:
         table.add_row(
             esc(r.name), esc(r.phase), str(r.calls), f"{r.total_ms:.3f}", f"{r.mean_ms:.3f}",
             "-" if r.device_ms is None else f"{r.device_ms:.3f}",
+            "-" if r.device_busy_ms is None else f"{r.device_busy_ms:.3f}",
             _shapes(r.input_shapes), _shapes(r.output_shapes),
         )
     con.print(table)

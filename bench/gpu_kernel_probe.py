@@ -1,0 +1,262 @@
+"""Kernel-level truth on a CUDA GPU, apart from the host: ``python bench/gpu_kernel_probe.py --out DIR``.
+
+What ``calibrate`` cannot see with CUDA events around eager launches (each small kernel there is timed
+together with the host's launch of it): every kernel below is captured into a CUDA graph and replayed, so
+the time per kernel is the GPU's own (plus the graph's per-node cost, measured on its own). Beside it, the
+host's side: eager dispatch per op with the GPU kept busy, and whole eager forwards of the bundled models
+without profiler or hooks (the number a profiled capture inflates).
+
+Writes ``DIR/gpu-kernels-measured.json``: one record per measurement, each with what was run, its shape,
+bytes and FLOPs as counted here, and the median seconds per kernel over ``--repeats`` replays.
+Nothing here needs layerscope; torch (with CUDA) and, for the forwards, transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+CATALOG = Path(__file__).resolve().parents[1] / "src" / "layerscope" / "model" / "catalog"
+RECORDS: list[dict[str, Any]] = []
+
+
+def _events_s(fn: Any, repeats: int) -> float:
+    """Median seconds of ``fn()`` between two CUDA events, over ``repeats`` runs after one warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def graph_s(body: Any, calls: int, repeats: int) -> float:
+    """Median seconds per call of ``body`` captured ``calls`` times into one CUDA graph and replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            body()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            body()
+    return _events_s(graph.replay, repeats) / calls
+
+
+def record(kind: str, **fields: Any) -> None:
+    RECORDS.append({"kind": kind, **fields})
+    shown = {k: (f"{v * 1e6:.2f} us" if k.endswith("_s") else v) for k, v in fields.items()}
+    print(kind, shown, flush=True)
+
+
+def overheads(repeats: int) -> None:
+    a = torch.ones(1024, device="cuda")
+    out = torch.empty_like(a)
+    add = lambda: torch.add(a, a, out=out)  # noqa: E731
+    record("graph_node", op="add 1024 fp32", seconds_per_kernel_s=graph_s(add, 1000, repeats))
+    # Eager dispatch with the GPU never the bottleneck: n tiny launches back to back, one sync.
+    for name, fn in (("torch.add", add), ("F.linear 1x64x64 bf16", _linear_tiny())):
+        n = 2000
+        fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            samples.append((time.perf_counter() - t0) / n)
+        record("eager_dispatch", op=name, seconds_per_call_s=statistics.median(samples))
+    # One launch timed alone by events on an idle GPU: what calibrate's empty op sees.
+    record("event_single_launch", op="add 1024 fp32", seconds_s=_events_s(add, 50))
+
+
+def _linear_tiny() -> Any:
+    x = torch.randn(1, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    return lambda: F.linear(x, w)
+
+
+def gemms(repeats: int, l2_bytes: float, quick: bool) -> None:
+    shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (4096, 4096), (14336, 4096), (4096, 14336),
+              (128256, 2048)]
+    ms = [1, 8, 32, 128, 512, 2048, 8192] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                                          8192, 16384]
+    dtypes: list[tuple[str, Any]] = [("bf16", torch.bfloat16)]
+    if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9):
+        dtypes.append(("fp8", torch.float8_e4m3fn))
+    for dname, dt in dtypes:
+        for n, k in shapes:
+            esize = torch.tensor([], dtype=dt).element_size()
+            count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * esize)))))
+            weights = [torch.randn(n, k, device="cuda").to(dt) for _ in range(count)]
+            for m in ms:
+                if m * n * 2 > 2e9:
+                    continue
+                x = torch.randn(m, k, device="cuda").to(dt)
+                if dname == "fp8":
+                    one = torch.ones((), device="cuda")
+
+                    def body(x: Any = x, weights: Any = weights, one: Any = one) -> None:
+                        for w in weights:
+                            torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                else:
+                    def body(x: Any = x, weights: Any = weights) -> None:
+                        for w in weights:
+                            F.linear(x, w)
+                try:
+                    s = graph_s(body, 1, repeats) / count
+                except RuntimeError as exc:  # a shape the fp8 kernel refuses (m not a multiple of 16 ...)
+                    print(f"skip {dname} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                    continue
+                record("gemm", dtype=dname, m=m, n=n, k=k, flops=2.0 * m * n * k,
+                       bytes=float(esize * (m * k + n * k) + 2 * m * n), seconds_s=s,
+                       tflops=2.0 * m * n * k / s / 1e12)
+            weights = []
+
+
+def memory(repeats: int) -> None:
+    for mib in (1, 4, 16, 64, 256, 1024):
+        n = mib * 2**20 // 2
+        a = torch.ones(n, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty_like(a)
+        s = graph_s(lambda: b.copy_(a), 10, repeats)  # noqa: B023
+        record("copy", dtype="bf16", bytes=2.0 * a.numel() * 2, seconds_s=s, tb_per_s=4.0 * n / s / 1e12)
+    hidden = 2048
+    for tokens in (1, 8, 128, 512, 2048, 8192):
+        x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(hidden, device="cuda", dtype=torch.bfloat16)
+
+        def hf_rmsnorm(x: Any = x, w: Any = w) -> Any:  # transformers' LlamaRMSNorm.forward
+            h = x.to(torch.float32)
+            var = h.pow(2).mean(-1, keepdim=True)
+            h = h * torch.rsqrt(var + 1e-5)
+            return w * h.to(torch.bfloat16)
+
+        record("rmsnorm_hf_eager", tokens=tokens, hidden=hidden, bytes=4.0 * tokens * hidden,
+               seconds_s=graph_s(hf_rmsnorm, 10, repeats))
+        if hasattr(F, "rms_norm"):
+            record("rmsnorm_fused", tokens=tokens, hidden=hidden, bytes=4.0 * tokens * hidden,
+                   seconds_s=graph_s(lambda x=x, w=w: F.rms_norm(x, (hidden,), w, 1e-5), 10, repeats))
+        g, u = torch.randn(tokens, 8192, device="cuda", dtype=torch.bfloat16), torch.randn(
+            tokens, 8192, device="cuda", dtype=torch.bfloat16)
+        record("silu_mul_eager", tokens=tokens, inter=8192, bytes=2.0 * 5 * tokens * 8192,
+               seconds_s=graph_s(lambda g=g, u=u: F.silu(g) * u, 10, repeats))
+
+
+def attention(repeats: int, quick: bool) -> None:
+    for heads, kv, hd in ((32, 8, 64), (32, 8, 128)):
+        for seq in ((512, 2048, 8192) if quick else (128, 512, 1024, 2048, 4096, 8192, 16384)):
+            q = torch.randn(1, heads, seq, hd, device="cuda", dtype=torch.bfloat16)
+            kk = torch.randn(1, kv, seq, hd, device="cuda", dtype=torch.bfloat16)
+            vv = torch.randn_like(kk)
+            s = graph_s(lambda q=q, kk=kk, vv=vv: F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
+                                                                              enable_gqa=True), 3, repeats)
+            flops = 4.0 * heads * seq * seq * hd / 2  # causal: half the score and value products
+            record("attention_prefill", heads=heads, kv_heads=kv, head_dim=hd, seq=seq, causal=True, flops=flops,
+                   seconds_s=s, tflops=flops / s / 1e12)
+        for batch in (1, 8, 32):
+            for ctx in ((2048, 16384) if quick else (512, 2048, 8192, 32768)):
+                if batch * ctx > 2**19:
+                    continue
+                q = torch.randn(batch, heads, 1, hd, device="cuda", dtype=torch.bfloat16)
+                kk = torch.randn(batch, kv, ctx, hd, device="cuda", dtype=torch.bfloat16)
+                vv = torch.randn_like(kk)
+                s = graph_s(lambda q=q, kk=kk, vv=vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True),
+                            3, repeats)
+                kv_bytes = 2.0 * 2 * batch * kv * ctx * hd
+                record("attention_decode", heads=heads, kv_heads=kv, head_dim=hd, batch=batch, kv_len=ctx,
+                       bytes=kv_bytes, seconds_s=s, tb_per_s=kv_bytes / s / 1e12)
+
+
+def forwards(repeats: int) -> None:
+    """Whole eager forwards, no profiler, no hooks: wall seconds per forward (the host-bound truth)."""
+    try:
+        import transformers
+    except ImportError:
+        print("no transformers: skipping forwards", file=sys.stderr)
+        return
+    for slug in ("meta-llama--Llama-3.2-1B", "Qwen--Qwen3-0.6B"):
+        cfg = json.loads((CATALOG / slug / "config.json").read_text())
+        config = transformers.AutoConfig.for_model(**cfg)
+        config._attn_implementation = "sdpa"
+        with torch.device("cuda"):  # random init on the GPU: seconds, not the CPU's minute
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        for batch, prompt in ((1, 128), (1, 512), (1, 2048), (8, 512)):
+            ids = torch.randint(0, cfg["vocab_size"], (batch, prompt), device="cuda")
+            with torch.no_grad():
+                def fwd(ids: Any = ids, model: Any = model) -> None:
+                    model(input_ids=ids, use_cache=False)
+                fwd()
+                torch.cuda.synchronize()
+                walls = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    fwd()
+                    torch.cuda.synchronize()
+                    walls.append(time.perf_counter() - t0)
+                record("eager_forward", model=slug, batch=batch, prompt_len=prompt,
+                       wall_s=statistics.median(walls), gpu_s=_events_s(fwd, repeats))
+            # one decode step after the prompt's prefill, cache kept (it grows by one token per repeat)
+            with torch.no_grad():
+                out = model(input_ids=ids, use_cache=True)
+                cache = out.past_key_values
+                nxt = ids[:, :1]
+                torch.cuda.synchronize()
+                walls = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    model(input_ids=nxt, past_key_values=cache, use_cache=True)
+                    torch.cuda.synchronize()
+                    walls.append(time.perf_counter() - t0)
+                record("eager_decode_step", model=slug, batch=batch, context=prompt, wall_s=statistics.median(walls))
+        model = None
+        torch.cuda.empty_cache()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("out/gpu-probe"))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="overheads,gemms,memory,attention,forwards")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("torch sees no CUDA GPU")
+    a.out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    l2 = float(getattr(props, "L2_cache_size", 50 * 2**20))
+    meta = {"gpu": props.name, "sms": props.multi_processor_count, "l2_bytes": l2, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "repeats": a.repeats}
+    print(meta, flush=True)
+    steps = {"overheads": lambda: overheads(a.repeats), "gemms": lambda: gemms(a.repeats, l2, a.quick),
+             "memory": lambda: memory(a.repeats), "attention": lambda: attention(a.repeats, a.quick),
+             "forwards": lambda: forwards(a.repeats)}
+    for name in a.only.split(","):
+        t0 = time.perf_counter()
+        try:
+            steps[name]()
+        except Exception as exc:  # keep what the other steps measured
+            print(f"step {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"step {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+        (a.out / "gpu-kernels-measured.json").write_text(json.dumps({"meta": meta, "records": RECORDS}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
