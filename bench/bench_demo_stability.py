@@ -72,7 +72,7 @@ def _old_in_process() -> float:
     from layerscope.workload import make_workload
 
     hw = _old_measure_machine()("cpu")
-    workload = make_workload(phase="prefill", input_len=256, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    workload = make_workload(phase="prefill", prompt_len=256, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
     return float(estimate(load_model_spec("llama-3.2-1b"), hw, workload, layer=0, attention="fused").ttft_s)
 
 
@@ -87,7 +87,7 @@ def _measure_in_process() -> str:
     choice = choose_threads(None)
     with torch_threads(choice.threads):
         m = measure_machine_robust("cpu", max_wait_s=10.0)
-    workload = make_workload(phase="prefill", input_len=256, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    workload = make_workload(phase="prefill", prompt_len=256, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
     spec = load_model_spec("llama-3.2-1b")
     return json.dumps({
         "layer_predicted_s": estimate(spec, m.spec, workload, layer=0, attention="fused").ttft_s,

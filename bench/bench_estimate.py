@@ -37,7 +37,7 @@ def main() -> None:
     rows = []
     for model in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3"):
         spec = load_model_spec(model)
-        w = make_workload(phase="decode", batch_size=1, context_len=1024)
+        w = make_workload(phase="decode", batch=1, context=1024)
         fwd = w.passes()[0]
         n_ops = len(build_model_graph(spec, fwd, w))
 

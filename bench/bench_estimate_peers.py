@@ -162,8 +162,8 @@ def fmt_r(r: float | None) -> str:
 def time_layerscope(repeat: int) -> dict[str, Any]:
     h100 = load_hardware("h100-sxm")
     h100_ideal = ideal(h100)
-    wd = make_workload(phase="decode", batch_size=DECODE["batch"], context_len=DECODE["context"])
-    wp = make_workload(phase="prefill", batch_size=PREFILL["batch"], input_len=PREFILL["input"])
+    wd = make_workload(phase="decode", batch=DECODE["batch"], context=DECODE["context"])
+    wp = make_workload(phase="prefill", batch=PREFILL["batch"], prompt_len=PREFILL["input"])
     out: dict[str, Any] = {"models": {}}
     for key, _, _ in MODELS:
         spec = load_model_spec(key)
@@ -199,7 +199,7 @@ def time_layerscope(repeat: int) -> dict[str, Any]:
     def loop() -> None:
         for b in SWEEP_BATCHES:
             for n in SWEEP_LENGTHS:
-                estimate(spec, h100, make_workload(phase="decode", batch_size=b, context_len=n))
+                estimate(spec, h100, make_workload(phase="decode", batch=b, context=n))
 
     loop()
     t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def main() -> int:
 
     t0 = time.perf_counter()
     spec = load_model_spec(a.model)
-    w = make_workload(phase="decode", context_len=1024)
+    w = make_workload(phase="decode", context=1024)
     graph = build_steps_graph(spec, w, a.steps, "unfused", all_layers=True)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()

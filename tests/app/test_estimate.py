@@ -23,7 +23,8 @@ def test_result_carries_the_cost_layers_numbers():
                               workload=WorkloadRequest(phase="generate", prompt_len=64, decode_steps=3))
     raw = estimate_raw(request)
     result = estimate(request)
-    assert result.workload.input_len == 64 and result.workload.output_len == 4  # 3 decode steps + the prefill's token
+    assert result.workload.prompt_len == 64 and result.workload.decode_steps == 3
+    assert result.workload.output_tokens == 4  # 3 decode steps + the prefill's token
     assert (result.ttft_s, result.tpot_s, result.e2e_s) == (raw.ttft_s, raw.tpot_s, raw.e2e_s)
     assert [op.time_s for op in result.ops] == [op.time_s for op in raw.ops]
     assert result.totals.time_s == pytest.approx(result.e2e_s)

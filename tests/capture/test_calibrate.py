@@ -120,7 +120,7 @@ def test_tiny_calibration_round_trips_and_times_a_model(tmp_path) -> None:
     again = load_hardware(path)
     assert again == hw
     spec = load_model_spec("llama-3.2-1b")
-    est = estimate(spec, again, make_workload(phase="prefill", input_len=64, weight_dtype="fp32", act_dtype="fp32",
+    est = estimate(spec, again, make_workload(phase="prefill", prompt_len=64, weight_dtype="fp32", act_dtype="fp32",
                                               kv_dtype="fp32"), layer=0)
     assert est.ttft_s > 0 and len(est.ops) > 5
 

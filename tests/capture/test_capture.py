@@ -115,7 +115,7 @@ def test_names_join_the_op_graph(family: str, captures: dict[str, Any]) -> None:
     """Every module of the OpGraph of the same config is an annotation of the captured trace."""
     _, trace = captures[family]
     spec = model_spec_from_dict(tiny_config(family), family)
-    workload = Workload(phase="generate", batch_size=1, input_len=PROMPT, output_len=DECODE + 1)
+    workload = Workload(phase="generate", batch=1, prompt_len=PROMPT, decode_steps=DECODE)
     captured = {e["name"] for e in _annotations(trace)}
     missing = _graph_modules(spec, workload) - captured
     assert not missing, f"graph modules absent from the {family} capture: {sorted(missing)}"

@@ -54,7 +54,7 @@ def _op(graph, suffix: str):
 def test_eager_rmsnorm_kernels_and_bytes_by_hand(dtype, launches, factor):
     # fp32: pow 8N + mean 4N + mul 8N + weight-mul 8N = 28N against the fused 8N (6 kernels);
     # bf16 adds two casts: (28 + 4*2)N = 36N against 4N (8 kernels).
-    g = _layer(dtype, input_len=64)
+    g = _layer(dtype, prompt_len=64)
     i = g.index["layers.0.input_layernorm"]
     plan = kernel_plan("hf-eager", g.ops)
     assert plan.launches[i] == launches
@@ -62,7 +62,7 @@ def test_eager_rmsnorm_kernels_and_bytes_by_hand(dtype, launches, factor):
 
 
 def test_eager_rope_attention_kv_write_and_gated_activation():
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     plan = kernel_plan("hf-eager", g.ops)
     rope = g.index["layers.0.self_attn.rope"]
     attn = g.index["layers.0.self_attn.attn"]
@@ -84,7 +84,7 @@ def test_eager_gated_activation_runs_its_two_kernels_in_sequence_by_hand():
     # SiLU reads g and writes s: 8N; the product reads s and u and writes: 12N). At 2 GFLOP/s and 10 GB/s the SiLU
     # is compute-bound (4N / 2e9 against 8N / 10e9), the product memory-bound (N / 2e9 against 12N / 10e9): the
     # sum of the two rooflines, 3.2 ns per element, where one roofline over the summed work gives 2.5.
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     i = g.index["layers.0.mlp.act_mul"]
     n = 64 * 8192
     plan = kernel_plan("hf-eager", g.ops)
@@ -101,7 +101,7 @@ def test_eager_gated_activation_runs_its_two_kernels_in_sequence_by_hand():
     assert time_graph(g, _hw(kernels="hf-eager")).time_s[i] == pytest.approx(20 * n / 10e9 + 2 * 5e-6)
     # an ungated activation (GPT-2's gelu_new, 8 kernels) stays one roofline
     spec = load_model_spec("gpt2")
-    w = make_workload(phase="prefill", input_len=16)
+    w = make_workload(phase="prefill", prompt_len=16)
     gpt = build_layer_graph(spec, w.passes()[0], w, 0)
     act = next(j for j, op in enumerate(gpt.ops) if op.kind == "activation")
     gpt_plan = kernel_plan("hf-eager", gpt.ops)
@@ -109,7 +109,7 @@ def test_eager_gated_activation_runs_its_two_kernels_in_sequence_by_hand():
 
 
 def test_fused_profile_is_the_identity():
-    g = _layer(input_len=64)
+    g = _layer(prompt_len=64)
     plan = kernel_plan("fused", g.ops)
     assert np.all(plan.launches == 1) and np.all(plan.act_factor == 1) and np.all(plan.kv_factor == 1)
     base = time_graph(g, _hw())
@@ -129,14 +129,14 @@ def test_hf_eager_has_one_record_per_op_kind():
     assert HF_EAGER_KINDS["sampling"] == HfEagerKind()
     assert HF_EAGER_MODULE_CALLS == {"embedding": 1, "norm": 1, "gemm": 1, "attention": 1, "residual_add": 0.5,
                                      "activation": 2, "router": 1, "moe_experts": 2}
-    odd = replace(_layer(input_len=8).ops[0], kind="conv")
+    odd = replace(_layer(prompt_len=8).ops[0], kind="conv")
     with pytest.raises(CostModelError, match="unknown op kind 'conv'; known: activation, attention"):
         kernel_plan("hf-eager", (odd,))
 
 
 def test_eager_norm_time_by_hand():
     # Roofline: 28N bytes at 10 GB/s (main memory) + 6 launches x 5 us; N = 64 x 2048.
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     i = g.index["layers.0.input_layernorm"]
     n = 64 * 2048
     t = time_graph(g, _hw(kernels="hf-eager")).time_s[i]
@@ -146,7 +146,7 @@ def test_eager_norm_time_by_hand():
 
 def test_resident_activations_move_at_cache_bandwidth():
     # Same norm with activations in the 32 MiB L3: 28N at 100 GB/s, the weight from DRAM.
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     i = g.index["layers.0.input_layernorm"]
     n = 64 * 2048
     t = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True)).time_s[i]
@@ -160,7 +160,7 @@ def test_resident_activations_move_at_cache_bandwidth():
 def test_cold_outputs_cross_main_memory_twice_by_hand():
     # Norm as above with cold outputs: of the 28N eager bytes, the output's 4N are not cache-resident
     # (24N at 100 GB/s), and the output crosses main memory twice (write-allocate): 8N at 10 GB/s.
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     i = g.index["layers.0.input_layernorm"]
     n = 64 * 2048
     hw = _hw(kernels="hf-eager", activations_in_cache=True, cold_outputs=True)
@@ -172,7 +172,7 @@ def test_cold_outputs_cross_main_memory_twice_by_hand():
 
 
 def test_output_share_is_written_over_read_plus_written():
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     plan = kernel_plan("hf-eager", g.ops)
     for i, op in enumerate(g.ops):
         total = op.act_read_bytes + op.act_write_bytes
@@ -183,7 +183,7 @@ def test_output_share_is_written_over_read_plus_written():
 
 @pytest.mark.parametrize("model", ["roofline", "tiling", "hierarchical"])
 def test_cold_outputs_never_make_an_op_faster(model):
-    g = _layer("fp32", input_len=128)
+    g = _layer("fp32", prompt_len=128)
     warm = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True), model).time_s
     cold = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True, cold_outputs=True), model).time_s
     assert np.all(cold >= warm * (1 - 1e-12))
@@ -191,7 +191,7 @@ def test_cold_outputs_never_make_an_op_faster(model):
 
 
 def test_activations_larger_than_the_cache_stay_in_main_memory():
-    g = _layer("fp32", input_len=8192)  # a 64 MiB hidden state does not fit the 32 MiB L3
+    g = _layer("fp32", prompt_len=8192)  # a 64 MiB hidden state does not fit the 32 MiB L3
     i = g.index["layers.0.input_layernorm"]
     resident = time_graph(g, _hw(kernels="hf-eager", activations_in_cache=True)).time_s[i]
     dram = time_graph(g, _hw(kernels="hf-eager")).time_s[i]
@@ -200,7 +200,7 @@ def test_activations_larger_than_the_cache_stay_in_main_memory():
 
 @pytest.mark.parametrize("model", ["roofline", "tiling", "hierarchical"])
 def test_eager_never_faster_than_fused(model):
-    g = _layer("bf16", input_len=128)
+    g = _layer("bf16", prompt_len=128)
     fused = time_graph(g, _hw(), model)
     eager = time_graph(g, _hw(kernels="hf-eager"), model)
     # kv_write's bytes are booked on the attention op (the cat traffic scales with the cache),
@@ -226,7 +226,7 @@ def test_eager_generation_sum_is_exact_per_step(cold):
     # depend on the context (the cache's cat is left out), so page faults keep it exact.
     spec = load_model_spec("llama-3.2-1b")
     hw = _hw(kernels="hf-eager", activations_in_cache=True, **cold)
-    w = make_workload(phase="generate", input_len=100, output_len=20, weight_dtype="fp32", act_dtype="fp32",
+    w = make_workload(phase="generate", prompt_len=100, decode_steps=19, weight_dtype="fp32", act_dtype="fp32",
                       kv_dtype="fp32")
     summed = sum_decode_steps(spec, w, hw, "roofline")
     for i, ctx in enumerate(w.decode_contexts()):
@@ -255,15 +255,15 @@ def test_matmul_rows_table_sets_the_gemm_rate_by_row_count():
     # fp32 peak 100 GFLOP/s; measured 40% of peak at M = 16 and 80% at M = 256. A 64-row GEMM
     # (halfway in log M) runs at 60%; a GEMV (M = 1) and the attention's products are unaffected.
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_rows": {"fp32": [[16, 0.4], [256, 0.8]]}}})
-    g = _layer("fp32", input_len=64)
+    g = _layer("fp32", prompt_len=64)
     q = g.index["layers.0.self_attn.q_proj"]
     t = time_graph(g, hw)
     assert t.compute_s[q] == pytest.approx(g.ops[q].flops / (100e9 * 0.6))
     attn = g.index["layers.0.self_attn.attn"]
     assert t.compute_s[attn] == pytest.approx(time_graph(g, _hw()).compute_s[attn])
-    big = _layer("fp32", input_len=4096)
+    big = _layer("fp32", prompt_len=4096)
     assert time_graph(big, hw).compute_s[q] == pytest.approx(big.ops[q].flops / (100e9 * 0.8))
-    d = _layer("fp32", phase="decode", context_len=64)
+    d = _layer("fp32", phase="decode", context=64)
     qd = d.index["layers.0.self_attn.q_proj"]
     assert time_graph(d, hw).compute_s[qd] == pytest.approx(d.ops[qd].flops / 100e9)
 
@@ -274,16 +274,16 @@ def test_attention_rows_table_sets_the_fused_attention_rate_by_query_length():
     # and decode's attention (one query row), are unaffected.
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"attention_rows": {"fp32": [[128, 0.25], [2048, 0.75]]}}})
     assert hw.attention_rows("fp32") == ((128.0, 0.25), (2048.0, 0.75))
-    g = _layer("fp32", input_len=512)
+    g = _layer("fp32", prompt_len=512)
     attn, q = g.index["layers.0.self_attn.attn"], g.index["layers.0.self_attn.q_proj"]
     assert g.ops[attn].gemm.m == 512
     t, plain = time_graph(g, hw), time_graph(g, _hw())
     assert t.compute_s[attn] == pytest.approx(g.ops[attn].flops / (100e9 * 0.5))
     assert t.compute_s[q] == pytest.approx(plain.compute_s[q])
-    short = _layer("fp32", input_len=16)  # held at the shortest length measured
+    short = _layer("fp32", prompt_len=16)  # held at the shortest length measured
     assert time_graph(short, hw).compute_s[short.index["layers.0.self_attn.attn"]] == pytest.approx(
         short.ops[short.index["layers.0.self_attn.attn"]].flops / (100e9 * 0.25))
-    d = _layer("fp32", phase="decode", context_len=512)
+    d = _layer("fp32", phase="decode", context=512)
     ad = d.index["layers.0.self_attn.attn"]
     assert time_graph(d, hw).compute_s[ad] == pytest.approx(time_graph(d, _hw()).compute_s[ad])
     from layerscope.errors import HardwareSpecError
@@ -299,7 +299,7 @@ def test_vector_per_kind_sets_the_rate_of_one_op_kind():
 
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"vector_per_kind": {"sampling": 0.1}}})
     spec = load_model_spec("llama-3.2-1b")
-    w = make_workload(phase="prefill", input_len=64, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    w = make_workload(phase="prefill", prompt_len=64, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
     g = build_model_graph(spec, w.prefill_pass(), w)
     t, plain = time_graph(g, hw), time_graph(g, _hw())
     sample, norm = g.index["sampling"], g.index["norm"]
@@ -331,13 +331,13 @@ def test_matmul_shapes_table_sets_the_gemm_rate_by_rows_and_width():
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"matmul_shapes": {"fp32": shapes},
                                                        "matmul_rows": {"fp32": [[4, 0.9], [16, 0.9]]}}})
     assert [(m, n) for m, n, _ in hw.matmul_shapes("fp32")] == [(4, 2048), (16, 2048), (4, 32768), (16, 32768)]
-    g = _layer("fp32", input_len=8)
+    g = _layer("fp32", prompt_len=8)
     t = time_graph(g, hw)
     for name, fraction in (("self_attn.q_proj", 0.3), ("mlp.gate_proj", 0.225), ("self_attn.k_proj", 0.3)):
         i = g.index[f"layers.0.{name}"]
         assert g.ops[i].gemm.m == 8
         assert t.compute_s[i] == pytest.approx(g.ops[i].flops / (100e9 * fraction)), name
-    d = _layer("fp32", phase="decode", context_len=64)
+    d = _layer("fp32", phase="decode", context=64)
     qd = d.index["layers.0.self_attn.q_proj"]
     assert time_graph(d, hw).compute_s[qd] == pytest.approx(d.ops[qd].flops / 100e9)
 
@@ -364,7 +364,7 @@ def test_hf_eager_prefill_lm_head_runs_one_gemv_per_sequence(batch, engines, pas
     shapes = {"fp32": [[4, 2048, 0.1], [16, 2048, 0.2]]}
     hw = HardwareSpec.from_dict({**CPU, "engines": {**CPU["engines"], "count": engines},
                                  "efficiency": {"matmul_shapes": shapes}, "execution": {"kernels": "hf-eager"}})
-    w = make_workload(phase="prefill", batch_size=batch, input_len=16, weight_dtype="fp32", act_dtype="fp32",
+    w = make_workload(phase="prefill", batch=batch, prompt_len=16, weight_dtype="fp32", act_dtype="fp32",
                       kv_dtype="fp32")
     g = build_model_graph(spec, w.prefill_pass(), w)
     i = g.index["lm_head"]
@@ -391,7 +391,7 @@ def test_weight_stream_k_sets_the_rate_of_gemm_weights_by_reduction_width():
     table = {"fp32": [[1024, 0.8], [8192, 1.6]]}
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"weight_stream_k": table}})
     assert hw.weight_stream_k("fp32") == ((1024.0, 0.8), (8192.0, 1.6)) and hw.weight_stream_k("bf16") == ()
-    d = _layer("fp32", phase="decode", context_len=64)
+    d = _layer("fp32", phase="decode", context=64)
     t, plain = time_graph(d, hw), time_graph(d, _hw())
     q, down, norm = (d.index[f"layers.0.{name}"] for name in ("self_attn.q_proj", "mlp.down_proj", "input_layernorm"))
     f_q = 0.8 + 0.8 * np.log(2) / np.log(8)
@@ -403,7 +403,7 @@ def test_weight_stream_k_sets_the_rate_of_gemm_weights_by_reduction_width():
         d.ops[down].act_read_bytes + d.ops[down].act_write_bytes) / 10e9)
     assert t.memory_s[norm] == pytest.approx(plain.memory_s[norm])
     # bf16 weights have no table here: unchanged
-    b = _layer("bf16", phase="decode", context_len=64)
+    b = _layer("bf16", phase="decode", context=64)
     assert time_graph(b, hw).memory_s[b.index["layers.0.self_attn.q_proj"]] == pytest.approx(
         time_graph(b, _hw()).memory_s[b.index["layers.0.self_attn.q_proj"]])
     # every cost model applies it to the weights' main-memory traffic
@@ -419,7 +419,7 @@ def test_activation_stream_speeds_up_only_ops_beyond_the_cache_by_hand():
     # 4N and its read for ownership at 10 GB/s).
     eager = {"kernels": "hf-eager", "activations_in_cache": True, "cold_outputs": True}
     hw = HardwareSpec.from_dict({**CPU, "execution": eager, "efficiency": {"activation_stream": 2.0}})
-    big, small = _layer("fp32", input_len=8192), _layer("fp32", input_len=64)
+    big, small = _layer("fp32", prompt_len=8192), _layer("fp32", prompt_len=64)
     i = big.index["layers.0.input_layernorm"]
     n = 8192 * 2048
     assert time_graph(big, hw).memory_s[i] == pytest.approx(28 * n / 20e9 + big.ops[i].weight_bytes / 10e9)
@@ -456,7 +456,7 @@ def test_module_calls_cost_each_eager_op_its_python_calls():
     # two (the MLP's and its act_fn's), each residual add half of the decoder layer's; RoPE and the
     # KV write none. Fused kernels run no Python per op: no module time even when set.
     eager = _hw(kernels="hf-eager", module_call_s=20e-6)
-    g = _layer("fp32", phase="decode", context_len=64)
+    g = _layer("fp32", phase="decode", context=64)
     t, base = time_graph(g, eager), time_graph(g, _hw(kernels="hf-eager"))
     extra = {name: t.overhead_s[g.index[f"layers.0.{name}"]] - base.overhead_s[g.index[f"layers.0.{name}"]]
              for name in ("self_attn.q_proj", "input_layernorm", "mlp.act_mul", "residual_attn", "self_attn.rope",
@@ -477,7 +477,7 @@ def test_routed_experts_stream_each_projection_at_its_own_reduction_width():
     table = {"fp32": [[512, 0.5], [2048, 1.0]]}
     hw = HardwareSpec.from_dict({**CPU, "efficiency": {"weight_stream_k": table}})
     spec = load_model_spec("qwen3-30b-a3b")
-    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=64)
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context=64)
     g = build_layer_graph(spec, w.passes()[0], w, 0)
     ex = g.index["layers.0.mlp.experts"]
     assert g.ops[ex].attr("expert_intermediate") == 768 and g.ops[ex].gemm.k == 2048
@@ -493,7 +493,7 @@ def test_routed_experts_stream_each_projection_at_its_own_reduction_width():
 
 def test_hf_eager_experts_run_transformers_grouped_mm_kernels_whatever_they_hit():
     spec = load_model_spec("qwen3-30b-a3b")
-    for phase, kw in (("decode", {"context_len": 64}), ("prefill", {"input_len": 512})):
+    for phase, kw in (("decode", {"context": 64}), ("prefill", {"prompt_len": 512})):
         w = make_workload(phase=phase, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", **kw)
         g = build_layer_graph(spec, w.passes()[0], w, 0)
         plan = kernel_plan("hf-eager", g.ops)
@@ -508,7 +508,7 @@ def test_grouped_mm_groups_cost_the_experts_op_their_host_loop():
     # 1.2 us per group on an hf-eager CPU: Qwen3-30B-A3B's experts op pays 2 x 128 x 1.2 us in its
     # overhead, in decode and prefill alike; other ops and fused kernels pay nothing.
     spec = load_model_spec("qwen3-30b-a3b")
-    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=64)
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context=64)
     g = build_layer_graph(spec, w.passes()[0], w, 0)
     t = time_graph(g, _hw(kernels="hf-eager", grouped_mm_group_s=1.2e-6))
     base = time_graph(g, _hw(kernels="hf-eager"))
@@ -522,7 +522,7 @@ def test_grouped_mm_groups_cost_the_experts_op_their_host_loop():
 
 def _two_layer_decode(context_len: int = 64):
     spec = load_model_spec("llama-3.2-1b").model_copy(update={"num_layers": 2})
-    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context_len=context_len)
+    w = make_workload(phase="decode", weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", context=context_len)
     return spec, w, build_model_graph(spec, w.passes()[0], w)
 
 
@@ -583,7 +583,7 @@ MIB = 1024**2
 def test_eager_allocations_by_hand():
     # Llama-3.2-1B fp32 prefill of 1024 tokens: H = 2048, I = 8192, 32 query and 8 KV heads of 64.
     t = 1024
-    g = _layer("fp32", input_len=t)
+    g = _layer("fp32", prompt_len=t)
     plan = kernel_plan("hf-eager", g.ops)
     allocs = {op.name: sorted(x for x in plan.alloc_bytes[i] if x > 0) for i, op in enumerate(g.ops)}
     n = 4 * t * 2048  # one fp32 hidden-sized tensor
@@ -602,7 +602,7 @@ def test_eager_allocations_by_hand():
 def test_eager_experts_allocations_by_hand():
     # Qwen3-30B-A3B bf16, 512 tokens, top-8 of 128 experts of width 768, H = 2048: S = 4096 rows.
     spec = load_model_spec("qwen3-30b-a3b")
-    w = make_workload(phase="prefill", weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", input_len=512)
+    w = make_workload(phase="prefill", weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", prompt_len=512)
     g = build_layer_graph(spec, w.passes()[0], w, 0)
     plan = kernel_plan("hf-eager", g.ops)
     i = g.index["layers.0.mlp.experts"]
@@ -617,7 +617,7 @@ def test_fresh_pages_charge_large_allocations_by_hand():
     # and its output skips the read for ownership (32 MiB at 10 GB/s); the 16 MiB pow/mul of the norms and
     # the 8 MiB q do not fault at a 32 MiB threshold.
     per_byte = 150e-6 / MIB
-    g = _layer("fp32", input_len=1024)
+    g = _layer("fp32", prompt_len=1024)
     base = time_graph(g, _hw(kernels="hf-eager", cold_outputs=True))
     hw = _hw(kernels="hf-eager", cold_outputs=True, fresh_pages={"min_bytes": 32 * MIB, "s_per_byte": per_byte})
     t = time_graph(g, hw)
@@ -629,7 +629,7 @@ def test_fresh_pages_charge_large_allocations_by_hand():
     faulting = {g.ops[i].name for i in np.flatnonzero(extra)}
     assert faulting == {"layers.0.mlp.act_mul", "layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"}
     # below the threshold nothing changes
-    small = _layer("fp32", input_len=512)
+    small = _layer("fp32", prompt_len=512)
     plain = _hw(kernels="hf-eager", cold_outputs=True)
     assert np.allclose(time_graph(small, hw).time_s, time_graph(small, plain).time_s)
 

@@ -22,7 +22,7 @@ def test_sweep_matches_estimate(model, phase):
     assert len(result) == 2 * 3 * 4
     by_name = {hw.name: hw for hw in hws}
     for row in result.records():
-        w = make_workload(phase=phase, batch_size=row["batch"], input_len=row["length"], context_len=row["length"])
+        w = make_workload(phase=phase, batch=row["batch"], prompt_len=row["length"], context=row["length"])
         est = estimate(spec, by_name[row["hardware"]], w)
         direct = est.ttft_s if phase == "prefill" else est.tpot_s
         assert row["time_s"] == pytest.approx(direct, rel=1e-7), row
@@ -54,7 +54,7 @@ def test_sweep_rejects_bad_grids():
 def _sweep_equals_estimate(spec, hw, phase, cost_model="roofline", batches=(1, 3, 8), lengths=(1, 64, 700)):
     result = sweep([spec], [hw], batches=list(batches), lengths=list(lengths), phase=phase, cost_model=cost_model)
     for row in result.records():
-        w = make_workload(phase=phase, batch_size=row["batch"], input_len=row["length"], context_len=row["length"])
+        w = make_workload(phase=phase, batch=row["batch"], prompt_len=row["length"], context=row["length"])
         est = estimate(spec, hw, w, cost_model=cost_model)
         direct = est.ttft_s if phase == "prefill" else est.tpot_s
         assert row["time_s"] == pytest.approx(direct, rel=1e-7), row

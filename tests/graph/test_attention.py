@@ -18,12 +18,12 @@ def op(graph: OpGraph, name: str) -> Op:
 
 
 def decode(spec, context: int, batch: int = 1, layer: int = 0, attention: str = "fused", **wl) -> OpGraph:
-    w = Workload(phase="decode", batch_size=batch, context_len=context, **wl)
+    w = Workload(phase="decode", batch=batch, context=context, **wl)
     return build_layer_graph(spec, w.passes()[0], w, layer=layer, attention=attention)  # type: ignore[arg-type]
 
 
 def prefill(spec, seq: int, batch: int = 1, layer: int = 0, attention: str = "fused", **wl) -> OpGraph:
-    w = Workload(phase="prefill", batch_size=batch, input_len=seq, **wl)
+    w = Workload(phase="prefill", batch=batch, prompt_len=seq, **wl)
     return build_layer_graph(spec, w.passes()[0], w, layer=layer, attention=attention)  # type: ignore[arg-type]
 
 
@@ -217,14 +217,14 @@ def test_mla_without_q_lora_uses_q_proj(spec) -> None:
 
 def test_mla_form_override(spec) -> None:
     ds = spec("deepseek-v3")
-    w = Workload(phase="decode", context_len=100)
+    w = Workload(phase="decode", context=100)
     g = build_layer_graph(ds, w.passes()[0], w, mla_form="naive")
     assert "layers.0.self_attn.kv_b_proj" in g.index
 
 
 def test_chunked_pass_covers_all_groups(spec) -> None:
     llama = spec("llama-1b")
-    w = Workload(phase="chunked", batch_size=3, chunk_size=256, prefill_offset=512, context_len=1000)
+    w = Workload(phase="chunked", batch=3, chunk=256, prefill_offset=512, context=1000)
     fwd = w.passes()[0]
     attn = op(build_layer_graph(llama, fwd, w), "layers.0.self_attn.attn")
     pairs = causal_pairs(256, 512) + 3 * 1001

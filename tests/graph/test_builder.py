@@ -33,7 +33,7 @@ def model(spec, phase: str = "decode", attention: str = "fused", **kw) -> OpGrap
 
 def test_llama_1b_model_graph_shape(spec) -> None:
     llama = spec("llama-1b")
-    g = model(llama, context_len=100)
+    g = model(llama, context=100)
     names = [o.name for o in g.ops]
     assert names[0] == "embed_tokens" and names[-3:] == ["norm", "lm_head", "sampling"]
     assert sum(1 for o in g.ops if o.name.endswith("self_attn.attn")) == 16
@@ -51,8 +51,8 @@ def test_llama_1b_model_graph_shape(spec) -> None:
 
 def test_logits_last_or_all(spec) -> None:
     llama = spec("llama-1b")
-    last = op(model(llama, phase="prefill", input_len=100, batch_size=2), "lm_head")
-    every = op(model(llama, phase="prefill", input_len=100, batch_size=2, logits="all"), "lm_head")
+    last = op(model(llama, phase="prefill", prompt_len=100, batch=2), "lm_head")
+    every = op(model(llama, phase="prefill", prompt_len=100, batch=2, logits="all"), "lm_head")
     assert last.flops == 2 * 2 * 2048 * 128256
     assert every.flops == 2 * 200 * 2048 * 128256
     with pytest.raises(GraphError, match="logits"):
@@ -60,7 +60,7 @@ def test_logits_last_or_all(spec) -> None:
 
 
 def test_dependencies_follow_tensors(spec) -> None:
-    g = model(spec("llama-1b"), context_len=100)
+    g = model(spec("llama-1b"), context=100)
     i = g.index
     deps = g.dependencies
     assert deps[i["layers.0.self_attn.o_proj"]] == (i["layers.0.self_attn.attn"],)
@@ -74,7 +74,7 @@ def test_dependencies_follow_tensors(spec) -> None:
 
 
 def test_parallel_block_single_residual(spec) -> None:
-    g = model(spec("gptj"), context_len=10)
+    g = model(spec("gptj"), context=10)
     i = g.index
     res = i["h.0.residual"]
     assert set(g.dependencies[res]) == {i["embed_tokens"] if "embed_tokens" in i else i["wte"],
@@ -90,7 +90,7 @@ def test_op_names_start_with_module_paths(spec, name: str, attention: str) -> No
     s = spec(name)
     leaves = layer_module_leaves(s.modules)
     for phase in ("decode", "prefill"):
-        w = Workload(phase=phase, input_len=16, context_len=32)
+        w = Workload(phase=phase, prompt_len=16, context=32)
         layers = sorted({0, s.num_layers - 1, *(n for n in range(min(s.num_layers, 8)))})
         for n in layers:
             g = build_layer_graph(s, w.passes()[0], w, layer=n, attention=attention)  # type: ignore[arg-type]
@@ -107,7 +107,7 @@ def test_op_names_start_with_module_paths(spec, name: str, attention: str) -> No
 @pytest.mark.parametrize("name", FAMILIES)
 def test_model_graph_relabelled_layers_match_direct_build(spec, name: str) -> None:
     s = spec(name)
-    w = Workload(phase="chunked", batch_size=2, chunk_size=32, prefill_offset=16, context_len=64)
+    w = Workload(phase="chunked", batch=2, chunk=32, prefill_offset=16, context=64)
     fwd = w.passes()[0]
     g = build_model_graph(s, fwd, w)
     for n in {0, 1, s.num_layers - 1}:
@@ -130,7 +130,7 @@ def test_layer_signatures(spec) -> None:
 
 
 def test_selected_layers_chain(spec) -> None:
-    g = model(spec("llama-1b"), context_len=10, layers=[0, 5])
+    g = model(spec("llama-1b"), context=10, layers=[0, 5])
     i = g.index
     assert "layers.3.input_layernorm" not in i
     assert g.dependencies[i["layers.5.input_layernorm"]] == (i["layers.0.residual_mlp"],)
@@ -139,7 +139,7 @@ def test_selected_layers_chain(spec) -> None:
 
 
 def test_learned_positions(spec) -> None:
-    g = model(spec("gpt2"), phase="prefill", input_len=8)
+    g = model(spec("gpt2"), phase="prefill", prompt_len=8)
     add = op(g, "wpe.add")
     assert set(g.dependencies[g.index["wpe.add"]]) == {g.index["wte"], g.index["wpe"]}
     assert add.flops == 8 * 768
@@ -149,9 +149,9 @@ def test_learned_positions(spec) -> None:
 
 def test_steps_graph(spec) -> None:
     llama = spec("llama-1b")
-    w = Workload(phase="decode", context_len=100)
+    w = Workload(phase="decode", context=100)
     g = build_steps_graph(llama, w, steps=3, all_layers=True)
-    assert len(g) == 3 * len(model(llama, context_len=100))
+    assert len(g) == 3 * len(model(llama, context=100))
     i = g.index
     assert g.dependencies[i["decode_step_1.embed_tokens"]] == (i["decode_step_0.sampling"],)
     kv = [op(g, f"decode_step_{t}.layers.0.self_attn.attn").kv_read_bytes for t in range(3)]
@@ -187,7 +187,7 @@ def _dense_params(s) -> tuple[int, int]:
 def test_total_flops_match_two_n_d(spec, name: str, batch: int, seq: int) -> None:
     """Dense models: FLOPs ≈ 2·params·tokens + attention (Kaplan et al. 2020, arXiv 2001.08361 §2.1)."""
     s = spec(name)
-    g = model(s, phase="prefill", input_len=seq, batch_size=batch, logits="all")
+    g = model(s, phase="prefill", prompt_len=seq, batch=batch, logits="all")
     params, head = _dense_params(s)
     tokens = batch * seq
     attention = sum(o.flops for o in g.ops if o.kind == "attention")
@@ -200,23 +200,23 @@ def test_total_flops_match_two_n_d(spec, name: str, batch: int, seq: int) -> Non
 
 def test_model_weight_bytes_equal_params_for_prefill(spec) -> None:
     s = spec("llama-8b")
-    g = model(s, phase="prefill", input_len=64)
+    g = model(s, phase="prefill", prompt_len=64)
     params, head = _dense_params(s)
     gemm_w = sum(o.weight_bytes for o in g.ops if o.kind == "gemm")
     assert gemm_w == (params + head) * BF16
 
 
 def test_weight_dtype_from_workload(spec) -> None:
-    g = model(spec("llama-1b"), context_len=10, weight_dtype="fp8", kv_dtype="fp8")
+    g = model(spec("llama-1b"), context=10, weight_dtype="fp8", kv_dtype="fp8")
     assert op(g, "layers.0.self_attn.q_proj").weight_bytes == 2048 * 2048
     assert op(g, "layers.0.self_attn.attn").kv_read_bytes == 2 * 8 * 64 * 11
-    g4 = model(spec("llama-1b"), context_len=10, weight_dtype="int4")
+    g4 = model(spec("llama-1b"), context=10, weight_dtype="int4")
     assert op(g4, "layers.0.self_attn.q_proj").weight_bytes == 2048 * 2048 // 2
 
 
 def test_memoized_graph_is_same_object(spec) -> None:
     s = spec("llama-8b")
-    w = Workload(phase="decode", context_len=1234)
+    w = Workload(phase="decode", context=1234)
     assert build_model_graph(s, w.passes()[0], w) is build_model_graph(s, w.passes()[0], w)
 
 
@@ -226,7 +226,7 @@ def test_build_is_fast(spec) -> None:
     w = Workload(phase="decode")
     best = float("inf")
     for ctx in range(1000, 1010):
-        w = Workload(phase="decode", context_len=ctx)
+        w = Workload(phase="decode", context=ctx)
         t0 = time.perf_counter()
         g = build_model_graph(s, w.passes()[0], w)
         best = min(best, time.perf_counter() - t0)

@@ -30,7 +30,7 @@ def test_ring_all_reduce_by_hand(spec, tp: int) -> None:
 def test_every_all_reduce_of_a_tensor_parallel_layer_adds_half_the_elements_at_tp2(spec) -> None:
     # Llama-3.1-8B decode, 3 sequences, tp = 2: attention's and the MLP's all-reduces each sum
     # x[3, 4096] across 2 devices, one add per element of each device's half: 3 x 4096 / 2 = 6144.
-    w = Workload(phase="decode", batch_size=3, context_len=50, tensor_parallel=2)
+    w = Workload(phase="decode", batch=3, context=50, tensor_parallel=2)
     g = build_layer_graph(spec("llama-8b"), w.passes()[0], w, layer=0)
     reduces = [op for op in g.ops if op.kind == "communication"]
     assert [op.name for op in reduces] == ["layers.0.self_attn.o_proj.all_reduce", "layers.0.mlp.down_proj.all_reduce"]

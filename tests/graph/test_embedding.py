@@ -7,7 +7,7 @@ from layerscope.workload import Workload
 
 
 def test_embedding_is_a_gather(spec) -> None:
-    w = Workload(phase="prefill", input_len=100, batch_size=3)
+    w = Workload(phase="prefill", prompt_len=100, batch=3)
     g = build_model_graph(spec("llama-8b"), w.passes()[0], w)
     emb = g.ops[g.index["embed_tokens"]]
     assert emb.weight_bytes == 300 * 4096 * 2  # rows read, not the 128256-row table
@@ -18,6 +18,6 @@ def test_embedding_is_a_gather(spec) -> None:
 
 
 def test_tp_vocab_parallel_head(spec) -> None:
-    w = Workload(phase="decode", context_len=5, tensor_parallel=4)
+    w = Workload(phase="decode", context=5, tensor_parallel=4)
     g = build_model_graph(spec("llama-8b"), w.passes()[0], w)
     assert g.ops[g.index["lm_head"]].flops == 2 * 4096 * (128256 // 4)

@@ -26,7 +26,7 @@ def test_activation_table() -> None:
 
 
 def test_llama_1b_gated_mlp_decode(spec) -> None:
-    g = layer(spec("llama-1b"), context_len=100)
+    g = layer(spec("llama-1b"), context=100)
     gate = op(g, "layers.0.mlp.gate_proj")
     up = op(g, "layers.0.mlp.up_proj")
     down = op(g, "layers.0.mlp.down_proj")
@@ -42,14 +42,14 @@ def test_llama_1b_gated_mlp_decode(spec) -> None:
 
 
 def test_prefill_gemm_is_matrix(spec) -> None:
-    g = layer(spec("llama-1b"), phase="prefill", input_len=512, batch_size=2)
+    g = layer(spec("llama-1b"), phase="prefill", prompt_len=512, batch=2)
     gate = op(g, "layers.0.mlp.gate_proj")
     assert gate.flops == 2 * 1024 * 2048 * 8192 and gate.matrix_class == "Ma_Mw"
     assert gate.gemm is not None and gate.gemm.m == 1024
 
 
 def test_phi3_fused_gate_up(spec) -> None:
-    g = layer(spec("phi3"), context_len=10)
+    g = layer(spec("phi3"), context=10)
     gu = op(g, "layers.0.mlp.gate_up_proj")
     assert gu.flops == 2 * 3072 * 2 * 8192
     act = op(g, "layers.0.mlp.act_mul")
@@ -57,7 +57,7 @@ def test_phi3_fused_gate_up(spec) -> None:
 
 
 def test_gpt2_plain_mlp_with_biases(spec) -> None:
-    g = layer(spec("gpt2"), context_len=10)
+    g = layer(spec("gpt2"), context=10)
     fc = op(g, "h.0.mlp.c_fc")
     assert fc.flops == 2 * 768 * 3072 + 3072  # + bias add
     assert fc.weight_bytes == (768 * 3072 + 3072) * BF16
@@ -68,7 +68,7 @@ def test_gpt2_plain_mlp_with_biases(spec) -> None:
 
 
 def test_tp_divides_ffn(spec) -> None:
-    g = layer(spec("llama-8b"), context_len=10, tensor_parallel=2)
+    g = layer(spec("llama-8b"), context=10, tensor_parallel=2)
     assert op(g, "layers.0.mlp.gate_proj").flops == 2 * 4096 * 7168
     ar = op(g, "layers.0.mlp.down_proj.all_reduce")
     assert ar.comm_bytes == 2 * 1 * 4096 * BF16 // 2

@@ -39,7 +39,7 @@ def test_expected_experts_bounds(tokens: int, k: int, e: int) -> None:
 
 
 def test_qwen3_moe_decode_batch1(spec) -> None:
-    g = layer(spec("qwen3-30b-a3b"), context_len=100)
+    g = layer(spec("qwen3-30b-a3b"), context=100)
     router = op(g, "layers.0.mlp.gate")
     assert router.kind == "router" and router.flops == 2 * 2048 * 128
     topk = op(g, "layers.0.mlp.topk")
@@ -60,7 +60,7 @@ def test_qwen3_moe_decode_batch1(spec) -> None:
 
 
 def test_qwen3_moe_prefill_reads_all_experts(spec) -> None:
-    g = layer(spec("qwen3-30b-a3b"), phase="prefill", input_len=4096)
+    g = layer(spec("qwen3-30b-a3b"), phase="prefill", prompt_len=4096)
     ex = op(g, "layers.0.mlp.experts")
     per_expert = 3 * 2048 * 768 * BF16
     assert ex.weight_bytes == pytest.approx(128 * per_expert, rel=1e-9)
@@ -71,10 +71,10 @@ def test_qwen3_moe_prefill_reads_all_experts(spec) -> None:
 
 def test_deepseek_dense_then_moe_with_shared_experts(spec) -> None:
     ds = spec("deepseek-v3")
-    dense = layer(ds, 0, context_len=10)
+    dense = layer(ds, 0, context=10)
     assert op(dense, "layers.0.mlp.gate_proj").flops == 2 * 7168 * 18432
     assert "layers.0.mlp.experts" not in dense.index
-    moe = layer(ds, 3, context_len=10)
+    moe = layer(ds, 3, context=10)
     shared = op(moe, "layers.3.mlp.shared_experts.gate_proj")
     assert shared.flops == 2 * 7168 * 2048
     add = op(moe, "layers.3.mlp.shared_add")
@@ -84,7 +84,7 @@ def test_deepseek_dense_then_moe_with_shared_experts(spec) -> None:
 
 
 def test_gpt_oss_expert_biases(spec) -> None:
-    g = layer(spec("gpt-oss-20b"), context_len=10)
+    g = layer(spec("gpt-oss-20b"), context=10)
     ex = op(g, "layers.0.mlp.experts")
     per_expert = (3 * 2880 * 2880 + 2 * 2880 + 2880) * BF16
     assert ex.weight_bytes == 4 * per_expert
@@ -93,7 +93,7 @@ def test_gpt_oss_expert_biases(spec) -> None:
 
 
 def test_moe_tensor_parallel(spec) -> None:
-    g = layer(spec("qwen3-30b-a3b"), context_len=10, tensor_parallel=2)
+    g = layer(spec("qwen3-30b-a3b"), context=10, tensor_parallel=2)
     ex = op(g, "layers.0.mlp.experts")
     assert ex.weight_bytes == 8 * 3 * 2048 * 384 * BF16
     assert "layers.0.mlp.all_reduce" in g.index

@@ -432,7 +432,7 @@ def test_calibrated_spec_recovers_the_attention_rates_and_times_a_prefill_with_t
     (tmp_path / "hw.yaml").write_text(dump_hardware_yaml(hw))
     assert load_hardware(tmp_path / "hw.yaml") == hw
     spec_1b = load_model_spec("llama-3.2-1b")
-    w = make_workload(phase="prefill", input_len=1024, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
+    w = make_workload(phase="prefill", prompt_len=1024, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32")
     g = build_model_graph(spec_1b, w.prefill_pass(), w)
     attn = g.index["layers.0.self_attn.attn"]
     assert time_graph(g, hw).compute_s[attn] == pytest.approx(g.ops[attn].flops / (peak * 0.75), rel=1e-6)

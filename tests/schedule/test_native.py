@@ -97,7 +97,7 @@ def test_bit_identical_on_a_model_graph(monkeypatch: pytest.MonkeyPatch) -> None
     from layerscope.model import load_model_spec
     from layerscope.workload import make_workload
 
-    graph = build_steps_graph(load_model_spec("llama-3.2-1b"), make_workload(phase="decode", context_len=256), 2,
+    graph = build_steps_graph(load_model_spec("llama-3.2-1b"), make_workload(phase="decode", context=256), 2,
                               "unfused", all_layers=True)
     problem = ScheduleProblem.from_timed(time_graph(graph, load_hardware("h100-sxm")))
     for engines in (1, 4, 8):

@@ -331,7 +331,7 @@ def test_from_timed_matches_the_roofline_sum() -> None:
     from layerscope.workload import make_workload
 
     spec = model_spec_from_dict(tiny_config("llama"), "tiny-llama")
-    w = make_workload(phase="decode", context_len=128)
+    w = make_workload(phase="decode", context=128)
     tg = time_graph(build_layer_graph(spec, w.passes()[0], w, 0, "unfused"), load_hardware("h100-sxm"))
     p = ScheduleProblem.from_timed(tg)
     assert p.n == len(tg.graph.ops)

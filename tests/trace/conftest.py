@@ -16,7 +16,7 @@ def timed():  # type: ignore[no-untyped-def]
     from layerscope.workload import make_workload
 
     spec = model_spec_from_dict(tiny_config("llama"), "tiny-llama")
-    w = make_workload(phase="decode", context_len=64)
+    w = make_workload(phase="decode", context=64)
     return time_graph(build_model_graph(spec, w.passes()[0], w, "unfused"), load_hardware("h100-sxm"))
 
 

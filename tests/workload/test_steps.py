@@ -32,7 +32,7 @@ def test_step_names_round_trip_and_match_the_graph():
     assert without_step("decode_step_3.layers.0.mlp.act_mul") == "layers.0.mlp.act_mul"
     assert without_step("layers.0.decode_step_3.x") == "layers.0.decode_step_3.x"
     # a multi-step graph's ops carry exactly these prefixes
-    w = make_workload(phase="generate", input_len=8, output_len=3)
+    w = make_workload(phase="generate", prompt_len=8, decode_steps=2)
     g = build_steps_graph(load_model_spec("llama-3.2-1b"), w, 2, all_layers=False)
     prefixes = {op.name.split(".", 1)[0] for op in g.ops if op.name.startswith("decode_step_")}
     assert prefixes == {step_range(0), step_range(1)}

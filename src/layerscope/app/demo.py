@@ -419,7 +419,7 @@ def verdict(r: DemoRun) -> tuple[str, ...]:
     lines: list[str] = []
     phase = r.comparison
     if phase is None or r.validation is None:
-        lines.append(f"Predicted: the layer's {r.estimate.workload.input_len}-token prefill takes "
+        lines.append(f"Predicted: the layer's {r.estimate.workload.prompt_len}-token prefill takes "
                      f"{_ms(r.estimate.ttft_s or 0.0)} on {r.hardware.name}; nothing was measured (no torch), so "
                      "there is no error to report.")
         lines.append(f"Open the simulated trace: layerscope open {r.simulated_n.trace_path}")

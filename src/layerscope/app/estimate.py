@@ -186,12 +186,12 @@ class EstimateResult(BaseModel):
     """Time to first token, seconds: the prefill pass (``prefill``, ``generate``); ``null`` for ``decode`` and
     ``chunked``."""
     tpot_s: float | None
-    """Time per output token, seconds: for ``generate`` the mean over the ``output_len − 1`` decode steps, each
+    """Time per output token, seconds: for ``generate`` the mean over the ``decode_steps`` decode steps, each
     timed at its own KV-cache length; for ``decode``/``chunked`` the pass time; ``null`` for ``prefill``."""
     e2e_s: float
     """End-to-end seconds: ``ttft_s`` + every decode step for ``generate``, else the pass time."""
     output_tokens_per_s: float
-    """Generated tokens per second across the batch: ``batch × output_len / e2e_s`` for ``generate``,
+    """Generated tokens per second across the batch: ``batch × (decode_steps + 1) / e2e_s`` for ``generate``,
     ``batch / pass time`` otherwise."""
     phase_times_s: dict[str, float]
     """Seconds per phase (``prefill``, ``decode``, …)."""

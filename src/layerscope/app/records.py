@@ -148,8 +148,8 @@ def _from_graph(request: WorkloadsRequest) -> WorkloadsRun:
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
     if layers is not None and not 1 <= layers <= spec.num_layers:
         raise RecordsError(f"--layers: {layers} is out of range; the model has {spec.num_layers} decoder layers")
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
-                             output_len=decode_steps + 1)
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch=batch, prompt_len=prompt_len,
+                             decode_steps=decode_steps)
     warnings = tuple(context_warnings(spec, workload))
     records = records_from_spec(spec, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps,
                                 dtype=request.dtype, tp=request.parallel.tensor_parallel,

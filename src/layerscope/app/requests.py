@@ -85,12 +85,12 @@ class WorkloadRequest(BaseModel):
 
         fields: dict[str, object] = {"phase": self.phase, "weight_dtype": self.weight_dtype,
                                      "act_dtype": self.act_dtype, "kv_dtype": self.kv_dtype}
-        for name, value in (("batch_size", self.batch), ("input_len", self.prompt_len),
-                            ("context_len", self.context), ("chunk_size", self.chunk)):
+        for name, value in (("batch", self.batch), ("prompt_len", self.prompt_len),
+                            ("context", self.context), ("chunk", self.chunk)):
             if value is not None:
                 fields[name] = value
         if self.decode_steps is not None and self.phase == "generate":
-            fields["output_len"] = self.decode_steps + 1
+            fields["decode_steps"] = self.decode_steps
         if plan is not None and plan.tensor_parallel != 1:
             fields["tensor_parallel"] = plan.tensor_parallel
         return make_workload(**fields)

@@ -558,8 +558,8 @@ def _predict(spec: ModelSpec, hw: HardwareSpec, *, dtype: str, batch: int, promp
     from layerscope.workload import make_workload
 
     dtypes = {"weight_dtype": dtype, "act_dtype": dtype, "kv_dtype": dtype}
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch,
-                             input_len=prompt_len, output_len=decode_steps + 1, **dtypes)
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch=batch,
+                             prompt_len=prompt_len, decode_steps=decode_steps, **dtypes)
     est = estimate(spec, hw, workload, cost_model=cost_model, attention="fused")
 
     def run(phase: WorkloadRequest, trace: Path) -> SimulationRun:

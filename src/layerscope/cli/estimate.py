@@ -92,7 +92,7 @@ def _render(result: EstimateResult, top: int | None) -> None:
     con = console()
     w = result.workload
     con.print(
-        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {w.phase} · batch {w.batch_size} · "
+        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {w.phase} · batch {w.batch} · "
         f"cost model {esc(result.cost_model)} · {esc(result.scope)}"
     )
     ops = sorted(result.ops, key=lambda o: -o.time_s)

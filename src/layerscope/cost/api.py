@@ -277,7 +277,7 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
     tp = workload.tensor_parallel
     weights = _weight_bytes(spec, workload.weight_dtype) / tp
     ctx = workload.max_context_len()
-    seqs = workload.batch_size + (1 if workload.phase == "chunked" else 0)
+    seqs = workload.batch + (1 if workload.phase == "chunked" else 0)
     kv_values = 0
     for layer in range(spec.num_layers):
         span = min(ctx, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window else ctx
@@ -296,7 +296,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
 
     For ``prefill`` TPOT is ``None``; for ``decode`` and ``chunked`` TTFT is ``None`` and the
     pass time is the TPOT (every decode sequence gains one token per pass); for ``generate``,
-    TTFT is the prefill time and TPOT the mean over the ``output_len - 1`` decode steps.
+    TTFT is the prefill time and TPOT the mean over the ``decode_steps`` decode steps.
     """
     if layer is not None and not 0 <= layer < spec.num_layers:
         from layerscope.errors import WorkloadError
@@ -310,7 +310,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     phase_times: dict[str, float] = {}
     ttft: float | None = None
     tpot: float | None = None
-    batch = workload.batch_size
+    batch = workload.batch
     if workload.phase == "generate":
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
@@ -320,7 +320,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         ttft = float(cost.time_s.sum())
         phase_times["prefill"] = ttft
         decode_total = 0.0
-        if workload.output_len > 1:
+        if workload.decode_steps > 0:
             ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
             parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound))
             graphs.append(ds.graph)
@@ -328,7 +328,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
             tpot = float(ds.step_times_s.mean())
             phase_times["decode"] = decode_total
         e2e = ttft + decode_total
-        tokens_per_s = batch * workload.output_len / e2e
+        tokens_per_s = batch * workload.output_tokens / e2e
     else:
         fwd = workload.passes()[0]
         g = _build(spec, fwd, workload, attention, layer)

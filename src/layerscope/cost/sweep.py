@@ -122,7 +122,7 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
     points = _sample_points(spec, phase)
     feats: list[OpFeatures] = []
     for b, L in points:
-        w = template.model_copy(update={"phase": phase, "batch_size": b, "input_len": L, "context_len": L})
+        w = template.model_copy(update={"phase": phase, "batch": b, "prompt_len": L, "context": L})
         fwd = w.prefill_pass() if phase == "prefill" else w.decode_pass(L)
         feats.append(op_features(build_model_graph(spec, fwd, w)))
     phi = basis(spec, phase, np.array([p[0] for p in points]), np.array([p[1] for p in points]))
@@ -239,7 +239,7 @@ def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length
 def _point_time_s(spec: ModelSpec, hw: HardwareSpec, template: Workload, phase: str, batch: int, length: int,
                   cost_model: str) -> float:
     """One grid point through :func:`estimate`: the prefill's TTFT or the decode step's TPOT."""
-    w = template.model_copy(update={"phase": phase, "batch_size": batch, "input_len": length, "context_len": length})
+    w = template.model_copy(update={"phase": phase, "batch": batch, "prompt_len": length, "context": length})
     result = estimate(spec, hw, w, cost_model=cost_model)
     pass_s = result.ttft_s if phase == "prefill" else result.tpot_s
     return float(pass_s if pass_s is not None else result.e2e_s)

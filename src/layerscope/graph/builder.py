@@ -288,15 +288,15 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
                       logits: LogitsMode = "last", mla_form: MLAForm | None = None) -> OpGraph:
     """``steps`` consecutive decode passes with a growing KV cache, as one graph.
 
-    Step ``t`` decodes ``workload.batch_size`` sequences at cached length ``start + t``, where
-    ``start`` is ``workload.context_len`` for decode/chunked workloads and ``input_len`` for
+    Step ``t`` decodes ``workload.batch`` sequences at cached length ``start + t``, where
+    ``start`` is ``workload.context`` for decode/chunked workloads and ``prompt_len`` for
     prefill/generate ones. Op and activation names are prefixed ``decode_step_{t}.``; step ``t+1``'s
     embedding reads step ``t``'s sampled tokens. ``all_layers=False`` keeps only layer 0.
     """
     if steps < 1:
         raise GraphError(f"steps: must be >= 1 (got {steps})")
     _check_options(spec, attention, mla_form, logits)
-    start = workload.context_len if workload.phase in ("decode", "chunked") else workload.input_len
+    start = workload.context if workload.phase in ("decode", "chunked") else workload.prompt_len
     start = max(start, 1)
     layers = tuple(range(spec.num_layers)) if all_layers else (0,)
     ops: list[Op] = []

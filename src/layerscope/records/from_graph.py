@@ -207,8 +207,8 @@ def records_from_spec(
     decode; HF runs ``"naive"``).
     """
     dt = parse_dtype(dtype)
-    workload = make_workload(phase="generate" if decode_steps else "prefill", batch_size=batch, input_len=prompt_len,
-                             output_len=decode_steps + 1, weight_dtype=dt, act_dtype=dt, kv_dtype=dt,
+    workload = make_workload(phase="generate" if decode_steps else "prefill", batch=batch, prompt_len=prompt_len,
+                             decode_steps=decode_steps, weight_dtype=dt, act_dtype=dt, kv_dtype=dt,
                              tensor_parallel=tp)
     chosen = tuple(range(spec.num_layers)) if layers is None else tuple(layers)
     records = RecordSet({

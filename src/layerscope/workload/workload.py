@@ -5,16 +5,23 @@ sequences that each bring ``new_tokens`` tokens and attend to ``cached_tokens`` 
 already in the KV cache. Every phase is expressed this way:
 
 * prefill: ``batch`` x (new = prompt_len, cached = 0)
-* decode: ``batch`` x (new = 1, cached = context_len)
-* chunked prefill: one chunk (new = chunk_size, cached = prefill_offset) plus
-  ``batch`` decode sequences (new = 1, cached = context_len) in the same pass (Sarathi-Serve,
+* decode: ``batch`` x (new = 1, cached = context)
+* chunked prefill: one chunk (new = chunk, cached = prefill_offset) plus
+  ``batch`` decode sequences (new = 1, cached = context) in the same pass (Sarathi-Serve,
   arXiv 2403.02310)
-* generate: a prefill, then ``output_len - 1`` decode passes whose cached length grows from
-  ``input_len`` to ``input_len + output_len - 2`` (the first output token comes from prefill).
+* generate: a prefill, then ``decode_steps`` decode passes whose cached length grows from
+  ``prompt_len`` to ``prompt_len + decode_steps - 1``: ``decode_steps + 1`` output tokens, the first
+  from the prefill.
+
+The fields are spelled as the verbs' options are (``--batch``, ``--prompt-len``, ``--decode-steps``,
+``--context``, ``--chunk``). The older names (``batch_size``, ``input_len``, ``output_len`` = decode
+steps + 1, ``context_len``, ``chunk_size``) are still read, with a ``DeprecationWarning``, until the
+next release.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -68,6 +75,10 @@ MAX_TOKENS = 2**31
 MAX_DEVICES = 2**16
 
 
+#: The fields' older names, read until the next release (``output_len`` too: it becomes ``decode_steps + 1``).
+RENAMED_FIELDS = {"batch_size": "batch", "input_len": "prompt_len", "context_len": "context", "chunk_size": "chunk"}
+
+
 class Workload(BaseModel):
     """A phase with its batch, lengths, dtypes and parallelism."""
 
@@ -75,15 +86,16 @@ class Workload(BaseModel):
 
     phase: Phase = "decode"
     """``prefill``, ``decode``, ``chunked`` or ``generate``."""
-    batch_size: int = Field(default=1, gt=0, le=MAX_BATCH)
+    batch: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Sequences per pass (decode sequences alongside the chunk in ``chunked``)."""
-    input_len: int = Field(default=512, gt=0, le=MAX_TOKENS)
-    """Prompt tokens (prefill, generate)."""
-    output_len: int = Field(default=128, gt=0, le=MAX_TOKENS)
-    """Generated tokens (generate)."""
-    context_len: int = Field(default=1024, ge=0, le=MAX_TOKENS)
+    prompt_len: int = Field(default=512, gt=0, le=MAX_TOKENS)
+    """Prompt tokens per sequence (prefill, generate)."""
+    decode_steps: int = Field(default=127, ge=0, le=MAX_TOKENS)
+    """Decode passes after the prefill (generate): ``decode_steps + 1`` generated tokens, the first from the
+    prefill."""
+    context: int = Field(default=1024, ge=0, le=MAX_TOKENS)
     """Tokens already in the KV cache of each decode sequence (decode, chunked)."""
-    chunk_size: int = Field(default=512, gt=0, le=MAX_TOKENS)
+    chunk: int = Field(default=512, gt=0, le=MAX_TOKENS)
     """Prompt tokens processed per pass in ``chunked``."""
     prefill_offset: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Prompt tokens of the chunked request already processed before this chunk."""
@@ -98,6 +110,31 @@ class Workload(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _renamed(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        old = [key for key in (*RENAMED_FIELDS, "output_len") if key in data]
+        if not old:
+            return data
+        data = dict(data)
+        for key in old:
+            new = RENAMED_FIELDS.get(key, "decode_steps")
+            if new in data:
+                raise ValueError(f"{key} and {new} both given: {key} is the old name of {new}; give {new} only")
+            value = data.pop(key)
+            if key == "output_len":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"output_len (generated tokens, decode_steps + 1) must be an integer >= 1, "
+                                     f"got {value!r}")
+                value -= 1
+            data[new] = value
+        hint = ", ".join(f"{key} -> {RENAMED_FIELDS.get(key, 'decode_steps (output_len - 1)')}" for key in old)
+        warnings.warn(f"Workload field names are deprecated and will be removed in the next release: {hint}",
+                      DeprecationWarning, stacklevel=4)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _dtypes(cls, data: object) -> object:
         if isinstance(data, dict):
             for key in ("weight_dtype", "act_dtype", "kv_dtype"):
@@ -107,9 +144,14 @@ class Workload(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
-        if self.phase == "decode" and self.context_len < 1:
-            raise ValueError("context_len must be >= 1 for decode (the KV cache holds the prompt)")
+        if self.phase == "decode" and self.context < 1:
+            raise ValueError("context must be >= 1 for decode (the KV cache holds the prompt)")
         return self
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens a generation makes: ``decode_steps + 1`` (the first from the prefill)."""
+        return self.decode_steps + 1
 
     def passes(self) -> list[ForwardPass]:
         """The distinct forward passes of this workload (for generate: prefill and the first decode).
@@ -119,26 +161,26 @@ class Workload(BaseModel):
         return _PASS_BUILDERS[self.phase](self)
 
     def prefill_pass(self) -> ForwardPass:
-        return ForwardPass(groups=(SequenceGroup(count=self.batch_size, new_tokens=self.input_len),),
+        return ForwardPass(groups=(SequenceGroup(count=self.batch, new_tokens=self.prompt_len),),
                            label="prefill")
 
     def decode_pass(self, cached_tokens: int) -> ForwardPass:
         return ForwardPass(
-            groups=(SequenceGroup(count=self.batch_size, new_tokens=1, cached_tokens=cached_tokens),),
+            groups=(SequenceGroup(count=self.batch, new_tokens=1, cached_tokens=cached_tokens),),
             label=f"decode@{cached_tokens}",
         )
 
     def decode_contexts(self) -> range:
-        """Cached lengths of the decode passes of a generation: input_len … input_len+output_len-2."""
-        return range(self.input_len, self.input_len + self.output_len - 1)
+        """Cached lengths of the decode passes of a generation: prompt_len … prompt_len + decode_steps - 1."""
+        return range(self.prompt_len, self.prompt_len + self.decode_steps)
 
     def max_context_len(self) -> int:
         """Longest KV cache any sequence holds at the end of this workload."""
         return {
-            "prefill": self.input_len,
-            "decode": self.context_len + 1,
-            "chunked": max(self.context_len + 1, self.prefill_offset + self.chunk_size),
-            "generate": self.input_len + self.output_len - 1,
+            "prefill": self.prompt_len,
+            "decode": self.context + 1,
+            "chunked": max(self.context + 1, self.prefill_offset + self.chunk),
+            "generate": self.prompt_len + self.decode_steps,
         }[self.phase]
 
 
@@ -147,19 +189,19 @@ def _prefill(w: Workload) -> list[ForwardPass]:
 
 
 def _decode(w: Workload) -> list[ForwardPass]:
-    return [w.decode_pass(w.context_len)]
+    return [w.decode_pass(w.context)]
 
 
 def _chunked(w: Workload) -> list[ForwardPass]:
-    groups = [SequenceGroup(count=1, new_tokens=w.chunk_size, cached_tokens=w.prefill_offset)]
-    groups.append(SequenceGroup(count=w.batch_size, new_tokens=1, cached_tokens=max(w.context_len, 1)))
+    groups = [SequenceGroup(count=1, new_tokens=w.chunk, cached_tokens=w.prefill_offset)]
+    groups.append(SequenceGroup(count=w.batch, new_tokens=1, cached_tokens=max(w.context, 1)))
     return [ForwardPass(groups=tuple(groups), label="chunked")]
 
 
 def _generate(w: Workload) -> list[ForwardPass]:
     passes = [w.prefill_pass()]
-    if w.output_len > 1:
-        passes.append(w.decode_pass(w.input_len))
+    if w.decode_steps > 0:
+        passes.append(w.decode_pass(w.prompt_len))
     return passes
 
 
