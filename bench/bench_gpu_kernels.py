@@ -1,0 +1,121 @@
+"""Published GPU kernel measurements against the presets fitted on the others: ``python bench/bench_gpu_kernels.py``.
+
+Writes ``bench/GPU-KERNELS.md``: every row of ``src/layerscope/data/gpu-kernels.md`` that maps to one op, its
+published value beside the prediction of its GPU's preset fitted without the row's own source
+(``layerscope.analysis.kernel_replay``), the headline error over E/D rows, and the rows not replayed with the
+reason. Also the H200 kernels this project timed itself by CUDA-graph replay (``bench/gpu/h200-2026-11-26``), an
+independent check the fit never sees. Deterministic: no timing, no randomness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from layerscope.analysis.kernel_replay import Replayed, gemm_tflops, headline, replay  # noqa: E402
+from layerscope.hardware import load_hardware  # noqa: E402
+from layerscope.hardware.kernel_fit import GemmRow, fit_preset  # noqa: E402
+from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table  # noqa: E402
+
+GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+OWN_H200 = ROOT / "bench" / "gpu" / "h200-2026-11-26" / "kernels-cuda-graph.json"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def own_h200_rows(rows: list[KernelRow], presets: dict) -> list[tuple[str, float, float]]:
+    """(shape, measured TFLOPS, predicted TFLOPS) for our own graph-timed H200 bf16/fp8 GEMMs, predicted by the
+    h200 preset fitted on the whole published table."""
+    if not OWN_H200.exists():
+        return []
+    spec = fit_preset(presets["h200"], rows, presets).spec
+    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
+    out = []
+    for rec in json.loads(OWN_H200.read_text())["records"]:
+        if rec["kind"] != "gemm":
+            continue
+        row = replace(template, id=f"own {rec['dtype']} {rec['m']}x{rec['n']}x{rec['k']}", gpu="h200",
+                      source="own", precision=rec["dtype"], gemm=GemmShape(rec["m"], rec["n"], rec["k"]),
+                      value=rec["tflops"], tags=frozenset({"E"}))
+        g = GemmRow.of(row)
+        if g is not None:
+            out.append((row.id, rec["tflops"], gemm_tflops(g, spec)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "GPU-KERNELS.md")
+    ap.add_argument("--no-record", action="store_true", help="Print, do not write --out.")
+    a = ap.parse_args()
+    rows = read_kernel_table()
+    presets = {g: load_hardware(g) for g in GPUS}
+    done, skipped = replay(rows, presets)
+    lines = [
+        f"`python bench/bench_gpu_kernels.py` · {datetime.date.today().isoformat()} · deterministic (no timing)",
+        "",
+        "Each row is predicted by its GPU's preset fitted (`layerscope.hardware.kernel_fit`) on every table row "
+        "except those of the row's own source (the `held out` column), so no row is scored by a fit its source "
+        "took part in. GEMMs: one linear op timed by the roofline cost model; memory-bound rows: the preset's "
+        "streaming bandwidth. Error = predicted / published − 1. Headline: E- and D-tagged rows (F and L rows "
+        "are listed, not counted). Target on rows not used to fit: median |error| ≤ 10%, p90 ≤ 25%.",
+        "",
+        "| rows | headline rows | median \\|error\\| | p90 \\|error\\| |",
+        "|---|---|---|---|",
+    ]
+    for kind in (None, "gemm", "memory"):
+        n, med, p90 = headline(done, kind)
+        label = "all" if kind is None else kind
+        lines.append(f"| {label} | {n} | {med * 100:.1f}% | {p90 * 100:.1f}% |")
+    lines += ["", "| id | GPU | kind | what | unit | published | predicted | error | held out | headline |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(done, key=lambda r: (r.kind, r.gpu, r.id)):
+        lines.append(_row(r))
+    lines += ["", f"Not replayed ({len(skipped)} rows):", ""]
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s.why, []).append(s.id)
+    for why, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"- {why}: {', '.join(ids)}")
+    own = own_h200_rows(rows, presets)
+    if own:
+        errors = sorted(abs(p / m - 1) for _, m, p in own)
+        lines += ["", "## Our own H200 GEMMs (CUDA-graph replay, never fitted)", "",
+                  f"{len(own)} GEMMs from `{OWN_H200.relative_to(ROOT)}` (bf16 and fp8, M = 1…16384 over Llama "
+                  "projection shapes, cold weights), predicted by the h200 preset fitted on the whole table: "
+                  f"median |error| {errors[len(errors) // 2] * 100:.1f}%, p90 "
+                  f"{errors[int(0.9 * (len(errors) - 1))] * 100:.1f}%.", "",
+                  "| GEMM | measured TFLOPS | predicted | error |", "|---|---|---|---|"]
+        lines += [f"| {name} | {m:.1f} | {p:.1f} | {_pct(p / m - 1)} |" for name, m, p in own]
+    text = "\n".join(lines) + "\n"
+    if a.no_record:
+        print(text)
+        return 0
+    # The generated part goes between the markers; what is written by hand around it stays.
+    old = a.out.read_text() if a.out.exists() else f"{BEGIN}\n{END}\n"
+    if BEGIN not in old or END not in old:
+        print(f"error: {a.out} has no {BEGIN} … {END} region to replace", file=sys.stderr)
+        return 2
+    a.out.write_text(old[:old.index(BEGIN)] + f"{BEGIN}\n{text}{END}" + old[old.index(END) + len(END):])
+    print(f"wrote {a.out}")
+    return 0
+
+
+def _row(r: Replayed) -> str:
+    what = r.description.replace("|", "/")
+    return (f"| {r.id} | {r.gpu} | {r.kind} | {what} | {r.unit} | {r.published:g} | {r.predicted:.4g} | "
+            f"{_pct(r.error)} | {r.held_out} | {'yes' if r.headline else 'no'} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

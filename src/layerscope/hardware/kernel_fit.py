@@ -1,0 +1,379 @@
+"""GPU presets fitted on published kernel measurements (``layerscope calibrate --from-table``).
+
+The table is ``data/gpu-kernels.md`` (:mod:`layerscope.hardware.kernel_table` reads it): GEMMs by shape and
+dtype, memory-bound kernels, each with its source. A preset keeps its datasheet peaks; what is fitted is the
+part the datasheet cannot say, in the terms the cost model already uses (``cost.models.roofline``):
+
+* **GEMMs** (per GPU and dtype, 16-bit and fp8 apart):
+  ``t = t0 + max((F + W½) / (P · e), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
+  ``P`` the datasheet peak, ``W``/``A`` the weight and activation bytes, ``B`` the datasheet HBM
+  bandwidth, ``m`` the memory efficiency below. Fitted: ``e`` (the asymptotic fraction of peak,
+  ``efficiency.matmul_per_dtype``), ``W½`` (Hockney & Jesshope's half-performance work, 1988 §1.3.3:
+  the work at which a GEMM reaches half its asymptotic rate; ``efficiency.matmul_half_flops``) and ``w``
+  (the rate at which a skinny GEMM streams its weights: *small M is weight streaming*, the time flat in
+  M until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``, as ``w / m``).
+  ``t0`` is the preset's ``launch_overhead_s`` (no published row isolates it; see the module's fallbacks).
+* **Memory-bound kernels**: ``m`` = the median achieved fraction of the datasheet bandwidth over the GPU's
+  memory rows (``efficiency.memory``); they all move >= 100 MB, where ``t0`` is under 3 % of their time.
+
+Rows tagged L (low confidence) are never fitted; F (read off a figure) are. A row whose published value
+exceeds the datasheet peak it is measured against cannot be fitted by any efficiency <= 1: the fit is
+refused naming it (:class:`~layerscope.errors.HardwareSpecError`), never clamped. A GPU without rows of a
+kind takes the fit of the GPU in :data:`NEAREST` and the preset says so in its sources.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layerscope.errors import HardwareSpecError
+from layerscope.hardware.kernel_table import KernelRow
+from layerscope.hardware.spec import HardwareSpec
+from layerscope.units import DType
+
+#: Where a GPU has no rows of a kind, the GPU whose fit it takes, and why that one.
+NEAREST: dict[str, tuple[str, str]] = {
+    "h200": ("h100-sxm", "same GH100 die, clocks and 700 W limit; HBM3e only changes the bandwidth"),
+    "gh200": ("h100-sxm", "same GH100 die"),
+    "h100-pcie": ("h100-sxm", "same GH100 die at lower clocks and power"),
+    "a100-pcie": ("a100-sxm", "same GA100 die"),
+    "b200": ("h100-sxm", "the previous NVIDIA data-center generation (no closer GPU has rows)"),
+    "l40s": ("a100-sxm", "no Ada data-center rows: the closest NVIDIA GPU with rows of this kind"),
+    "rtx-4090": ("a100-sxm", "no Ada rows: the closest NVIDIA GPU with rows of this kind"),
+    "mi300x": ("h100-sxm", "no other CDNA3 rows: the data-center GPU with the most rows"),
+    "a100-sxm": ("h100-sxm", "the next NVIDIA data-center generation"),
+    "h100-sxm": ("a100-sxm", "the previous NVIDIA data-center generation"),
+}
+
+#: Element bytes of a GEMM's operands by dtype class: (activation in, weight, output), as the graph counts them
+#: (an op's output at its activation dtype; a bf16-out fp8 GEMM writes M·N more bytes, which matter only where
+#: the GEMM is memory-bound, at small M, where they are under 1 % of its traffic in every fp8 row of the table).
+_OPERAND_BYTES = {"bf16": (2, 2, 2), "fp8": (1, 1, 1)}
+#: The table's precision words, by the dtype class whose fit they join (16-bit types share one peak).
+_PRECISION_CLASS = (("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "bf16"))
+
+#: The grids reach past 1 so that a fit wanting an efficiency above 1 is seen (and refused), not clamped.
+_GRID_E = np.linspace(0.30, 1.24, 48)
+_GRID_HALF = np.concatenate(([0.0], np.logspace(7.0, 11.7, 32)))
+_GRID_W = np.linspace(0.30, 1.24, 48)
+_GRID_T0_S = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]) * 1e-6
+#: How much worse (RMS of the log time error) the best fit within physical bounds may be than the best fit
+#: beyond them before the fit is refused rather than kept at the bound (and flagged in its sources).
+BOUND_TOLERANCE = 0.05
+#: A row this short pins down the fixed cost per kernel (t0): at 25 µs, 1 µs of t0 is 4 % of the time.
+SHORT_ROW_S = 25e-6
+
+
+def source_key(row: KernelRow) -> str:
+    """The row's source id (``S4``, ``T6``, ``S17a``): rows of one source are held out together."""
+    match = re.match(r"\s*([ST]\d+[a-z]?)", row.source)
+    return match.group(1) if match else row.source.split()[0]
+
+
+def dtype_class(row: KernelRow) -> str | None:
+    """``bf16`` (any 16-bit float), ``fp8`` or None (int4 weight-only, fp4: not fitted here)."""
+    words = row.precision.lower().replace("/", " ").split()
+    if not words or any(w.startswith(("w4", "int4", "nvfp4", "fp4")) for w in words[:1]):
+        return None
+    for word, cls in _PRECISION_CLASS:
+        if words[0].startswith(word):
+            return cls
+    return None
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    """One published GEMM measurement as the fit sees it: shape, work and bytes, and the measured seconds."""
+
+    row: KernelRow
+    dtype: str
+    flops: float
+    weight_bytes: float
+    act_bytes: float
+    time_s: float
+    m: int
+
+    @classmethod
+    def of(cls, row: KernelRow) -> GemmRow | None:
+        dt = dtype_class(row)
+        if row.kind != "gemm" or row.gemm is None or dt is None or row.value is None or row.unit != "TFLOPS":
+            return None
+        g = row.gemm
+        a_in, w_b, out_b = _OPERAND_BYTES[dt]
+        flops = 2.0 * g.m * g.n * g.k * g.groups
+        return cls(row=row, dtype=dt, flops=flops, weight_bytes=float(g.groups * g.n * g.k * w_b),
+                   act_bytes=float(g.groups * (g.m * g.k * a_in + g.m * g.n * out_b)),
+                   time_s=flops / (row.value * 1e12), m=g.m)
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    """The fitted GEMM terms of one GPU and dtype class, with the rows behind each."""
+
+    gpu: str
+    dtype: str
+    efficiency: float
+    half_flops: float
+    weight_stream: float
+    """Fraction of the datasheet bandwidth at which weights stream."""
+    overhead_s: float
+    """Fixed cost per kernel, seconds (t0)."""
+    rows: tuple[str, ...]
+    """Ids of the rows fitted."""
+    taken_from: dict[str, str] = field(default_factory=dict)
+    """Parameter -> why it came from elsewhere (another GPU's fit, or the default)."""
+    rms_log_error: float = 0.0
+
+
+def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
+                peak_flops_per_s: float, bandwidth_bytes_per_s: float, memory_eff: float, efficiency: float,
+                half_flops: float, weight_stream: float, overhead_s: float) -> np.ndarray:
+    """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1)."""
+    compute = (flops + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency)
+    memory = weight_bytes / (bandwidth_bytes_per_s * weight_stream) + act_bytes / (bandwidth_bytes_per_s * memory_eff)
+    return overhead_s + np.maximum(compute, memory)
+
+
+def check_physical(rows: Iterable[GemmRow], spec: HardwareSpec) -> None:
+    """Refuse rows faster than the datasheet allows: above the peak, or skinny GEMMs streaming their weights
+    faster than the HBM bandwidth (naming every such row)."""
+    bad = []
+    for r in rows:
+        peak = spec.engines.peak_flops_per_s.get(DType(r.dtype))
+        if peak and r.flops / r.time_s > peak * 1.0001:
+            bad.append(f"{r.row.id} ({r.row.value:g} TFLOPS > the {peak / 1e12:g} TFLOPS peak)")
+        elif r.weight_bytes / r.time_s > spec.memory_bandwidth_bytes_per_s * 1.0001:
+            bad.append(f"{r.row.id} (streams its weights at {r.weight_bytes / r.time_s / 1e9:.0f} GB/s > "
+                       f"{spec.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s)")
+    if bad:
+        raise HardwareSpecError(f"{spec.name}: no efficiency <= 1 fits {', '.join(bad)}: check the rows' GPU, "
+                                "dtype and shape, or the preset's peak")
+
+
+def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_eff: float,
+             fallback: GemmFit | None, overhead_s: float | None = None) -> GemmFit | None:
+    """The (e, W½, w) of ``rows`` (one GPU, one dtype class) minimising the squared log error of the time,
+    by grid search (e and w in [0.3, 1], W½ 0 or 1e7..5e11 FLOPs). A parameter the rows cannot pin down
+    comes from ``fallback`` (another GPU's fit): ``w`` without a weight-streaming row (one where W / (B·w)
+    would bind), ``W½`` with fewer than three compute-bound rows. The fixed cost per kernel ``t0`` is
+    ``overhead_s`` where given, else fitted (0-6 µs) when a row is shorter than :data:`SHORT_ROW_S`, else the
+    fallback's, else the preset's ``launch_overhead_s``. None without rows and fallback."""
+    peak = spec.engines.peak_flops_per_s.get(DType(dtype))
+    if not rows or peak is None:
+        return None
+    check_physical(rows, spec)
+    bw = spec.memory_bandwidth_bytes_per_s
+    flops = np.array([r.flops for r in rows])
+    wb = np.array([r.weight_bytes for r in rows])
+    ab = np.array([r.act_bytes for r in rows])
+    m = np.array([r.m for r in rows], dtype=float)
+    t = np.array([r.time_s for r in rows])
+    ridge = peak / bw
+    streaming = (flops / (wb + ab)) < 0.5 * ridge
+    compute_bound = ~streaming
+    taken: dict[str, str] = {}
+    grid_w = _GRID_W
+    if not streaming.any():
+        if fallback is None:
+            grid_w = np.array([memory_eff])
+            taken["weight_stream"] = "no weight-streaming row: the memory efficiency"
+        else:
+            grid_w = np.array([fallback.weight_stream])
+            taken["weight_stream"] = f"no weight-streaming row: {fallback.gpu}'s fit"
+    grid_half = _GRID_HALF
+    if compute_bound.sum() < 3:
+        grid_half = np.array([fallback.half_flops if fallback is not None else 0.0])
+        taken["half_flops"] = (f"fewer than 3 compute-bound rows: {fallback.gpu}'s fit" if fallback is not None
+                               else "fewer than 3 compute-bound rows: none (0)")
+    grid_e = _GRID_E
+    if not compute_bound.any() and fallback is not None:
+        grid_e = np.array([fallback.efficiency])
+        taken["efficiency"] = f"no compute-bound row: {fallback.gpu}'s fit"
+    if overhead_s is not None:
+        grid_t0 = np.array([overhead_s])
+    elif (t < SHORT_ROW_S).any():
+        grid_t0 = _GRID_T0_S
+    else:
+        grid_t0 = np.array([fallback.overhead_s if fallback is not None else spec.launch_overhead_s])
+        taken["overhead"] = (f"no row under {SHORT_ROW_S * 1e6:g} µs: " +
+                             (f"{fallback.gpu}'s fit" if fallback is not None else "the preset's launch_overhead_s"))
+    e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
+    compute = (flops + np.where(m > 1, 1.0, 0.0) * h) / (peak * e)
+    memory = wb / (bw * w) + ab / (bw * memory_eff)
+    pred = t0 + np.maximum(compute, memory)
+    loss = (np.log(pred / t) ** 2).sum(axis=1)
+    inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
+    best = int(np.argmin(np.where(inside, loss, np.inf)))
+    free = int(np.argmin(loss))
+    rms_in, rms_free = (float(np.sqrt(loss[i] / len(rows))) for i in (best, free))
+    if rms_in - rms_free > BOUND_TOLERANCE:
+        _refuse_beyond_one(spec, dtype, rows, efficiency=float(e[free, 0]), weight_stream=float(w[free, 0]),
+                           rms=(rms_in, rms_free))
+    if free != best and (e[free, 0] > 1.0 or w[free, 0] > 1.0):
+        taken["bound"] = (f"at the physical bound: unbounded, the rows would take e={e[free, 0]:.2f}, "
+                          f"w={w[free, 0]:.2f} (RMS log error {rms_free:.3f} against {rms_in:.3f} within bounds)")
+    return GemmFit(gpu=spec.name, dtype=dtype, efficiency=float(e[best, 0]), half_flops=float(h[best, 0]),
+                   weight_stream=float(w[best, 0]), overhead_s=float(t0[best, 0]), rows=tuple(r.row.id for r in rows),
+                   taken_from=taken, rms_log_error=float(np.sqrt(loss[best] / len(rows))))
+
+
+def _refuse_beyond_one(spec: HardwareSpec, dtype: str, rows: Sequence[GemmRow], *, efficiency: float,
+                       weight_stream: float, rms: tuple[float, float]) -> None:
+    """The rows fit much better with an efficiency above 1 than with any within bounds: they are faster than
+    the datasheet allows once t0 and W½ are charged, and the fit is refused, naming the rows nearest the bound
+    (the fastest compute-bound, or weight-streaming, rows)."""
+    peak = spec.engines.peak_flops_per_s[DType(dtype)]
+    if efficiency > 1.0:
+        worst = sorted(rows, key=lambda r: -r.flops / r.time_s / peak)[:3]
+        what = f"GEMM efficiency {efficiency:.2f} of the {peak / 1e12:g} TFLOPS peak"
+    else:
+        worst = sorted(rows, key=lambda r: -r.weight_bytes / r.time_s)[:3]
+        what = f"weight streaming at {weight_stream:.2f} of the {spec.memory_bandwidth_bytes_per_s / 1e9:g} GB/s"
+    raise HardwareSpecError(f"{spec.name} {dtype}: the fit lands outside physical bounds ({what} > 1; RMS log "
+                            f"error {rms[1]:.3f}, against {rms[0]:.3f} within bounds); rows to blame: "
+                            f"{', '.join(r.row.id for r in worst)}")
+
+
+def memory_rows(rows: Iterable[KernelRow], gpu: str) -> list[KernelRow]:
+    """The fittable memory-bound rows of ``gpu``: achieved GB/s on one GPU, not L-tagged, not measured on a
+    variant with other memory (an A100 40GB stands in for the 80GB presets' compute only: 1,555 GB/s, not
+    2,039)."""
+    return [r for r in rows if r.kind == "memory" and r.gpu == gpu and r.unit == "GBps" and r.value is not None
+            and "L" not in r.tags and r.gpus in (None, 1) and r.proxy_of in ("", "H800")]
+
+
+def fit_memory(rows: Sequence[KernelRow], spec: HardwareSpec) -> float | None:
+    """Median achieved fraction of the datasheet bandwidth over ``rows``; refused for a row above it."""
+    if not rows:
+        return None
+    bw_gbps = spec.memory_bandwidth_bytes_per_s / 1e9
+    over = [f"{r.id} ({r.value:g} GB/s > {bw_gbps:g})" for r in rows if r.value is not None and r.value > bw_gbps]
+    if over:
+        raise HardwareSpecError(f"{spec.name}: memory rows above the datasheet bandwidth: {', '.join(over)}")
+    return float(np.median([(r.value or 0.0) / bw_gbps for r in rows]))
+
+
+@dataclass(frozen=True)
+class TableFit:
+    """A preset fitted on a table: the spec, and what each figure came from."""
+
+    spec: HardwareSpec
+    memory_efficiency: float
+    memory_rows: tuple[str, ...]
+    memory_from: str
+    """Empty when fitted on this GPU's rows, else where the figure came from."""
+    gemm: dict[str, GemmFit]
+    excluded_sources: tuple[str, ...] = ()
+
+
+def _usable(rows: Iterable[KernelRow], exclude_sources: Iterable[str]) -> list[KernelRow]:
+    excluded = set(exclude_sources)
+    return [r for r in rows if "L" not in r.tags and source_key(r) not in excluded]
+
+
+def _gemm_rows(rows: Iterable[KernelRow], gpu: str, dtype: str) -> list[GemmRow]:
+    out = []
+    for r in rows:
+        g = GemmRow.of(r) if r.gpu == gpu else None
+        if g is not None and g.dtype == dtype and (r.gemm is None or r.gemm.groups == 1):
+            out.append(g)
+    return out
+
+
+def _memory_efficiency(rows: Sequence[KernelRow], spec: HardwareSpec,
+                       near: TableFit | None) -> tuple[float, tuple[str, ...], str]:
+    own = memory_rows(rows, spec.name)
+    fitted = fit_memory(own, spec)
+    if fitted is not None:
+        return fitted, tuple(r.id for r in own), ""
+    name, why = NEAREST.get(spec.name, ("", ""))
+    if near is not None and near.memory_rows:
+        return near.memory_efficiency, near.memory_rows, f"{name}'s memory rows ({why})"
+    return spec.efficiency.memory, (), f"no memory rows here or on {name or 'a nearest GPU'}: the preset's own figure"
+
+
+def _gemm_fit(rows: Sequence[KernelRow], spec: HardwareSpec, dtype: str, memory_eff: float,
+              fallback: GemmFit | None, overhead_s: float | None = None) -> GemmFit | None:
+    near, why = NEAREST.get(spec.name, ("", ""))
+    own = _gemm_rows(rows, spec.name, dtype)
+    if own:
+        return fit_gemm(own, spec, dtype, memory_eff=memory_eff, fallback=fallback, overhead_s=overhead_s)
+    if fallback is None:
+        return None
+    return GemmFit(gpu=spec.name, dtype=dtype, efficiency=fallback.efficiency, half_flops=fallback.half_flops,
+                   weight_stream=fallback.weight_stream, overhead_s=fallback.overhead_s, rows=fallback.rows,
+                   taken_from={"all": f"no {dtype} GEMM rows: {near}'s fit ({why})"},
+                   rms_log_error=fallback.rms_log_error)
+
+
+def _cite(fit: GemmFit, what: str) -> str:
+    taken = fit.taken_from.get("all") or fit.taken_from.get(what)
+    rows = ", ".join(fit.rows)
+    return f"fitted on gpu-kernels.md rows {rows}" + (f" ({taken})" if taken else "")
+
+
+def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str, HardwareSpec], *,
+               exclude_sources: Iterable[str] = (), _nearest: bool = True) -> TableFit:
+    """``base`` with its GEMM and memory efficiencies fitted on ``rows`` (module docstring), leaving out the
+    rows of ``exclude_sources`` (the replay's held-out source) and every L-tagged row. ``presets`` are the
+    other GPUs' specs: the :data:`NEAREST` GPU's own fit (from its rows only) fills what ``base``'s rows
+    cannot pin down."""
+    excluded = tuple(sorted(set(exclude_sources)))
+    usable = _usable(rows, excluded)
+    near_name = NEAREST.get(base.name, ("", ""))[0]
+    near = (fit_preset(presets[near_name], rows, presets, exclude_sources=excluded, _nearest=False)
+            if _nearest and near_name in presets else None)
+    mem, mem_rows, mem_from = _memory_efficiency(usable, base, near)
+    # t0 is one per GPU (one launch_overhead_s): fitted per dtype, the first dtype with short rows sets it, and
+    # every dtype is then refitted with it.
+    fallbacks = {dt: (near.gemm.get(dt) if near is not None else None) for dt in ("bf16", "fp8")}
+    first = {dt: fit for dt, fb in fallbacks.items() if (fit := _gemm_fit(usable, base, dt, mem, fb)) is not None}
+    pinned = [fit for fit in first.values() if "overhead" not in fit.taken_from and "all" not in fit.taken_from]
+    overhead_s = pinned[0].overhead_s if pinned else None
+    overhead_from = (f"fitted on gpu-kernels.md rows {', '.join(pinned[0].rows)} ({pinned[0].dtype} GEMMs, "
+                     f"rows under {SHORT_ROW_S * 1e6:g} µs pin it)") if pinned else ""
+    gemms = {dt: fit for dt in first
+             if (fit := _gemm_fit(usable, base, dt, mem, fallbacks[dt], overhead_s)) is not None} if pinned else first
+    data = base.model_dump(mode="json", exclude={"calibration"})
+    eff = data["efficiency"]
+    sources = data["sources"]
+    eff["memory"] = mem
+    eff["memory_source"] = (f"fitted: median achieved / datasheet bandwidth over gpu-kernels.md rows "
+                            f"{', '.join(mem_rows)}" + (f" ({mem_from})" if mem_from else ""))
+    per_dtype, halves, stream = dict(eff["matmul_per_dtype"]), {}, {}
+    for dt, fit in gemms.items():
+        names = ("bf16", "fp16") if dt == "bf16" else ("fp8",)
+        for name in names:
+            per_dtype[name] = fit.efficiency
+            halves[name] = fit.half_flops
+            stream[name] = [[1.0, fit.weight_stream / mem]]
+    if "bf16" in gemms:
+        eff["matmul"] = gemms["bf16"].efficiency
+    eff["matmul_per_dtype"] = per_dtype
+    eff["matmul_half_flops"] = halves
+    eff["weight_stream_k"] = stream
+    cites = {dt: {w: _cite(fit, w) for w in ("efficiency", "half_flops", "weight_stream")} for dt, fit in gemms.items()}
+    eff["matmul_source"] = cites.get("bf16", {}).get("efficiency", eff["matmul_source"])
+    eff["matmul_per_dtype_source"] = "; ".join(f"{dt}: {c['efficiency']}" for dt, c in cites.items())
+    eff["matmul_half_flops_source"] = ("Hockney & Jesshope (1988) half-performance work; " +
+                                       "; ".join(f"{dt}: {c['half_flops']}" for dt, c in cites.items()))
+    eff["weight_stream_k_source"] = ("weight streaming of skinny GEMMs, as a factor on the fitted memory bandwidth; "
+                                     + "; ".join(f"{dt}: {c['weight_stream']}" for dt, c in cites.items()))
+    if excluded:
+        data["description"] = f"{data['description']} [fitted without sources {', '.join(excluded)}]"
+    if overhead_s is not None:
+        data["launch_overhead_s"] = overhead_s
+        sources["launch_overhead_s"] = (f"{overhead_from}: the fixed cost per kernel of back-to-back kernels, as "
+                                        "the table's benchmarks time them (not an eager host's launch cost)")
+    elif gemms:
+        fit = next(iter(gemms.values()))
+        data["launch_overhead_s"] = fit.overhead_s
+        sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
+                                        f"was: {sources.get('launch_overhead_s', '')}")
+    spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
+    return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
+                    excluded_sources=excluded)

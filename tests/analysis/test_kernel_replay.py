@@ -1,0 +1,47 @@
+"""Published kernel rows predicted by presets fitted without their own source (bench/GPU-KERNELS.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from layerscope.analysis.kernel_replay import headline, replay
+from layerscope.hardware import load_hardware
+from layerscope.hardware.kernel_fit import GemmRow, source_key
+from layerscope.hardware.kernel_table import read_kernel_table
+
+GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    rows = read_kernel_table()
+    done, skipped = replay(rows, {g: load_hardware(g) for g in GPUS})
+    return rows, done, skipped
+
+
+def test_every_single_op_gemm_and_memory_row_is_replayed_and_held_out_from_its_own_fit(replayed) -> None:
+    rows, done, skipped = replayed
+    by_id = {r.id: r for r in rows}
+    assert {r.id for r in done}.isdisjoint({s.id for s in skipped})
+    assert len(done) + len(skipped) == len(rows)
+    mappable = [r for r in rows if r.gpu in GPUS and r.value is not None and r.gemm is not None
+                and r.gemm.groups == 1 and GemmRow.of(r) is not None]
+    assert {r.id for r in mappable} <= {r.id for r in done}
+    for r in done:
+        assert r.held_out == source_key(by_id[r.id])  # scored by a fit its own source took no part in
+        assert r.headline == (not ({"F", "L"} & by_id[r.id].tags))
+        assert r.predicted > 0 and r.published == by_id[r.id].value
+    assert {s.why for s in skipped if s.id in ("G-28", "GX-10")} == {"grouped GEMM (an MoE experts op, not one "
+                                                                    "linear op)"}
+
+
+def test_headline_errors_stay_where_bench_gpu_kernels_reports_them(replayed) -> None:
+    """The held-out error over E/D rows (bench/GPU-KERNELS.md): a regression guard at the level reached, not the
+    issue's target (median <= 10 %, p90 <= 25 %), which the p90 misses for reasons the bench file names."""
+    _, done, _ = replayed
+    n, median, p90 = headline(done)
+    assert n >= 70
+    assert median <= 0.10
+    assert p90 <= 0.35
+    n_gemm, median_gemm, p90_gemm = headline(done, "gemm")
+    assert n_gemm >= 50 and median_gemm <= 0.10 and p90_gemm <= 0.30
