@@ -33,6 +33,7 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "validate": "layerscope.app.validate:ValidateResult",
     "demo": "layerscope.app.demo:DemoResult",
     "calibrate": "layerscope.app.calibrate:CalibrateResult",
+    "calibrate-table": "layerscope.app.table_fit:TableFitResult",
 })
 
 

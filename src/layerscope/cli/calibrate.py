@@ -29,6 +29,11 @@ def calibrate_cmd(
     from_measurements: Path | None = typer.Option(
         None, "--from-measurements", help="Fit a kept measurements file (OUT.measurements.json of an earlier run) "
                                           "instead of measuring."),
+    from_table: Path | None = typer.Option(
+        None, "--from-table", help="Fit a GPU preset (--hardware) on a table of published kernel measurements "
+                                   "(markdown, the columns of the bundled gpu-kernels.md) instead of measuring."),
+    table_hardware: str | None = typer.Option(None, "--hardware", "-H",
+                                              help="With --from-table: the preset to fit (h100-sxm, h200, …)."),
     save: bool = typer.Option(True, "--save/--no-save",
                               help="Also keep the spec as this machine's, for `layerscope demo` (in "
                                    "$LAYERSCOPE_MACHINES_DIR, default ~/.cache/layerscope/machines)."),
@@ -56,6 +61,10 @@ def calibrate_cmd(
     from layerscope.app.requests import build_request
     from layerscope.errors import OutputError
 
+    if from_table is not None or table_hardware is not None:
+        _from_table(from_table, table_hardware, out, force, as_json,
+                    others=quick or device is not None or from_measurements is not None or name is not None)
+        return
     if from_measurements is not None and (quick or device is not None):
         raise typer.BadParameter("--quick and --device choose what to measure; --from-measurements measures "
                                  "nothing", param_hint="--from-measurements")
@@ -159,3 +168,34 @@ def _render(fit: CalibrateResult) -> None:
                   ", ".join(f"{fmt_si(b, 'B')} {'faults' if f else 'reused'}"
                             for b, f in zip(pages.sizes_bytes, pages.faulting, strict=True)), "", "")
     con.print(t)
+
+
+def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool, as_json: bool, *,
+                others: bool) -> None:
+    """``calibrate --from-table TABLE --hardware PRESET``: the table fit (:mod:`layerscope.app.table_fit`)."""
+    from layerscope.app.requests import build_request
+    from layerscope.app.table_fit import TableFitRequest, fit_table
+    from layerscope.errors import OutputError
+
+    if others:
+        raise typer.BadParameter("--from-table fits a table: --device, --quick, --name and --from-measurements "
+                                 "are for measuring this machine", param_hint="--from-table")
+    if table is None or hardware is None:
+        raise typer.BadParameter("--from-table and --hardware go together (the table, and the preset to fit)",
+                                 param_hint="--from-table" if table is None else "--hardware")
+    result = fit_table(build_request(TableFitRequest, error=OutputError, hardware=hardware, out=out, table=table,
+                                     force=force))
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result)
+        return
+    typer.echo(f"{result.hardware} fitted on {result.table} ({result.rows_read} rows) -> {result.out}")
+    typer.echo(f"  memory efficiency {result.memory_efficiency:.3f} (rows {', '.join(result.memory_rows) or '-'}"
+               + (f"; {result.memory_from}" if result.memory_from else "") + ")")
+    typer.echo(f"  fixed cost per kernel {result.launch_overhead_s * 1e6:.2f} µs")
+    for g in result.gemm:
+        borrowed = "; ".join(f"{k}: {v}" for k, v in g.taken_from.items())
+        typer.echo(f"  {g.dtype} GEMM: efficiency {g.efficiency:.3f}, W½ {g.half_flops:.3g} FLOPs, weights stream at "
+                   f"{g.weight_stream:.3f} of the bandwidth, RMS log error {g.rms_log_error:.3f} over rows "
+                   f"{', '.join(g.rows)}" + (f" ({borrowed})" if borrowed else ""))

@@ -352,11 +352,18 @@ def _mixed_table_kind(description: str, unit: Unit) -> Kind:
     return "other"
 
 
+def _described_kind(description: str, unit: Unit) -> Kind:
+    """Kind of a row whose id prefix is not one of the bundled table's (a user's own table): read from the
+    description alone, GEMMs and memory-bound kernels first, then attention and all-reduces."""
+    kind = _gemm_table_kind(description, unit)
+    return kind if kind != "other" else _mixed_table_kind(description, unit)
+
+
 def _fixed(kind: Kind) -> Callable[[str, Unit], Kind]:
     return lambda description, unit: kind
 
 
-#: Id prefix -> how the kind of its rows is decided; an unknown prefix is "other".
+#: Id prefix -> how the kind of its rows is decided; an unknown prefix is read from the description.
 _KIND_BY_PREFIX: dict[str, Callable[[str, Unit], Kind]] = {
     "G": _gemm_table_kind, "GX": _gemm_table_kind, "K": _mixed_table_kind,
     "MX": _fixed("memory"), "AX": _fixed("attention"), "CX": _fixed("collective"),
@@ -377,8 +384,7 @@ def _continued(row_id: str, description: str, previous: KernelRow | None) -> Ker
 
 def _row_kind(row_id: str, description: str, unit: Unit) -> Kind:
     """The kind of a row from its id prefix and, in mixed tables, its description."""
-    classify = _KIND_BY_PREFIX.get(_prefix(row_id))
-    return classify(description, unit) if classify else "other"
+    return _KIND_BY_PREFIX.get(_prefix(row_id), _described_kind)(description, unit)
 
 
 def _gemm_shape(description: str) -> GemmShape | None:
