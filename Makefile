@@ -19,7 +19,7 @@ PYTEST_MARK ?= not slow
 # pytest-xdist workers (a test file stays on one worker: its module fixtures are built once).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install venv chromium demo test test-slow test-all lint typecheck pytest golden schema bench
+.PHONY: install venv chromium demo test test-slow test-all lint typecheck pytest golden schema bench presets
 
 venv: $(PYTHON)
 
@@ -65,6 +65,9 @@ schema:
 
 golden:
 	$(PYTHON) -m layerscope.app.golden tests/data/golden
+
+presets:
+	$(PYTHON) -m layerscope.app.presets
 
 bench:
 	$(PYTHON) bench/bench_estimate.py

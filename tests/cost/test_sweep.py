@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from layerscope.app.presets import BASE_DIR
 from layerscope.cost import estimate
 from layerscope.cost.sweep import basis, fit_linear_graph, shape_dependent, sweep, time_grid
 from layerscope.errors import WorkloadError
@@ -17,7 +18,7 @@ from layerscope.workload import Workload, make_workload
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_sweep_matches_estimate(model, phase):
     spec = load_model_spec(model)
-    hws = [load_hardware("h100-sxm"), load_hardware("mi300x")]
+    hws = [load_hardware(PLAIN_H100), load_hardware(BASE_DIR / "mi300x.yaml")]  # the vectorized path
     result = sweep([spec], hws, batches=[1, 5, 64], lengths=[1, 100, 129, 4000], phase=phase)
     assert len(result) == 2 * 3 * 4
     by_name = {hw.name: hw for hw in hws}
@@ -75,11 +76,15 @@ def test_sweep_with_efficiency_by_row_count_equals_estimate(phase):
         time_grid(lin, hw, np.array([4]), np.array([512]))
 
 
+#: The h100-sxm datasheet preset with its hand-set efficiencies and no shape terms: sweep's vectorized path.
+PLAIN_H100 = BASE_DIR / "h100-sxm.yaml"
+
+
 def test_sweep_with_attention_efficiency_by_query_length_equals_estimate():
     # a calibrated spec's fused-attention efficiency by query length: prefill is timed point by
     # point (the fitted graph keeps one sample point's query length); decode (M = 1) stays vectorized
     spec = load_model_spec("llama-3.2-1b")
-    base = load_hardware("h100-sxm")
+    base = load_hardware(PLAIN_H100)
     hw = base.model_copy(update={"efficiency": base.efficiency.model_copy(
         update={"attention_rows": {"bf16": ((128.0, 0.2), (2048.0, 0.8))}})})
     assert shape_dependent(hw, "roofline", "decode") is None
@@ -98,8 +103,16 @@ def test_sweep_with_tiling_cost_models_equals_estimate(cost_model):
 def test_sweep_with_hf_eager_prefill_equals_estimate():
     # HF eager's prefill lm_head reads the weight ceil(B / engines) times: not linear in the batch
     spec = load_model_spec("llama-3.2-1b")
-    base = load_hardware("h100-sxm")
+    base = load_hardware(PLAIN_H100)
     hw = base.model_copy(update={"execution": base.execution.model_copy(update={"kernels": "hf-eager"})})
     _sweep_equals_estimate(spec, hw, "prefill", batches=(1, 2, 7), lengths=(5, 100))
     assert shape_dependent(hw, "roofline", "decode") is None  # decode stays vectorized
-    assert shape_dependent(load_hardware("h100-sxm"), "roofline", "prefill") is None
+    assert shape_dependent(base, "roofline", "prefill") is None
+
+
+def test_the_fitted_gpu_presets_half_performance_work_is_timed_point_by_point():
+    """The shipped h100-sxm charges GEMMs of more than one row Hockney's W½ (a step at M = 1 the fitted linear
+    graph does not carry): sweep times it point by point, equal to estimate; time_grid refuses it."""
+    h100 = load_hardware("h100-sxm")
+    assert "matmul_half_flops" in (shape_dependent(h100, "roofline", "decode") or "")
+    _sweep_equals_estimate(load_model_spec("llama-3.2-1b"), h100, "decode", batches=(1, 3), lengths=(16, 300))

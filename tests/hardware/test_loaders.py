@@ -149,7 +149,7 @@ def test_preset_survives_a_sheet_round_trip(suffix: str, tmp_path: Path) -> None
     assert back.main_memory == h100.main_memory
     assert back.interconnect == h100.interconnect
     assert back.launch_overhead_s == h100.launch_overhead_s
-    assert (back.efficiency.matmul, back.efficiency.memory) == (0.803, 0.834)
+    assert (back.efficiency.matmul, back.efficiency.memory) == (h100.efficiency.matmul, h100.efficiency.memory)
     assert back.level("l1").capacity_bytes == h100.level("smem").capacity_bytes
     assert back.level("l2").capacity_bytes == 50e6
     mi = load_hardware(path, device="MI300X")

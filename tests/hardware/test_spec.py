@@ -78,13 +78,20 @@ def test_only_vector_units_serve_every_dtype() -> None:
 
 
 def test_achievable_rates_apply_the_right_efficiency() -> None:
-    h100 = load_hardware("h100-sxm")
+    # the datasheet presets with their hand-set efficiencies (the shipped ones are fitted: tests/hardware/
+    # test_presets_fitted.py)
+    from layerscope.app.presets import BASE_DIR
+
+    h100 = load_hardware(BASE_DIR / "h100-sxm.yaml")
     assert h100.achievable_flops_per_s(DType.BF16) == pytest.approx(989e12 * 0.803)
     assert h100.achievable_flops_per_s(DType.FP8) == pytest.approx(1979e12 * 0.709)
     assert h100.achievable_flops_per_s(DType.FP32, allow_tf32=False) == pytest.approx(67e12 * 1.0)
     assert h100.achievable_bandwidth_bytes_per_s() == pytest.approx(3.35e12 * 0.834)
-    a100 = load_hardware("a100-sxm")
+    a100 = load_hardware(BASE_DIR / "a100-sxm.yaml")
     assert a100.achievable_flops_per_s(DType.FP8) == pytest.approx(312e12 * 0.869)  # bf16 path
+    fitted = load_hardware("a100-sxm")  # no fp8 units: no fp8 efficiency fitted, fp8 runs at the bf16 one
+    assert DType.FP8 not in fitted.efficiency.matmul_per_dtype
+    assert fitted.achievable_flops_per_s(DType.FP8) == fitted.achievable_flops_per_s(DType.BF16)
 
 
 def test_memory_levels() -> None:

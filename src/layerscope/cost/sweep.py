@@ -18,9 +18,10 @@ That is exact when an op's time depends on its work alone (and on what does not 
 the grid: its kind, dtype, weights). It is not when the time reads a GEMM's own shape, which
 the fitted graph keeps from one sample point: the ``tiling`` and ``hierarchical`` cost models
 (tile searches), efficiency tables by row count (``efficiency.matmul_rows``/``matmul_shapes``,
-from ``layerscope calibrate``) and, in prefill, fused attention's efficiency by query length
-(``efficiency.attention_rows``) and a kernel profile other than ``fused`` (HF eager's lm_head passes
-grow with the batch). :func:`sweep` times such hardware point by point with
+from ``layerscope calibrate``), Hockney's half-performance work (``efficiency.matmul_half_flops``, charged to
+GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it) and, in prefill, fused attention's
+efficiency by query length (``efficiency.attention_rows``) and a kernel profile other than ``fused``
+(HF eager's lm_head passes grow with the batch). :func:`sweep` times such hardware point by point with
 :func:`~layerscope.cost.api.estimate` (the same numbers, slower); :func:`time_grid` refuses it.
 """
 
@@ -209,6 +210,9 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None
         return f"the {cost_model!r} cost model tiles each GEMM for its own shape"
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
+    if any(hw.efficiency.matmul_half_flops.values()):
+        return (f"{hw.name} charges GEMMs of more than one row a half-performance work "
+                "(efficiency.matmul_half_flops), a step at M = 1")
     if hw.efficiency.attention_rows and phase == "prefill":
         return f"{hw.name} has attention efficiency by query length (efficiency.attention_rows)"
     if hw.execution.fresh_pages is not None:

@@ -216,9 +216,11 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     if free != best and (e[free, 0] > 1.0 or w[free, 0] > 1.0):
         taken["bound"] = (f"at the physical bound: unbounded, the rows would take e={e[free, 0]:.2f}, "
                           f"w={w[free, 0]:.2f} (RMS log error {rms_free:.3f} against {rms_in:.3f} within bounds)")
-    return GemmFit(gpu=spec.name, dtype=dtype, efficiency=float(e[best, 0]), half_flops=float(h[best, 0]),
-                   weight_stream=float(w[best, 0]), overhead_s=float(t0[best, 0]), rows=tuple(r.row.id for r in rows),
-                   taken_from=taken, rms_log_error=float(np.sqrt(loss[best] / len(rows))))
+    # grid values, written as the grid means them (np.linspace's 0.8200000000000001 is 0.82)
+    return GemmFit(gpu=spec.name, dtype=dtype, efficiency=round(float(e[best, 0]), 4),
+                   half_flops=float(f"{h[best, 0]:.4g}"), weight_stream=round(float(w[best, 0]), 4),
+                   overhead_s=round(float(t0[best, 0]), 9), rows=tuple(r.row.id for r in rows), taken_from=taken,
+                   rms_log_error=float(np.sqrt(loss[best] / len(rows))))
 
 
 def _refuse_beyond_one(spec: HardwareSpec, dtype: str, rows: Sequence[GemmRow], *, efficiency: float,
@@ -330,7 +332,9 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     mem, mem_rows, mem_from = _memory_efficiency(usable, base, near)
     # t0 is one per GPU (one launch_overhead_s): fitted per dtype, the first dtype with short rows sets it, and
     # every dtype is then refitted with it.
-    fallbacks = {dt: (near.gemm.get(dt) if near is not None else None) for dt in ("bf16", "fp8")}
+    # only the dtypes this GPU has matrix units for (an A100 runs fp8 GEMMs on its 16-bit path)
+    dtypes = [dt for dt in ("bf16", "fp8") if DType(dt) in base.engines.peak_flops_per_s]
+    fallbacks = {dt: (near.gemm.get(dt) if near is not None else None) for dt in dtypes}
     first = {dt: fit for dt, fb in fallbacks.items() if (fit := _gemm_fit(usable, base, dt, mem, fb)) is not None}
     pinned = [fit for fit in first.values() if "overhead" not in fit.taken_from and "all" not in fit.taken_from]
     overhead_s = pinned[0].overhead_s if pinned else None
@@ -341,7 +345,7 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     data = base.model_dump(mode="json", exclude={"calibration"})
     eff = data["efficiency"]
     sources = data["sources"]
-    eff["memory"] = mem
+    eff["memory"] = round(mem, 4)
     eff["memory_source"] = (f"fitted: median achieved / datasheet bandwidth over gpu-kernels.md rows "
                             f"{', '.join(mem_rows)}" + (f" ({mem_from})" if mem_from else ""))
     per_dtype, halves, stream = dict(eff["matmul_per_dtype"]), {}, {}
@@ -350,7 +354,7 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         for name in names:
             per_dtype[name] = fit.efficiency
             halves[name] = fit.half_flops
-            stream[name] = [[1.0, fit.weight_stream / mem]]
+            stream[name] = [[1.0, round(fit.weight_stream / mem, 4)]]
     if "bf16" in gemms:
         eff["matmul"] = gemms["bf16"].efficiency
     eff["matmul_per_dtype"] = per_dtype
@@ -359,7 +363,7 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     cites = {dt: {w: _cite(fit, w) for w in ("efficiency", "half_flops", "weight_stream")} for dt, fit in gemms.items()}
     eff["matmul_source"] = cites.get("bf16", {}).get("efficiency", eff["matmul_source"])
     eff["matmul_per_dtype_source"] = "; ".join(f"{dt}: {c['efficiency']}" for dt, c in cites.items())
-    eff["matmul_half_flops_source"] = ("Hockney & Jesshope (1988) half-performance work; " +
+    eff["matmul_half_flops_source"] = ("Hockney and Jesshope (1988) half-performance work; " +
                                        "; ".join(f"{dt}: {c['half_flops']}" for dt, c in cites.items()))
     eff["weight_stream_k_source"] = ("weight streaming of skinny GEMMs, as a factor on the fitted memory bandwidth; "
                                      + "; ".join(f"{dt}: {c['weight_stream']}" for dt, c in cites.items()))
