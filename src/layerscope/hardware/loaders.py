@@ -908,7 +908,10 @@ def sheet_grid(specs: Iterable[HardwareSpec]) -> list[list[Any]]:
 
     Keeps the numbers the sheet format carries; memory levels become L1 (the per-engine level),
     L2/L3 (the other caches, in order) and main memory, so level names other than ``l1``/``l2``/
-    ``l3`` and the per-figure sources are not kept.
+    ``l3`` and the per-figure sources are not kept. Nor is anything beyond the three scalar
+    efficiencies: per-dtype GEMM efficiencies, Hockney's W½, the weight-streaming and attention
+    tables (the fitted GPU presets carry all of these), the execution profile and a calibration
+    record. A spec that must keep them is written as YAML or JSON (:func:`dump_hardware_yaml`).
     """
     specs = list(specs)
     dtypes_macs = sorted({d for s in specs for d in s.engines.macs_per_cycle}, key=lambda d: d.value)
