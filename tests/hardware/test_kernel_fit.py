@@ -70,7 +70,7 @@ def test_fit_recovers_the_parameters_it_was_made_from_and_the_cost_model_agrees(
     assert fit is not None
     assert (fit.efficiency, fit.half_flops, fit.weight_stream, fit.overhead_s) == pytest.approx(
         (0.76, half, 0.8, 1e-6), rel=1e-3)  # written to 4 significant digits
-    assert fit.rms_log_error < 1e-9 and fit.taken_from == {}
+    assert fit.rms_log_error < 1e-6 and fit.taken_from == {}  # float32 grid arithmetic
     # through the product: a preset with these figures, one linear op per row
     fitted = fit_preset(spec, rows, {"h100-sxm": spec}).spec
     for g in gemm_rows:

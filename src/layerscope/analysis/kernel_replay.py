@@ -67,6 +67,7 @@ def replay(rows: Sequence[KernelRow], presets: dict[str, HardwareSpec]) -> tuple
     """Every row predicted by its GPU's preset fitted without the row's source; the rows that map to no op,
     with the reason."""
     fits: dict[tuple[str, str], TableFit] = {}
+    nearest: dict[tuple[str, tuple[str, ...]], TableFit] = {}
     done: list[Replayed] = []
     skipped: list[NotReplayed] = []
     for row in rows:
@@ -78,7 +79,7 @@ def replay(rows: Sequence[KernelRow], presets: dict[str, HardwareSpec]) -> tuple
         src = source_key(row)
         key = (row.gpu, src)
         if key not in fits:
-            fits[key] = fit_preset(presets[row.gpu], rows, presets, exclude_sources=(src,))
+            fits[key] = fit_preset(presets[row.gpu], rows, presets, exclude_sources=(src,), cache=nearest)
         spec = fits[key].spec
         gemm = GemmRow.of(row)
         if gemm is not None:

@@ -201,11 +201,15 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
         grid_t0 = np.array([fallback.overhead_s if fallback is not None else spec.launch_overhead_s])
         taken["overhead"] = (f"no row under {SHORT_ROW_S * 1e6:g} µs: " +
                              (f"{fallback.gpu}'s fit" if fallback is not None else "the preset's launch_overhead_s"))
+    # Every grid point at once, in float32 (a log error needs 7 digits, not 16; half the memory traffic):
+    # [e, W½, w, t0, row] by broadcasting, then the squared log error summed over rows.
+    f32 = np.float32
+    compute = ((flops + (m > 1) * grid_half[:, None]).astype(f32)[None, :, None, None, :]
+               / (f32(peak) * grid_e.astype(f32))[:, None, None, None, None])
+    memory = (wb.astype(f32) / (f32(bw) * grid_w.astype(f32))[:, None] + (ab / (bw * memory_eff)).astype(f32))
+    pred = grid_t0.astype(f32)[None, None, None, :, None] + np.maximum(compute, memory[None, None, :, None, :])
+    loss = (np.log(pred / t.astype(f32)) ** 2).sum(axis=-1, dtype=np.float64).ravel()
     e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
-    compute = (flops + np.where(m > 1, 1.0, 0.0) * h) / (peak * e)
-    memory = wb / (bw * w) + ab / (bw * memory_eff)
-    pred = t0 + np.maximum(compute, memory)
-    loss = (np.log(pred / t) ** 2).sum(axis=1)
     inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
     best = int(np.argmin(np.where(inside, loss, np.inf)))
     free = int(np.argmin(loss))
@@ -319,16 +323,24 @@ def _cite(fit: GemmFit, what: str) -> str:
 
 
 def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str, HardwareSpec], *,
-               exclude_sources: Iterable[str] = (), _nearest: bool = True) -> TableFit:
+               exclude_sources: Iterable[str] = (), _nearest: bool = True,
+               cache: dict[tuple[str, tuple[str, ...]], TableFit] | None = None) -> TableFit:
     """``base`` with its GEMM and memory efficiencies fitted on ``rows`` (module docstring), leaving out the
     rows of ``exclude_sources`` (the replay's held-out source) and every L-tagged row. ``presets`` are the
     other GPUs' specs: the :data:`NEAREST` GPU's own fit (from its rows only) fills what ``base``'s rows
-    cannot pin down."""
+    cannot pin down. ``cache`` keeps those nearest-GPU fits across calls on the same ``rows`` (the replay
+    fits every GPU once per held-out source)."""
     excluded = tuple(sorted(set(exclude_sources)))
     usable = _usable(rows, excluded)
     near_name = NEAREST.get(base.name, ("", ""))[0]
-    near = (fit_preset(presets[near_name], rows, presets, exclude_sources=excluded, _nearest=False)
-            if _nearest and near_name in presets else None)
+    near = None
+    if _nearest and near_name in presets:
+        key = (near_name, excluded)
+        near = cache.get(key) if cache is not None else None
+        if near is None:
+            near = fit_preset(presets[near_name], rows, presets, exclude_sources=excluded, _nearest=False)
+            if cache is not None:
+                cache[key] = near
     mem, mem_rows, mem_from = _memory_efficiency(usable, base, near)
     # t0 is one per GPU (one launch_overhead_s): fitted per dtype, the first dtype with short rows sets it, and
     # every dtype is then refitted with it.
