@@ -129,10 +129,15 @@ class GemmFit:
     rms_log_error: float = 0.0
 
 
+Scalar = float | np.ndarray
+
+
 def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
-                peak_flops_per_s: float, bandwidth_bytes_per_s: float, memory_eff: float, efficiency: float,
-                half_flops: float, weight_stream: float, overhead_s: float) -> np.ndarray:
-    """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1)."""
+                peak_flops_per_s: float, bandwidth_bytes_per_s: float, memory_eff: float, efficiency: Scalar,
+                half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar) -> np.ndarray:
+    """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1). The
+    fitted terms may be arrays that broadcast against the rows (the fit's grid search times every grid point
+    at once)."""
     compute = (flops + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency)
     memory = weight_bytes / (bandwidth_bytes_per_s * weight_stream) + act_bytes / (bandwidth_bytes_per_s * memory_eff)
     return overhead_s + np.maximum(compute, memory)
@@ -202,12 +207,15 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
         taken["overhead"] = (f"no row under {SHORT_ROW_S * 1e6:g} µs: " +
                              (f"{fallback.gpu}'s fit" if fallback is not None else "the preset's launch_overhead_s"))
     # Every grid point at once, in float32 (a log error needs 7 digits, not 16; half the memory traffic):
-    # [e, W½, w, t0, row] by broadcasting, then the squared log error summed over rows.
+    # the grids as axes [e, W½, w, t0] broadcast against the rows (the last axis), then the squared log error
+    # summed over rows.
     f32 = np.float32
-    compute = ((flops + (m > 1) * grid_half[:, None]).astype(f32)[None, :, None, None, :]
-               / (f32(peak) * grid_e.astype(f32))[:, None, None, None, None])
-    memory = (wb.astype(f32) / (f32(bw) * grid_w.astype(f32))[:, None] + (ab / (bw * memory_eff)).astype(f32))
-    pred = grid_t0.astype(f32)[None, None, None, :, None] + np.maximum(compute, memory[None, None, :, None, :])
+    pred = gemm_time_s(flops.astype(f32), wb.astype(f32), ab.astype(f32), m, peak_flops_per_s=f32(peak),
+                       bandwidth_bytes_per_s=f32(bw), memory_eff=f32(memory_eff),
+                       efficiency=grid_e.astype(f32)[:, None, None, None, None],
+                       half_flops=grid_half.astype(f32)[None, :, None, None, None],
+                       weight_stream=grid_w.astype(f32)[None, None, :, None, None],
+                       overhead_s=grid_t0.astype(f32)[None, None, None, :, None])
     loss = (np.log(pred / t.astype(f32)) ** 2).sum(axis=-1, dtype=np.float64).ravel()
     e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
     inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
@@ -273,7 +281,6 @@ class TableFit:
     memory_from: str
     """Empty when fitted on this GPU's rows, else where the figure came from."""
     gemm: dict[str, GemmFit]
-    excluded_sources: tuple[str, ...] = ()
 
 
 def _usable(rows: Iterable[KernelRow], exclude_sources: Iterable[str]) -> list[KernelRow]:
@@ -285,7 +292,7 @@ def _gemm_rows(rows: Iterable[KernelRow], gpu: str, dtype: str) -> list[GemmRow]
     out = []
     for r in rows:
         g = GemmRow.of(r) if r.gpu == gpu else None
-        if g is not None and g.dtype == dtype and (r.gemm is None or r.gemm.groups == 1):
+        if g is not None and g.dtype == dtype and r.gemm is not None and r.gemm.groups == 1:
             out.append(g)
     return out
 
@@ -391,5 +398,4 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
-    return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
-                    excluded_sources=excluded)
+    return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms)
