@@ -129,11 +129,12 @@ class GemmFit:
     rms_log_error: float = 0.0
 
 
-Scalar = float | np.ndarray
+#: A number or an array of them (numpy scalars too: the grid search runs in float32).
+Scalar = float | np.floating | np.ndarray
 
 
 def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
-                peak_flops_per_s: float, bandwidth_bytes_per_s: float, memory_eff: float, efficiency: Scalar,
+                peak_flops_per_s: Scalar, bandwidth_bytes_per_s: Scalar, memory_eff: Scalar, efficiency: Scalar,
                 half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar) -> np.ndarray:
     """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1). The
     fitted terms may be arrays that broadcast against the rows (the fit's grid search times every grid point
