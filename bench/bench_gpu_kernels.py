@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layerscope.analysis.kernel_replay import Replayed, gemm_tflops, headline, replay  # noqa: E402
-from layerscope.hardware import load_hardware  # noqa: E402
 from layerscope.hardware.kernel_fit import GemmRow, fit_preset  # noqa: E402
 from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table  # noqa: E402
+from layerscope.hardware.presets import load_base_preset  # noqa: E402
 
 GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--no-record", action="store_true", help="Print, do not write --out.")
     a = ap.parse_args()
     rows = read_kernel_table()
-    presets = {g: load_hardware(g) for g in GPUS}
+    presets = {g: load_base_preset(g) for g in GPUS}  # the fit's inputs, as `make presets` fits them
     done, skipped = replay(rows, presets)
     lines = [
         f"`python bench/bench_gpu_kernels.py` · {datetime.date.today().isoformat()} · deterministic (no timing)",

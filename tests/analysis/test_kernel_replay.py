@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from layerscope.analysis.kernel_replay import headline, replay
-from layerscope.hardware import load_hardware
 from layerscope.hardware.kernel_fit import GemmRow, source_key
 from layerscope.hardware.kernel_table import read_kernel_table
+from layerscope.hardware.presets import load_base_preset
 
 GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
 
@@ -15,7 +15,7 @@ GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200
 @pytest.fixture(scope="module")
 def replayed():
     rows = read_kernel_table()
-    done, skipped = replay(rows, {g: load_hardware(g) for g in GPUS})
+    done, skipped = replay(rows, {g: load_base_preset(g) for g in GPUS})
     return rows, done, skipped
 
 

@@ -33,6 +33,7 @@ def test_bundled_table_fits_h200_and_the_spec_works_with_estimate(run_cli, tmp_p
     assert spec.efficiency.memory == result["memory_efficiency"]
     assert "gpu-kernels.md rows MX-14" in spec.efficiency.memory_source
     assert spec.engines.peak_flops_per_s == load_hardware("h200").engines.peak_flops_per_s  # datasheet kept
+    assert spec == load_hardware("h200")  # the bundled table fits the shipped preset back, from its base file
     est = run_cli("estimate", "-H", str(out), "--phase", "decode", "--json")
     assert est.returncode == 0, est.stderr
     assert json.loads(est.stdout)["hardware"] == spec.name

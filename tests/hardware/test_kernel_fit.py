@@ -9,7 +9,6 @@ import pytest
 
 from layerscope.analysis.kernel_replay import gemm_tflops
 from layerscope.errors import HardwareSpecError
-from layerscope.hardware import load_hardware
 from layerscope.hardware.kernel_fit import (
     _GRID_HALF,
     GemmRow,
@@ -20,6 +19,7 @@ from layerscope.hardware.kernel_fit import (
     source_key,
 )
 from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table
+from layerscope.hardware.presets import load_base_preset
 
 GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
 
@@ -31,7 +31,7 @@ def table() -> list[KernelRow]:
 
 @pytest.fixture(scope="module")
 def presets() -> dict:
-    return {g: load_hardware(g) for g in GPUS}
+    return {g: load_base_preset(g) for g in GPUS}
 
 
 def _row(template: KernelRow, i: int, m: int, n: int, k: int, tflops: float, dtype: str = "bf16") -> KernelRow:

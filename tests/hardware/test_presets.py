@@ -85,10 +85,9 @@ def test_sparse_figures_are_not_used() -> None:
 def _base(name: str) -> HardwareSpec:
     """A GPU preset's hand-written base file (datasheet facts and hand-set efficiencies citing calibration.md; the
     shipped GPU presets are the table fit of these: tests/hardware/test_presets_fitted.py), else the preset."""
-    from layerscope.app.presets import BASE_DIR
+    from layerscope.hardware.presets import load_base_preset
 
-    path = BASE_DIR / f"{name}.yaml"
-    return load_hardware(path) if path.exists() else load_hardware(name)
+    return load_base_preset(name)
 
 
 @pytest.mark.parametrize("name, matmul, row", [

@@ -86,10 +86,10 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
     """Fit ``request.hardware`` on ``request.table`` and write the spec to ``request.out``. Raises
     :class:`~layerscope.errors.HardwareSpecError` for a bad table row, an unknown preset or a fit beyond physical
     bounds, and :class:`~layerscope.errors.OutputError` for an output that cannot be written."""
-    from layerscope.hardware import load_hardware
     from layerscope.hardware.kernel_fit import NEAREST, fit_preset
     from layerscope.hardware.kernel_table import default_table_path, read_kernel_table
     from layerscope.hardware.loaders import dump_hardware_json, dump_hardware_yaml
+    from layerscope.hardware.presets import load_base_preset
     from layerscope.units import atomic_write, check_writable
 
     out = request.out
@@ -101,9 +101,11 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
     table = request.table if request.table is not None else default_table_path()
     check_writable(out, (table,))
     rows = read_kernel_table(table)
-    base = load_hardware(request.hardware)
+    # every fit starts from the hand-written base presets, as `make presets` does: the bundled table gives the
+    # shipped preset back
+    base = load_base_preset(request.hardware)
     names = {name for pair in NEAREST.items() for name in (pair[0], pair[1][0])}
-    presets = {name: load_hardware(name) for name in sorted(names)} | {base.name: base}
+    presets = {name: load_base_preset(name) for name in sorted(names)} | {base.name: base}
     fit = fit_preset(base, rows, presets)
     text = dump_hardware_json(fit.spec) if suffix == ".json" else dump_hardware_yaml(fit.spec)
     with atomic_write(out, "w", inputs=(table,)) as fh:

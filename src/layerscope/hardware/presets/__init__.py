@@ -16,6 +16,9 @@ from layerscope.hardware.spec import HardwareSpec
 
 PRESET_DIR = Path(__file__).parent
 SPREADSHEET = PRESET_DIR / "accelerators.csv"
+#: The GPU presets' hand-written files (datasheet facts, comments, hand-set efficiencies): the shipped GPU presets
+#: are these with their efficiencies fitted on the kernel table (``make presets``, :mod:`layerscope.app.presets`).
+BASE_DIR = PRESET_DIR / "base"
 
 
 def _key(name: str) -> str:
@@ -78,6 +81,17 @@ def load_preset(name: str) -> HardwareSpec:
     if key not in _index():
         raise HardwareSpecError(f"unknown hardware preset {name!r}; presets: {', '.join(preset_names())}")
     return _load(key)
+
+
+def load_base_preset(source: str | Path) -> HardwareSpec:
+    """What a table fit starts from: the hand-written base file of the preset ``source`` names, where it has
+    one (every GPU preset), else the preset or spec file itself (``load_hardware``). Fitting a shipped GPU
+    preset again would start from figures an earlier fit wrote."""
+    from layerscope.hardware.loaders import load_hardware, load_hardware_file
+
+    name = find_preset(str(source)) if not Path(source).is_file() else None
+    base = BASE_DIR / f"{name}.yaml" if name is not None else None
+    return load_hardware_file(base) if base is not None and base.is_file() else load_hardware(source)
 
 
 def list_presets() -> dict[str, str]:
