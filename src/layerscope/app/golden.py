@@ -39,16 +39,15 @@ GOLDEN_NAMES = ("tiny_layer_trace.json", "tiny_layer_trace.pftrace")
 
 def write_golden(out_dir: str | Path) -> list[Path]:
     """Simulate the golden case and write both trace formats into ``out_dir``."""
-    from layerscope.app.presets import BASE_DIR
     from layerscope.app.requests import WorkloadRequest
     from layerscope.app.simulate import SimulateRequest, run_simulation
-    from layerscope.hardware import load_hardware
+    from layerscope.hardware.presets import load_base_preset
     from layerscope.model import model_spec_from_dict
 
     spec = model_spec_from_dict(dict(GOLDEN_CONFIG), "tiny-llama")
     # The datasheet preset with its hand-set efficiencies: the golden pins the schedule and the trace format, with
     # numbers computed by hand (tests/app/test_golden.py), not the table fit, which moves with the table.
-    hardware = load_hardware(BASE_DIR / "h100-sxm.yaml")
+    hardware = load_base_preset("h100-sxm")
     paths = []
     for name in GOLDEN_NAMES:
         run = run_simulation(SimulateRequest(
