@@ -54,6 +54,11 @@ def test_own_table_rows_are_fitted_and_a_bad_row_is_named_with_exit_2(run_cli, t
     assert proc.returncode == 2 and "Q-02" in proc.stderr and ":6:" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not bad_out.exists()
 
+    numberless = _table(tmp_path, GEMM.format(i=1, m=64, v="abc"))
+    proc = run_cli("calibrate", "--from-table", str(numberless), "--hardware", "h100-sxm", "--out", str(bad_out))
+    assert proc.returncode == 2 and "Q-01" in proc.stderr and "'abc' has no number" in proc.stderr, proc.stderr
+    assert not bad_out.exists()
+
     unitless = _table(tmp_path, GEMM.format(i=1, m=64, v=160.0).replace("TFLOPS", "furlongs"))
     proc = run_cli("calibrate", "--from-table", str(unitless), "--hardware", "h100-sxm", "--out", str(bad_out))
     assert proc.returncode == 2 and "Q-01" in proc.stderr and "unit" in proc.stderr, proc.stderr

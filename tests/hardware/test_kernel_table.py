@@ -193,6 +193,8 @@ def test_tiny_table_parses(tmp_path: Path) -> None:
         (GOOD_ROW.replace("TFLOPS", "furlongs"), [":4:", "G-01", "furlongs", "no unit"]),
         (GOOD_ROW.replace("G-01", ""), [":4:", "empty id"]),
         (GOOD_ROW.replace("101.71", "228–156"), [":4:", "G-01", "228–156"]),
+        (GOOD_ROW.replace("| 101.71 |", "| abc |"), [":4:", "G-01", "'abc' has no number"]),
+        (GOOD_ROW.replace("| 101.71 |", "| – |"), [":4:", "G-01", "has no number"]),
     ],
 )
 def test_malformed_rows(tmp_path: Path, body: str, needles: list[str]) -> None:

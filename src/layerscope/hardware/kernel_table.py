@@ -34,7 +34,6 @@ COLUMNS = (
     "input_len", "output_len", "parallelism", "metric", "value", "notes",
 )
 #: Cells that mean "not given".
-_EMPTY_CELLS = frozenset({"", "–", "-", "—"})
 #: Metric cell -> normalized unit; a metric outside this table is an error.
 _UNITS: dict[str, Unit] = {
     "TFLOPS": "TFLOPS", "GBps": "GBps", "GB/s": "GBps", "Gbps": "Gbps", "Gb/s": "Gbps",
@@ -284,7 +283,7 @@ def _parse_row(table: Path, line: int, cells: list[str], previous: KernelRow | N
         gpu=gpu, gpus=_gpu_count(parallelism, hardware),
         message_bytes=message_bytes, collective=collective,
         proxy_of=proxy_of, variant_stated=variant_stated,
-        qualitative=value_text if value is None and value_text not in _EMPTY_CELLS else "",
+        qualitative=value_text if value is None else "",
     )
 
 
@@ -305,7 +304,11 @@ def _number(text: str) -> float:
 
 
 def _parse_value(text: str, unit: Unit, where: str) -> tuple[float | None, float | None, float | None, bool]:
-    """(value, low, high, approximate) of a value cell; all None when the cell is qualitative."""
+    """(value, low, high, approximate) of a value cell; all None when the cell is qualitative (words around
+    numbers: ``≈100 % of peak BW``, ``300 / 600``). A cell with no number at all (``abc``, ``–``) cannot be
+    parsed, and is an error naming the row."""
+    if not any(c.isdigit() for c in text):
+        raise HardwareSpecError(f"{where}: value {quote(text)} has no number")
     match = _VALUE_RE.match(text)
     # A "%" in the cell of a non-% metric is a share of a peak, not a value in the metric's unit.
     if match is None or (match["pct"] and unit != "%"):
