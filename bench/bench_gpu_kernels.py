@@ -19,7 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from layerscope.analysis.kernel_replay import Replayed, gemm_tflops, headline, replay  # noqa: E402
+from layerscope.analysis.kernel_replay import (  # noqa: E402
+    Replayed,
+    gemm_tflops,
+    headline,
+    measured_attention_s,
+    replay,
+)
 from layerscope.hardware.kernel_fit import GemmRow, fit_preset  # noqa: E402
 from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table  # noqa: E402
 from layerscope.hardware.presets import load_base_preset  # noqa: E402
@@ -53,6 +59,24 @@ def own_h200_rows(rows: list[KernelRow], presets: dict) -> list[tuple[str, float
     return out
 
 
+def own_h200_attention(presets: dict, rows: list[KernelRow]) -> list[tuple[str, str, float, float]]:
+    """(phase, shape, measured s, predicted s) for our own graph-timed H200 SDPA calls."""
+    if not OWN_H200.exists():
+        return []
+    spec = fit_preset(presets["h200"], rows, presets).spec
+    out = []
+    for rec in json.loads(OWN_H200.read_text())["records"]:
+        if rec["kind"] == "attention_prefill":
+            t = measured_attention_s(spec, batch=1, new=rec["seq"], cached=0, heads=rec["heads"],
+                                     kv_heads=rec["kv_heads"], head_dim=rec["head_dim"], causal=rec["causal"])
+            out.append(("prefill", f"d{rec['head_dim']} S={rec['seq']}", rec["seconds_s"], t))
+        elif rec["kind"] == "attention_decode":
+            t = measured_attention_s(spec, batch=rec["batch"], new=1, cached=rec["kv_len"] - 1, heads=rec["heads"],
+                                     kv_heads=rec["kv_heads"], head_dim=rec["head_dim"])
+            out.append(("decode", f"d{rec['head_dim']} B={rec['batch']} KV={rec['kv_len']}", rec["seconds_s"], t))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "GPU-KERNELS.md")
@@ -73,7 +97,7 @@ def main() -> int:
         "| rows | headline rows | median \\|error\\| | p90 \\|error\\| |",
         "|---|---|---|---|",
     ]
-    for kind in (None, "gemm", "memory"):
+    for kind in (None, "gemm", "memory", "attention"):
         n, med, p90 = headline(done, kind)
         label = "all" if kind is None else kind
         lines.append(f"| {label} | {n} | {med * 100:.1f}% | {p90 * 100:.1f}% |")
@@ -97,6 +121,21 @@ def main() -> int:
                   f"{errors[int(0.9 * (len(errors) - 1))] * 100:.1f}%.", "",
                   "| GEMM | measured TFLOPS | predicted | error |", "|---|---|---|---|"]
         lines += [f"| {name} | {m:.1f} | {p:.1f} | {_pct(p / m - 1)} |" for name, m, p in own]
+    own_attn = own_h200_attention(presets, rows)
+    if own_attn:
+        lines += ["", "## Our own H200 attention kernels (CUDA-graph replay, never fitted)", "",
+                  f"{len(own_attn)} `scaled_dot_product_attention` calls from `{OWN_H200.relative_to(ROOT)}` (causal "
+                  "prefill at batch 1, 32/8 heads; decode over a contiguous cache), predicted by the h200 preset "
+                  "fitted on the whole table (its attention curves are h100-sxm's: the table has no H200 attention "
+                  "rows).", ""]
+        for phase in ("prefill", "decode"):
+            errs = sorted(abs(p / m - 1) for ph, _, m, p in own_attn if ph == phase)
+            if errs:
+                lines.append(f"- {phase}: {len(errs)} calls, median |error| {errs[len(errs) // 2] * 100:.1f}%, "
+                             f"p90 {errs[int(0.9 * (len(errs) - 1))] * 100:.1f}%")
+        lines += ["", "| phase | shape | measured µs | predicted µs | error |", "|---|---|---|---|---|"]
+        lines += [f"| {ph} | {name} | {m * 1e6:.1f} | {p * 1e6:.1f} | {_pct(p / m - 1)} |"
+                  for ph, name, m, p in own_attn]
     text = "\n".join(lines) + "\n"
     if a.no_record:
         print(text)

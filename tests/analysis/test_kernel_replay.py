@@ -45,3 +45,16 @@ def test_headline_errors_stay_where_bench_gpu_kernels_reports_them(replayed) -> 
     assert p90 <= 0.35
     n_gemm, median_gemm, p90_gemm = headline(done, "gemm")
     assert n_gemm >= 50 and median_gemm <= 0.10 and p90_gemm <= 0.30
+
+
+def test_attention_rows_are_replayed_through_the_cost_model_or_say_why_not(replayed) -> None:
+    _, done, skipped = replayed
+    by_id = {r.id: r for r in done}
+    why = {s.id: s.why for s in skipped}
+    assert {"K-12", "K-13", "K-14", "K-18", "K-21", "AX-12", "AX-13", "AX-15"} <= set(by_id)
+    assert by_id["K-12"].unit == "TFLOPS" and by_id["K-18"].unit == "us"
+    for kernel in ("K-07", "K-19", "K-20", "K-15"):  # unfused, no split-KV, PyTorch eager, Triton's tutorial
+        assert why[kernel].startswith("not a kernel an engine runs")
+    assert why["AX-19"].startswith("no preset")  # two GPUs in one cell
+    n, median, p90 = headline(done, "attention")
+    assert n >= 15 and median <= 0.15 and p90 <= 0.60

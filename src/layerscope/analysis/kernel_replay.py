@@ -18,7 +18,9 @@ import numpy as np
 from layerscope.cost.features import op_features
 from layerscope.cost.models import roofline
 from layerscope.graph._common import linear_op
-from layerscope.graph.ops import OpGraph
+from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
+from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
+from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
 from layerscope.hardware.kernel_fit import GemmRow, TableFit, fit_preset, source_key
 from layerscope.hardware.kernel_table import KernelRow
 from layerscope.hardware.spec import HardwareSpec
@@ -63,6 +65,71 @@ def gemm_tflops(row: GemmRow, spec: HardwareSpec) -> float:
     return row.flops / time_s / 1e12
 
 
+#: Heads of a prefill row that names only its head dim: FlashAttention-3's figures hold H·D = 2048 (K-03).
+_FIGURE_HEADS_TIMES_DIM = 2048
+
+
+def attention_op(batch: int, new: int, cached: int, heads: int, head_dim: int, value_dim: int, *, causal: bool,
+                  kv_bytes: float, act_bytes: float, attended_pairs: int, dtype: DType = DType.BF16) -> Op:
+    """One fused attention op as the graph builds it (``graph.attention``): ``batch`` sequences of ``new`` tokens
+    over ``cached`` ones, QK and PV over the attended pairs plus the softmax."""
+    scores = heads * attended_pairs * batch
+    flops = 2 * heads * (head_dim + value_dim) * attended_pairs * batch + SOFTMAX_FLOPS_PER_SCORE * scores
+    tokens = batch * new
+    return Op(name="attn", kind="attention", module="attn", layer=0,
+              inputs=(TensorSpec("q", (tokens, heads * head_dim), dtype, "activation"),),
+              outputs=(TensorSpec("attn:out", (tokens, heads * value_dim), dtype, "activation"),),
+              flops=flops, act_read_bytes=int(act_bytes) // 2, act_write_bytes=int(act_bytes) - int(act_bytes) // 2,
+              kv_read_bytes=int(kv_bytes), gemm=GemmShape(new, cached + new, head_dim, batch * heads),
+              attrs=(("groups", ((batch, new, cached),)), ("causal", causal)))
+
+
+def attention_predicted(row: KernelRow, spec: HardwareSpec) -> float:
+    """``row``'s metric as the roofline cost model times its attention op on ``spec``: a prefill row's TFLOP/s
+    (the published convention: 4·h·d FLOPs per attended pair, half the pairs when causal), a decode row's time
+    (µs) or bandwidth (GB/s, over the bytes :func:`~layerscope.hardware.attention_fit.decode_bytes` counts)."""
+    shape = row.attention
+    assert shape is not None and shape.head_dim is not None and row.batch is not None
+    d, vd = shape.head_dim, shape.value_dim or shape.head_dim
+    if shape.decode:
+        kv = row.kv_len or row.input_len or 0
+        nbytes = decode_bytes(row) or 0.0
+        heads = shape.heads or 1
+        q_o = row.batch * heads * (d + vd) * 2.0
+        op = attention_op(row.batch, 1, kv - 1, heads, d, vd, causal=True, kv_bytes=nbytes - q_o, act_bytes=q_o,
+                           attended_pairs=kv)
+        time_s = _op_time_s(op, spec)
+        return {"us": time_s * 1e6, "ms": time_s * 1e3}.get(row.unit, nbytes / time_s / 1e9)
+    m = row.input_len or 0
+    heads = shape.heads or _FIGURE_HEADS_TIMES_DIM // d
+    causal = bool(shape.causal)
+    pairs = m * (m + 1) // 2 if causal else m * m
+    qkv = row.batch * m * heads * d * 2.0
+    fp8 = "fp8" in row.precision.lower()
+    op = attention_op(row.batch, m, 0, heads, d, vd, causal=causal, kv_bytes=2 * qkv, act_bytes=2 * qkv,
+                       attended_pairs=pairs, dtype=DType.FP8 if fp8 else DType.BF16)
+    published_flops = 4.0 * heads * d * row.batch * (m * m / 2 if causal else m * m)
+    return published_flops / _op_time_s(op, spec) / 1e12
+
+
+def measured_attention_s(spec: HardwareSpec, *, batch: int, new: int, cached: int, heads: int, kv_heads: int,
+                         head_dim: int, causal: bool = True) -> float:
+    """Time of one fused attention op of ``batch`` sequences (``new`` tokens over ``cached`` ones; GQA with
+    ``kv_heads``, 16-bit) as the roofline cost model times it on ``spec``: what a measurement of one such
+    kernel is compared with."""
+    ctx = cached + new
+    pairs = ctx if new == 1 else (new * (new + 1) // 2 if causal else new * new) + new * cached
+    kv_bytes = batch * ctx * kv_heads * head_dim * 2 * 2.0
+    act_bytes = batch * new * heads * head_dim * 2 * 2.0
+    return _op_time_s(attention_op(batch, new, cached, heads, head_dim, head_dim, causal=causal, kv_bytes=kv_bytes,
+                                    act_bytes=act_bytes, attended_pairs=pairs), spec)
+
+
+def _op_time_s(op: Op, spec: HardwareSpec) -> float:
+    graph = OpGraph(ops=(op,), graph_inputs=frozenset(t.name for t in op.inputs))
+    return float(roofline(op_features(graph), spec).time_s[0])
+
+
 def replay(rows: Sequence[KernelRow], presets: dict[str, HardwareSpec]) -> tuple[list[Replayed], list[NotReplayed]]:
     """Every row predicted by its GPU's preset fitted without the row's source; the rows that map to no op,
     with the reason."""
@@ -84,6 +151,8 @@ def replay(rows: Sequence[KernelRow], presets: dict[str, HardwareSpec]) -> tuple
         gemm = GemmRow.of(row)
         if gemm is not None:
             predicted = gemm_tflops(gemm, spec)
+        elif row.kind == "attention":
+            predicted = attention_predicted(row, spec)
         else:
             predicted = spec.achievable_bandwidth_bytes_per_s() / 1e9
         done.append(Replayed(id=row.id, gpu=row.gpu, kind=row.kind, description=row.description, unit=row.unit,
@@ -110,7 +179,28 @@ def _unmapped(row: KernelRow, presets: dict[str, HardwareSpec]) -> str:
         if row.gpus not in (None, 1):
             return "multi-GPU weight streaming"
         return ""
+    if row.kind == "attention":
+        return _attention_unmapped(row)
     return f"{row.kind} rows are not replayed yet"
+
+
+def _attention_unmapped(row: KernelRow) -> str:
+    shape = row.attention
+    if shape is None or shape.head_dim is None or row.batch is None:
+        return "attention row without its shape (batch, head dim)"
+    if "bwd" in row.description:
+        return "attention forward and backward (training)"
+    if NOT_SERVING.search(f"{row.framework} {row.notes}"):
+        return "not a kernel an engine runs (hardware.attention_fit.NOT_SERVING: unfused, no split-KV, tutorial)"
+    if shape.decode:
+        if decode_bytes(row) is None or row_time_s(row) is None:
+            return "decode attention without heads, KV length or a time"
+        if row.unit not in ("us", "ms", "GBps"):
+            return f"decode attention in {row.unit} (its time is replayed through the GB/s rows)"
+        return ""
+    if not row.input_len or row.unit != "TFLOPS":
+        return "prefill attention without a sequence length"
+    return ""
 
 
 def headline(replayed: Sequence[Replayed], kind: str | None = None) -> tuple[int, float, float]:

@@ -108,10 +108,83 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
     """Per op: the measured fraction of peak of fused attention at its query rows per sequence M
     (``efficiency.attention_rows``; the M of the op's QK product), interpolated linearly in log M and
     held at the table's ends; 1 for every other op, for decode (M = 1) and for attention over
-    sequence groups of different lengths (no single M: the op carries no product shape)."""
+    sequence groups of different lengths (no single M: the op carries no product shape).
+
+    With ``efficiency.attention_rows_noncausal``, the pairs of the M new tokens with the C cached ones
+    (the QK product's N = C + M) run at that table: the causal share of the pairs is about
+    (M²/2) / (M²/2 + M·C) = M / (2C + M), and the op's fraction is the harmonic mean of the two
+    weighted by it (time adds); an op with the attribute ``causal=False`` runs all its pairs at that
+    table. With ``efficiency.attention_half_head_dim`` d½, the fraction is scaled by
+    d / (d + d½) · (128 + d½) / 128 at the op's head dim d (the QK product's K), capped at 1."""
     m = features.gemm_mnkb[:, 0].astype(np.float64)
     applies = (np.fromiter((k == "attention" for k in features.kinds), dtype=bool, count=len(m))) & (m > 1)
-    return _per_dtype_rows(features, applies, m, hw.attention_rows)
+    fraction = _per_dtype_rows(features, applies, m, hw.attention_rows)
+    if hw.efficiency.attention_rows_noncausal:
+        n = features.gemm_mnkb[:, 1].astype(np.float64)
+        cached = np.maximum(n - m, 0.0)
+        causal_share = np.where(applies & _causal_ops(features), m / np.maximum(2.0 * cached + m, 1.0), 0.0)
+        other = _per_dtype_rows(features, applies, m, hw.attention_rows_noncausal)
+        fraction = 1.0 / (causal_share / fraction + (1.0 - causal_share) / other)
+    half_d = hw.efficiency.attention_half_head_dim
+    if half_d > 0:
+        d = np.maximum(features.gemm_mnkb[:, 2].astype(np.float64), 1.0)
+        scale = d / (d + half_d) * (ATTENTION_REFERENCE_HEAD_DIM + half_d) / ATTENTION_REFERENCE_HEAD_DIM
+        fraction = np.where(applies, np.minimum(fraction * scale, 1.0), fraction)
+    return fraction
+
+
+#: Key of the causal-attention mask in ``OpFeatures.plans``.
+_CAUSAL = "(causal)"  # parenthesized: never an execution profile name
+
+
+def _causal_ops(features: OpFeatures) -> np.ndarray:
+    """Per op: False where the op says it is not causal (attribute ``causal``; a decoder's attention always
+    is); one scan of the ops per graph. Every op is causal when the features carry no ops."""
+    mask = features.plans.get(_CAUSAL)
+    if mask is None or len(mask) != len(features.kinds):
+        if len(features.ops) != len(features.kinds):
+            return np.ones(len(features.kinds), dtype=bool)
+        mask = features.plans[_CAUSAL] = np.fromiter((op.attr("causal", True) is not False for op in features.ops),
+                                                     dtype=bool, count=len(features.ops))
+    return mask
+
+
+#: The head dim the attention tables hold for (``efficiency.attention_half_head_dim``).
+ATTENTION_REFERENCE_HEAD_DIM = 128.0
+#: Key of the decode-attention mask in ``OpFeatures.plans``.
+_DECODE_ATTENTION = "(decode_attention)"  # parenthesized: never an execution profile name
+
+
+def decode_attention_ops(features: OpFeatures) -> np.ndarray:
+    """Per op: a fused attention op whose every sequence group has one new token (a decode step), from the
+    op's ``groups`` attribute; one scan of the ops per graph."""
+    mask = features.plans.get(_DECODE_ATTENTION)
+    if mask is None:
+        mask = features.plans[_DECODE_ATTENTION] = np.fromiter(
+            (op.kind == "attention" and _all_single_token(op.attr("groups", ())) for op in features.ops),
+            dtype=bool, count=len(features.ops))
+    return mask
+
+
+def _all_single_token(groups: object) -> bool:
+    """Whether an attention op's ``groups`` ((count, new, cached) per group) all have one new token."""
+    return isinstance(groups, tuple) and bool(groups) and all(g[1] == 1 for g in groups)
+
+
+def _decode_attention_s(memory_s: np.ndarray, bytes_: np.ndarray, features: OpFeatures,
+                        hw: HardwareSpec) -> np.ndarray:
+    """``memory_s`` with decode attention ops (:func:`decode_attention_ops`) timed as ``floor + bytes /
+    (bandwidth · attention_decode_memory)`` (``efficiency.attention_decode_*``, fitted on the decode rows of
+    gpu-kernels.md by ``hardware.attention_fit``); unchanged where the spec has no such figures."""
+    eff = hw.efficiency
+    if (eff.attention_decode_memory is None and eff.attention_decode_floor_s == 0) or not features.ops:
+        return memory_s
+    mask = decode_attention_ops(features)
+    if len(mask) != np.shape(memory_s)[-1] or not mask.any():
+        return memory_s
+    fraction = eff.attention_decode_memory or eff.memory
+    decode_s = eff.attention_decode_floor_s + bytes_ / (hw.memory_bandwidth_bytes_per_s * fraction)
+    return np.where(mask, decode_s, memory_s)
 
 
 def _per_dtype_rows(features: OpFeatures, applies: np.ndarray, x: np.ndarray,
@@ -159,6 +232,11 @@ def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     """
     halves = np.array([hw.matmul_half_flops(dt) for dt in DTYPE_ORDER])
     gemm = features.uses_matrix_units & (features.flops > 0) & (features.gemm_mnkb[:, 0] > 1)
+    if hw.efficiency.attention_rows:
+        # fused attention has its own measured curve in its query length (efficiency.attention_rows), which
+        # already holds its small-size losses: charging the GEMMs' W½ on top counted them twice (an 128-token
+        # causal prefill on the h200 preset took 18 µs instead of 1.2)
+        gemm &= np.fromiter((k != "attention" for k in features.kinds), dtype=bool, count=len(features.kinds))
     return np.where(gemm, halves[features.dtype_code], 0.0)
 
 
@@ -365,7 +443,8 @@ def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: O
     factor = weight_stream_factor(features, hw)
     extra = 0.0 if run.write_allocate_bytes is None else run.write_allocate_bytes / bw
     if run.resident_bytes is None:
-        return _main_memory_s(bytes_, features, bw, factor, run, hw) + extra
+        return _decode_attention_s(_main_memory_s(bytes_, features, bw, factor, run, hw) + extra, bytes_,
+                                   features, hw)
     resident = np.minimum(run.resident_bytes, bytes_)
     return _main_memory_s(bytes_ - resident, features, bw, factor, run, hw) + resident / run.cache_bw + extra
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layerscope.errors import HardwareSpecError
+from layerscope.hardware import attention_fit
 from layerscope.hardware.kernel_table import KernelRow
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.units import DType
@@ -398,5 +399,72 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         data["launch_overhead_s"] = fit.overhead_s
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
+    _fit_attention(eff, base, rows, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
     return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms)
+
+
+def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
+    """``gpu`` itself, then the GPUs :data:`NEAREST` leads to from it (each once), with why."""
+    chain, seen = [(gpu, "")], {gpu}
+    while (step := NEAREST.get(chain[-1][0])) is not None and step[0] not in seen:
+        chain.append(step)
+        seen.add(step[0])
+    return chain
+
+
+def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[KernelRow],
+                   presets: dict[str, HardwareSpec], excluded: Sequence[str], overhead_s: float) -> None:
+    """``eff`` (the preset's efficiency section, as a dict) with the attention curves of
+    :mod:`~layerscope.hardware.attention_fit`: from ``base``'s own rows, else from the first GPU along
+    :data:`NEAREST` with rows of the kind, said in the source."""
+    specs = {**presets, base.name: base}
+
+    def peak(gpu: str, dtype: str) -> float | None:
+        spec = specs.get(gpu)
+        return None if spec is None else spec.engines.peak_flops_per_s.get(DType(dtype))
+
+    prefill = attention_fit.prefill_rows(rows, peak, excluded, source_key)
+    decode = attention_fit.decode_rows(rows, excluded, source_key)
+    chain = [(g, why) for g, why in _nearest_chain(base.name) if g in specs]
+    # each GPU's decode floor is fitted beside this preset's own fixed cost per kernel, so that the two add up
+    # to the rows' fixed time whichever GPU's rows pin it
+    fits = {g: attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s)
+            for g, _ in chain}
+
+    def taken(has: str) -> tuple[str, str] | None:
+        for g, why in chain:
+            if (has == "prefill" and fits[g].prefill) or (has == "decode" and fits[g].decode is not None):
+                return g, ("" if g == base.name else f"no rows here: {g}'s fit ({why})")
+        return None
+
+    gemm_eff = dict(eff["matmul_per_dtype"])  # type: ignore[call-overload]
+    if (found := taken("prefill")) is not None:
+        gpu, note = found
+        curves = fits[gpu].prefill
+        tables: dict[bool, dict[str, list[list[float]]]] = {True: {}, False: {}}
+        cites = []
+        for (dt, causal), fit in sorted(curves.items()):
+            names = ("bf16", "fp16") if dt == "bf16" else ("fp8",)
+            for name in names:
+                if DType(name) in base.engines.peak_flops_per_s:
+                    tables[causal][name] = attention_fit.tabulate(fit, float(gemm_eff.get(name, eff["matmul"])))
+            cites.append(f"{dt} {'causal' if causal else 'non-causal'}: e = {fit.efficiency:g}, M½ = "
+                         f"{fit.half_m:g} on rows {', '.join(fit.rows)}" + (f" ({fit.note})" if fit.note else ""))
+        eff["attention_rows"] = tables[True]
+        eff["attention_rows_noncausal"] = tables[False]
+        half_d = next(iter(curves.values())).half_d
+        eff["attention_half_head_dim"] = half_d
+        eff["attention_rows_source"] = (
+            "fitted on gpu-kernels.md attention rows: fraction of peak e·M/(M+M½) at a 128-wide head "
+            f"(hardware.attention_fit), over the GEMM efficiency, head-dim d½ = {half_d:g}; "
+            + "; ".join(cites) + (f"; {note}" if note else ""))
+    if (found := taken("decode")) is not None:
+        gpu, note = found
+        dec = fits[gpu].decode
+        assert dec is not None
+        eff["attention_decode_memory"] = dec.efficiency
+        eff["attention_decode_floor_s"] = dec.floor_s
+        eff["attention_decode_source"] = (
+            f"fitted on gpu-kernels.md rows {', '.join(dec.rows)}: t = launch_overhead_s + floor + bytes / "
+            f"(bandwidth · e), RMS log error {dec.rms_log_error:.3f}" + (f"; {note}" if note else ""))

@@ -22,7 +22,7 @@ from typing import Literal
 from layerscope.errors import HardwareSpecError
 from layerscope.units import GB, GIB, KB, KIB, MB, MIB, quote
 
-__all__ = ["COLUMNS", "GemmShape", "KernelRow", "default_table_path", "read_kernel_table"]
+__all__ = ["COLUMNS", "AttentionShape", "GemmShape", "KernelRow", "default_table_path", "read_kernel_table"]
 
 Kind = Literal["gemm", "memory", "attention", "collective", "overhead", "power", "other"]
 Unit = Literal["TFLOPS", "GBps", "Gbps", "us", "ms", "%", "W", "MHz"]
@@ -60,6 +60,25 @@ class GemmShape:
     n: int
     k: int
     groups: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """The heads of an attention row, what it ran (prefill or decode) and whether it was causal.
+
+    ``kv_heads`` equals ``heads`` where the row names no grouping (MHA); ``latent`` is True for MLA decode
+    rows, whose cache holds one latent of ``head_dim`` elements per token and KV head that serves as both K
+    and V (DeepSeek-V2, arXiv 2405.04434 §2.1); ``causal`` is None where the row does not say.
+    """
+
+    heads: int | None
+    kv_heads: int | None
+    head_dim: int | None
+    decode: bool
+    causal: bool | None
+    latent: bool = False
+    value_dim: int | None = None
+    """Elements per head of the output where they differ from ``head_dim`` (MLA: 512 of a 576 latent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +123,8 @@ class KernelRow:
     message_bytes: float | None
     """Message size of a collective row, in bytes."""
     collective: Collective | None
+    attention: AttentionShape | None = None
+    """Heads, head dim, phase and causality of an attention row (None for other kinds)."""
     proxy_of: str = ""
     """The part actually measured when :attr:`gpu` stands in for it (``H800`` for h100-sxm)."""
     variant_stated: bool = True
@@ -272,6 +293,9 @@ def _parse_row(table: Path, line: int, cells: list[str], previous: KernelRow | N
         collective = _collective(description) or (above.collective if above else None)
         message_bytes = _message_bytes(description) or (above.message_bytes if above else None)
     kv_len = _kv_len(input_text)
+    attention = None
+    if kind == "attention":
+        attention = _attention_shape(f"{description} {source}", above.attention if above else None)
     return KernelRow(
         id=row_id, line=line, source=source, hardware=hardware, description=description, precision=precision,
         framework=framework, parallelism=parallelism, metric=metric, notes=notes,
@@ -281,7 +305,7 @@ def _parse_row(table: Path, line: int, cells: list[str], previous: KernelRow | N
         value=value, value_low=low, value_high=high, approximate=approximate, unit=unit,
         tags=_tags(source, notes), kind=kind, gemm=_gemm_shape(description) if kind == "gemm" else None,
         gpu=gpu, gpus=_gpu_count(parallelism, hardware),
-        message_bytes=message_bytes, collective=collective,
+        message_bytes=message_bytes, collective=collective, attention=attention,
         proxy_of=proxy_of, variant_stated=variant_stated,
         qualitative=value_text if value is None else "",
     )
@@ -403,6 +427,55 @@ def _gemm_shape(description: str) -> GemmShape | None:
         dims = {"M": int(mnk[1]), "N": int(mnk[2]), "K": int(mnk[3])}
     groups = _GEMM_GROUPS_RE.search(description)
     return GemmShape(dims["M"], dims["N"], dims["K"], int(groups[1]) if groups else 1)
+
+
+#: Attention head counts and sizes as the rows write them: ``16 q-heads, 2 kv-heads``, ``64 q / 8 kv``,
+#: ``h_q=16, h_kv=1, d=576/dv=512``, ``hdim 128``, ``(B,H,S,D)=(1,16,16384,128)``, ``H·D=2048``.
+_HEADS_RES = (re.compile(r"\b(\d+)\s*q-heads"), re.compile(r"\b(\d+)\s*q\s*/"), re.compile(r"\bh_q\s*=\s*(\d+)"),
+              re.compile(r"\b(\d+)\s+heads\b"))
+_KV_HEADS_RES = (re.compile(r"\b(\d+)\s*kv-heads"), re.compile(r"/\s*(\d+)\s*kv\b"), re.compile(r"\bh_kv\s*=\s*(\d+)"))
+_HEAD_DIM_RES = (re.compile(r"\bhdim\s*(\d+)"), re.compile(r"\bhead_dim(?:_k)?\s*(\d+)"),
+                 re.compile(r"\bd\s*=\s*(\d+)"))
+_VALUE_DIM_RE = re.compile(r"\bdv\s*=\s*(\d+)")
+_BHSD_RE = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+_HD_PRODUCT_RE = re.compile(r"\bH\s*[·*x×]\s*D\s*=\s*(\d+)")
+_NON_CAUSAL_RE = re.compile(r"non-causal", re.IGNORECASE)
+_CAUSAL_RE = re.compile(r"\bcausal\b", re.IGNORECASE)
+_DECODE_RE = re.compile(r"\bdecode\b", re.IGNORECASE)
+_MLA_RE = re.compile(r"\bMLA\b")
+
+
+def _first_int(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
+    for pattern in patterns:
+        if match := pattern.search(text):
+            return int(match[1])
+    return None
+
+
+def _attention_shape(text: str, above: AttentionShape | None) -> AttentionShape:
+    """The :class:`AttentionShape` a description (and its source cell, which names a figure's causal panel)
+    gives; what it leaves out comes from the row it continues (``same, h_q=64``)."""
+    heads = _first_int(_HEADS_RES, text)
+    head_dim = _first_int(_HEAD_DIM_RES, text)
+    if bhsd := _BHSD_RE.search(text):
+        heads, head_dim = int(bhsd[2]), int(bhsd[4])
+    if heads is None and head_dim and (product := _HD_PRODUCT_RE.search(text)):
+        heads = int(product[1]) // head_dim
+    kv_heads = _first_int(_KV_HEADS_RES, text)
+    value_dim = (int(vd[1]) if (vd := _VALUE_DIM_RE.search(text)) else None)
+    causal = False if _NON_CAUSAL_RE.search(text) else (True if _CAUSAL_RE.search(text) else None)
+    if above is not None:
+        heads = heads if heads is not None else above.heads
+        head_dim = head_dim if head_dim is not None else above.head_dim
+        kv_heads = kv_heads if kv_heads is not None else above.kv_heads
+        value_dim = value_dim if value_dim is not None else above.value_dim
+        causal = causal if causal is not None else above.causal
+    decode = bool(_DECODE_RE.search(text)) or (above is not None and above.decode)
+    latent = bool(_MLA_RE.search(text)) or (above is not None and above.latent)
+    if kv_heads is None and heads is not None and not latent:
+        kv_heads = heads  # no grouping named: multi-head attention
+    return AttentionShape(heads=heads, kv_heads=kv_heads, head_dim=head_dim, decode=decode, causal=causal,
+                          latent=latent, value_dim=value_dim)
 
 
 def _gpu_preset(hardware: str, kind: Kind) -> tuple[str | None, str, bool]:

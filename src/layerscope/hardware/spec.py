@@ -211,6 +211,25 @@ class EfficiencySpec(BaseModel):
     kernel, 2 threads) causal SDPA reached 45-50 GFLOP/s at 128 tokens and 140 at 2048, against
     183 for large GEMMs. Written by ``layerscope calibrate``; empty (the default) means none."""
     attention_rows_source: str = ""
+    attention_rows_noncausal: dict[DType, RowsTable] = Field(default_factory=dict)
+    """The same for non-causal attention (every query attends to every key): the part of a chunked prefill
+    that attends to the cached context. An op whose M new tokens per sequence attend to C cached ones runs
+    its causal share ``M / (2C + M)`` of the pairs at ``attention_rows`` and the rest at this table (the
+    time-weighted, harmonic, mean). Empty (the default): ``attention_rows`` for every pair."""
+    attention_half_head_dim: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Head-dim dependence of fused attention: the tables hold for a 128-wide head, and a head of d
+    elements runs at ``d / (d + d½) · (128 + d½) / 128`` of that (Hockney's form in the head dim: a tile of a
+    narrow head does less MMA work per byte it loads; FlashAttention-3 on H100 reaches 497 TFLOP/s at
+    hdim 64 where it reaches 648 at 128, gpu-kernels.md K-10, K-04), capped at the GEMM rate. 0 (the
+    default): no head-dim dependence."""
+    attention_decode_memory: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of the main-memory bandwidth decode attention kernels (one new token per sequence over its
+    KV cache) reach on long caches; None (the default): ``memory``, like every other streaming kernel."""
+    attention_decode_floor_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Fixed time of one decode attention kernel beyond ``launch_overhead_s`` (split-KV partials and their
+    reduction, a grid too small to fill the chip): its memory time is ``floor + bytes / (bandwidth ·
+    attention_decode_memory)``."""
+    attention_decode_source: str = ""
     weight_stream_k: dict[DType, RowsTable] = Field(default_factory=dict)
     """Measured main-memory rate of a GEMM's weight stream by its reduction width K, per dtype:
     ``(K, factor)`` pairs, K ascending, where the factor multiplies the main-memory bandwidth for the
@@ -233,12 +252,12 @@ class EfficiencySpec(BaseModel):
     activation_stream_source: str = ""
 
     @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows",
-                     "weight_stream_k", mode="before")
+                     "attention_rows_noncausal", "weight_stream_k", mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
 
-    @field_validator("matmul_rows", "attention_rows", "weight_stream_k")
+    @field_validator("matmul_rows", "attention_rows", "attention_rows_noncausal", "weight_stream_k")
     @classmethod
     def _rows_table(cls, value: dict[DType, RowsTable], info: Any) -> dict[DType, RowsTable]:
         # (M, fraction of peak) with M > 1, or (K, bandwidth factor) with K >= 1 and factors up to MAX_STREAM_FACTOR
@@ -557,6 +576,10 @@ class HardwareSpec(BaseModel):
     def attention_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (query rows, fraction) table of fused attention in ``dtype``; empty when none."""
         return self._dtype_table(self.efficiency.attention_rows, dtype, allow_tf32)
+
+    def attention_rows_noncausal(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
+        """The (query rows, fraction) table of non-causal fused attention in ``dtype``; empty when none."""
+        return self._dtype_table(self.efficiency.attention_rows_noncausal, dtype, allow_tf32)
 
     def weight_stream_k(self, dtype: DType | str) -> RowsTable:
         """The measured (K, bandwidth factor) table of GEMM weights in ``dtype`` (no fallback to another
