@@ -21,7 +21,7 @@ from layerscope.graph._common import linear_op
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
-from layerscope.hardware.kernel_fit import GemmRow, TableFit, fit_preset, source_key
+from layerscope.hardware.kernel_fit import WEIGHT_ONLY, GemmRow, TableFit, fit_preset, source_key
 from layerscope.hardware.kernel_table import KernelRow
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.units import DType
@@ -58,8 +58,10 @@ def gemm_tflops(row: GemmRow, spec: HardwareSpec) -> float:
     """TFLOP/s of ``row``'s GEMM as the roofline cost model times it on ``spec`` (one fused kernel)."""
     g = row.row.gemm
     assert g is not None
-    dt = DType(row.dtype)
-    graph = OpGraph(ops=(linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=dt, act_dtype=dt),),
+    weights = DType(WEIGHT_ONLY.get(row.dtype, row.dtype))
+    dt = DType("bf16" if row.dtype in WEIGHT_ONLY else row.dtype)
+    graph = OpGraph(ops=(linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights,
+                                   act_dtype=dt),),
                     graph_inputs=frozenset({"x"}))
     time_s = float(roofline(op_features(graph), spec).time_s[0])
     return row.flops / time_s / 1e12
@@ -173,7 +175,7 @@ def _unmapped(row: KernelRow, presets: dict[str, HardwareSpec]) -> str:
         if row.gemm.groups > 1:
             return "grouped GEMM (an MoE experts op, not one linear op)"
         if GemmRow.of(row) is None:
-            return f"precision {row.precision!r} not fitted yet (int4/fp4: issue #27 point 5)"
+            return f"precision {row.precision!r}: no preset has its peak (fp4)"
         return ""
     if row.kind == "memory" and row.unit == "GBps":
         if row.gpus not in (None, 1):

@@ -404,6 +404,14 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     has_weights = (np.asarray(features.weight_bytes).reshape(-1, len(k)) > 0).any(axis=0)
     applies = (k > 0) & has_weights
     factor = _per_dtype_rows(features, applies, k, hw.weight_stream_k)
+    quantized = weight_only_dtypes(features)
+    for code in np.unique(quantized[quantized >= 0]):
+        # weight-only quantized GEMMs (int4/int8 weights, 16-bit arithmetic) stream at their weight dtype's rate,
+        # which holds the in-kernel dequantization (hardware.kernel_fit.weight_only_stream)
+        rows = hw.weight_stream_k(DTYPE_ORDER[code])
+        sel = applies & (quantized == code)
+        if rows and sel.any():
+            factor[sel] = rows_fraction(rows, k[sel])
     down_k = features.plans.get(_EXPERT_DOWN_K)
     if down_k is None:  # one scan of the ops per graph, not per cost call
         down_k = features.plans[_EXPERT_DOWN_K] = np.fromiter(
@@ -417,6 +425,27 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
         down = _per_dtype_rows(features, sel, down_k, hw.weight_stream_k)
         factor[sel] = 1.0 / (EXPERT_GATE_UP_SHARE / factor[sel] + (1.0 - EXPERT_GATE_UP_SHARE) / down[sel])
     return factor
+
+
+#: Key of the weight-only quantized ops' weight dtype codes in ``OpFeatures.plans``.
+_WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
+
+
+def weight_only_dtypes(features: OpFeatures) -> np.ndarray:
+    """Per op: the :data:`DTYPE_ORDER` code of its weights where they are narrower than the type its arithmetic
+    runs in (a weight-only quantized GEMM: W4A16, W8A16), else -1; one scan of the ops per graph."""
+    codes = features.plans.get(_WEIGHT_ONLY)
+    if codes is None or len(codes) != len(features.kinds):
+        if len(features.ops) != len(features.kinds):
+            return np.full(len(features.kinds), -1, dtype=np.int64)
+        order = {dt: i for i, dt in enumerate(DTYPE_ORDER)}
+        codes = np.full(len(features.ops), -1, dtype=np.int64)
+        for i, op in enumerate(features.ops):
+            weights = [t.dtype for t in op.inputs if t.role == "weight"]
+            if weights and op.gemm is not None and weights[0].bits < DTYPE_ORDER[features.dtype_code[i]].bits:
+                codes[i] = order[weights[0]]
+        features.plans[_WEIGHT_ONLY] = codes
+    return codes
 
 
 def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None,

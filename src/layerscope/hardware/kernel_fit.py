@@ -53,7 +53,10 @@ NEAREST: dict[str, tuple[str, str]] = {
 #: Element bytes of a GEMM's operands by dtype class: (activation in, weight, output), as the graph counts them
 #: (an op's output at its activation dtype; a bf16-out fp8 GEMM writes M·N more bytes, which matter only where
 #: the GEMM is memory-bound, at small M, where they are under 1 % of its traffic in every fp8 row of the table).
-_OPERAND_BYTES = {"bf16": (2, 2, 2), "fp8": (1, 1, 1)}
+_OPERAND_BYTES = {"bf16": (2, 2, 2), "fp8": (1, 1, 1), "w4a16": (2, 0.5, 2), "w8a16": (2, 1, 2)}
+#: Weight-only quantized classes: their weight dtype, and the 16-bit class whose GEMM fit they run on (the
+#: weights are dequantized to 16 bits in registers before the MMA: Marlin, Frantar et al., arXiv 2408.11743).
+WEIGHT_ONLY = {"w4a16": "int4", "w8a16": "int8"}
 #: The table's precision words, by the dtype class whose fit they join (16-bit types share one peak).
 _PRECISION_CLASS = (("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "bf16"))
 
@@ -76,8 +79,11 @@ def source_key(row: KernelRow) -> str:
 
 
 def dtype_class(row: KernelRow) -> str | None:
-    """``bf16`` (any 16-bit float), ``fp8`` or None (int4 weight-only, fp4: not fitted here)."""
+    """``bf16`` (any 16-bit float), ``fp8``, the weight-only classes ``w4a16``/``w8a16``, or None (fp4: no
+    preset has its peak)."""
     words = row.precision.lower().replace("/", " ").split()
+    if words and words[0] in WEIGHT_ONLY:
+        return words[0]
     if not words or any(w.startswith(("w4", "int4", "nvfp4", "fp4")) for w in words[:1]):
         return None
     for word, cls in _PRECISION_CLASS:
@@ -399,9 +405,50 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         data["launch_overhead_s"] = fit.overhead_s
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
+    _fit_weight_only(eff, base, usable, near, mem, float(data["launch_overhead_s"]))
     _fit_attention(eff, base, rows, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
     return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms)
+
+
+def weight_only_stream(rows: Sequence[GemmRow], spec: HardwareSpec, memory_eff: float, overhead_s: float) -> float:
+    """The weight-streaming rate of weight-only quantized GEMVs (M = 1: their time is the weight stream), as a
+    fraction of the datasheet bandwidth: ``W / (B · (t - t0 - A / (B · m)))``, the median over ``rows``.
+
+    A W4A16 kernel dequantizes every weight in registers before its 16-bit MMA (Marlin, arXiv 2408.11743);
+    at small M that work and its latency keep the stream below HBM speed (GX-32: 1,245 GB/s on an H100,
+    37 % of 3.35 TB/s), so the dequantization cost shows as this rate. At large M the MMA dominates and the
+    kernel runs at the 16-bit GEMM rate (Marlin's Fig. 1: close to FP16 speed from batch 128 up), which the
+    cost model gives it: the arithmetic of a weight-only GEMM runs in the activation dtype."""
+    bw = spec.memory_bandwidth_bytes_per_s
+    rates = [r.weight_bytes / (bw * (r.time_s - overhead_s - r.act_bytes / (bw * memory_eff))) for r in rows]
+    return float(np.median(rates))
+
+
+def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequence[KernelRow],
+                     near: TableFit | None, memory_eff: float, overhead_s: float) -> None:
+    """``eff['weight_stream_k']`` with the weight-only dtypes' rates (:func:`weight_only_stream`), from this GPU's
+    single-row rows, else the :data:`NEAREST` GPU's, said in ``weight_stream_k_source``."""
+    stream = dict(eff["weight_stream_k"])  # type: ignore[call-overload]
+    notes = []
+    for cls, dtype in WEIGHT_ONLY.items():
+        own = [g for g in _gemm_rows(usable, base.name, cls) if g.m == 1]
+        where = ""
+        if not own and near is not None:
+            near_name, why = NEAREST.get(base.name, ("", ""))
+            own = [g for g in _gemm_rows(usable, near_name, cls) if g.m == 1]
+            where = f" (no {cls} rows: {near_name}'s rows, {why})" if own else ""
+        if not own:
+            notes.append(f"{dtype} (weight-only {cls}): no rows here or on the nearest GPU, so such GEMMs stream "
+                         "at their arithmetic dtype's rate (an assumption)")
+            continue
+        rate = weight_only_stream(own, base, memory_eff, overhead_s)
+        stream[dtype] = [[1.0, round(min(rate, 1.0) / memory_eff, 4)]]
+        notes.append(f"{dtype} (weight-only {cls}, dequantized in the kernel): fitted on gpu-kernels.md rows "
+                     f"{', '.join(g.row.id for g in own)}{where}")
+    if notes:
+        eff["weight_stream_k"] = stream
+        eff["weight_stream_k_source"] = f"{eff['weight_stream_k_source']}; " + "; ".join(notes)
 
 
 def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
