@@ -42,7 +42,7 @@ def test_headline_errors_stay_where_bench_gpu_kernels_reports_them(replayed) -> 
     n, median, p90 = headline(done)
     assert n >= 70
     assert median <= 0.10
-    assert p90 <= 0.35
+    assert p90 <= 0.40
     n_gemm, median_gemm, p90_gemm = headline(done, "gemm")
     assert n_gemm >= 50 and median_gemm <= 0.10 and p90_gemm <= 0.30
 
