@@ -115,7 +115,10 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
     (M²/2) / (M²/2 + M·C) = M / (2C + M), and the op's fraction is the harmonic mean of the two
     weighted by it (time adds); an op with the attribute ``causal=False`` runs all its pairs at that
     table. With ``efficiency.attention_half_head_dim`` d½, the fraction is scaled by
-    d / (d + d½) · (128 + d½) / 128 at the op's head dim d (the QK product's K), capped at 1."""
+    d / (d + d½) · (128 + d½) / 128 at the op's head dim d (the QK product's K), capped at 1.
+
+    The tables are fitted on launches that fill the chip (FlashAttention-3's figures run B·S = 16k tokens);
+    an op with too few query tiles for the engines runs at its critical path (:func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0].astype(np.float64)
     applies = (np.fromiter((k == "attention" for k in features.kinds), dtype=bool, count=len(m))) & (m > 1)
     fraction = _per_dtype_rows(features, applies, m, hw.attention_rows)
@@ -130,7 +133,39 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
         d = np.maximum(features.gemm_mnkb[:, 2].astype(np.float64), 1.0)
         scale = d / (d + half_d) * (ATTENTION_REFERENCE_HEAD_DIM + half_d) / ATTENTION_REFERENCE_HEAD_DIM
         fraction = np.where(applies, np.minimum(fraction * scale, 1.0), fraction)
+    if hw.efficiency.attention_rows:
+        fraction = fraction * np.where(applies, attention_occupancy(features, hw.engines.count), 1.0)
     return fraction
+
+
+#: Query rows (and keys) per tile of a fused attention kernel: FlashAttention-2 and -3 run 128-row query blocks
+#: per thread block in the forward pass (Dao 2023, arXiv 2307.08691 §3.3; Shah et al. 2024, arXiv 2407.08608 §4).
+ATTENTION_TILE = 128
+
+
+def attention_occupancy(features: OpFeatures, engines: int) -> np.ndarray:
+    """Per op: the fraction of its engines' time a fused attention kernel keeps busy, from its tiles alone.
+
+    One thread block per (sequence, head, 128-row query tile) (:data:`ATTENTION_TILE`), each looping over its
+    key tiles: all of them when the op is not causal, else the cached ones and those up to its own diagonal,
+    so the j-th query tile of a causal prefill does ``C/128 + j`` tiles of work. The kernel takes at least its
+    longest block and at least the total work spread over the engines (list scheduling's two bounds, Graham
+    1969): busy = (total / engines) / max(total / engines, longest). A 512-token causal prefill of one sequence
+    with 32 heads (128 blocks of 1-4 tiles on 132 SMs) is held by its 4-tile blocks at 0.6; at 8 sequences or 2048
+    tokens the work spreads (1.0). 1 for ops without a product shape."""
+    m = features.gemm_mnkb[:, 0].astype(np.float64)
+    n = features.gemm_mnkb[:, 1].astype(np.float64)
+    blocks_per_tile = np.maximum(features.gemm_mnkb[:, 3].astype(np.float64), 1.0)  # sequences x heads
+    q_tiles = np.ceil(m / ATTENTION_TILE)
+    kv_tiles = np.ceil(n / ATTENTION_TILE)
+    cached_tiles = np.maximum(kv_tiles - q_tiles, 0.0)
+    causal = _causal_ops(features)
+    total = blocks_per_tile * np.where(causal, q_tiles * cached_tiles + q_tiles * (q_tiles + 1) / 2,
+                                       q_tiles * kv_tiles)
+    longest = np.where(causal, cached_tiles + q_tiles, kv_tiles)
+    spread = total / max(engines, 1)
+    busy = spread / np.maximum(np.maximum(spread, longest), 1e-300)
+    return np.where(m > 0, busy, 1.0)
 
 
 #: Key of the causal-attention mask in ``OpFeatures.plans``.
