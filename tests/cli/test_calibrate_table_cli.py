@@ -29,7 +29,13 @@ def test_bundled_table_fits_h200_and_the_spec_works_with_estimate(run_cli, tmp_p
     result = json.loads(proc.stdout)
     assert result["hardware"] == "h200" and result["rows_read"] > 150
     assert {g["dtype"] for g in result["gemm"]} == {"bf16", "fp8"}
+    attention = result["attention"]
+    assert {(c["dtype"], c["causal"]) for c in attention["prefill"]} == {(d, c) for d in ("bf16", "fp8")
+                                                                           for c in (True, False)}
+    assert "K-08" in next(c for c in attention["prefill"] if c["causal"] and c["dtype"] == "bf16")["rows"]
+    assert "h100-sxm's fit" in attention["prefill_from"] and "AX-12" in attention["decode_rows"]
     spec = load_hardware(out)
+    assert spec.efficiency.attention_decode_memory == attention["decode_memory"]
     assert spec.efficiency.memory == result["memory_efficiency"]
     assert "gpu-kernels.md rows MX-14" in spec.efficiency.memory_source
     assert spec.engines.peak_flops_per_s == load_hardware("h200").engines.peak_flops_per_s  # datasheet kept

@@ -10,11 +10,15 @@ first, loads the presets the fit borrows from (``kernel_fit.NEAREST``) and write
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from layerscope.app.requests import MODEL_CONFIG
 from layerscope.errors import OutputError
+
+if TYPE_CHECKING:
+    from layerscope.hardware.kernel_fit import AttentionTaken
 
 __all__ = ["TableFitRequest", "TableFitResult", "fit_table"]
 
@@ -57,6 +61,46 @@ class GemmFitRow(BaseModel):
     """RMS of log(predicted / measured time) over the rows fitted."""
 
 
+class PrefillCurveRow(BaseModel):
+    """One fitted prefill attention curve: fraction of the datasheet peak ``e · M / (M + M½)`` at a 128-wide head."""
+
+    model_config = MODEL_CONFIG
+
+    dtype: str
+    """``bf16`` (every 16-bit float) or ``fp8``."""
+    causal: bool
+    """Causal (a decoder's prefill) or not (the cached part of a chunked prefill)."""
+    efficiency: float
+    """``e``: the fraction of peak long sequences approach."""
+    half_m: float
+    """``M½``: the query length at which half of ``e`` is reached, tokens."""
+    rows: list[str]
+    """Ids of the rows fitted."""
+    note: str
+    """Where the curve came from when its own rows could not pin it (one length, no causal rows)."""
+
+
+class AttentionFitResult(BaseModel):
+    """The attention curves the spec took (``efficiency.attention_*``)."""
+
+    model_config = MODEL_CONFIG
+
+    prefill: list[PrefillCurveRow]
+    """One row per (dtype, causality) fitted; empty without prefill rows here or on a nearest GPU."""
+    half_head_dim: float
+    """``d½`` of the head-dim factor ``d / (d + d½) · (128 + d½) / 128``; 0 when not fitted."""
+    prefill_from: str
+    """Empty when fitted on this GPU's rows, else whose rows and why."""
+    decode_memory: float | None
+    """Fraction of the datasheet bandwidth decode attention streams at; None without decode rows."""
+    decode_floor_s: float | None
+    """Fixed time of a decode attention kernel beyond the fixed cost per kernel, seconds."""
+    decode_rows: list[str]
+    """Ids of the decode rows fitted."""
+    decode_from: str
+    """Empty when fitted on this GPU's rows, else whose rows and why."""
+
+
 class TableFitResult(BaseModel):
     """The answer of ``layerscope calibrate --from-table``."""
 
@@ -80,6 +124,8 @@ class TableFitResult(BaseModel):
     """The spec's fixed cost per kernel, seconds."""
     gemm: list[GemmFitRow]
     """One row per dtype class fitted."""
+    attention: AttentionFitResult
+    """Prefill and decode attention (``hardware.attention_fit``)."""
 
 
 def fit_table(request: TableFitRequest) -> TableFitResult:
@@ -116,4 +162,16 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
         launch_overhead_s=fit.spec.launch_overhead_s,
         gemm=[GemmFitRow(dtype=dt, efficiency=g.efficiency, half_flops=g.half_flops, weight_stream=g.weight_stream,
                          overhead_s=g.overhead_s, rows=list(g.rows), taken_from=dict(g.taken_from),
-                         rms_log_error=g.rms_log_error) for dt, g in fit.gemm.items()])
+                         rms_log_error=g.rms_log_error) for dt, g in fit.gemm.items()],
+        attention=_attention_result(fit.attention))
+
+
+def _attention_result(taken: AttentionTaken) -> AttentionFitResult:
+    curves = taken.prefill.prefill if taken.prefill is not None else {}
+    dec = taken.decode
+    return AttentionFitResult(
+        prefill=[PrefillCurveRow(dtype=dt, causal=causal, efficiency=c.efficiency, half_m=c.half_m, rows=list(c.rows),
+                                 note=c.note) for (dt, causal), c in sorted(curves.items())],
+        half_head_dim=next(iter(curves.values())).half_d if curves else 0.0, prefill_from=taken.prefill_from,
+        decode_memory=dec.efficiency if dec else None, decode_floor_s=dec.floor_s if dec else None,
+        decode_rows=list(dec.rows) if dec else [], decode_from=taken.decode_from)

@@ -199,3 +199,13 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
         typer.echo(f"  {g.dtype} GEMM: efficiency {g.efficiency:.3f}, W½ {g.half_flops:.3g} FLOPs, weights stream at "
                    f"{g.weight_stream:.3f} of the bandwidth, RMS log error {g.rms_log_error:.3f} over rows "
                    f"{', '.join(g.rows)}" + (f" ({borrowed})" if borrowed else ""))
+    attn = result.attention
+    for c in attn.prefill:
+        kind = "causal" if c.causal else "non-causal"
+        typer.echo(f"  {c.dtype} {kind} prefill attention: {c.efficiency:.3f} of peak "
+                   f"x M / (M + {c.half_m:g}) on rows {', '.join(c.rows)}" + (f" ({c.note})" if c.note else "")
+                   + (f"; {attn.prefill_from}" if attn.prefill_from else ""))
+    if attn.decode_memory is not None and attn.decode_floor_s is not None:
+        typer.echo(f"  decode attention: {attn.decode_floor_s * 1e6:.1f} µs + bytes at {attn.decode_memory:.3f} of the "
+                   f"bandwidth on rows {', '.join(attn.decode_rows)}"
+                   + (f"; {attn.decode_from}" if attn.decode_from else ""))

@@ -289,6 +289,18 @@ class TableFit:
     memory_from: str
     """Empty when fitted on this GPU's rows, else where the figure came from."""
     gemm: dict[str, GemmFit]
+    attention: AttentionTaken = field(default_factory=lambda: AttentionTaken(None, "", None, ""))
+    """The attention curves the spec took, and from which GPU's rows."""
+
+
+@dataclass(frozen=True)
+class AttentionTaken:
+    """The attention fits a preset took: the GPU whose rows pinned each (its own or a :data:`NEAREST` one)."""
+
+    prefill: attention_fit.AttentionFits | None
+    prefill_from: str
+    decode: attention_fit.DecodeFit | None
+    decode_from: str
 
 
 def _usable(rows: Iterable[KernelRow], exclude_sources: Iterable[str]) -> list[KernelRow]:
@@ -406,9 +418,10 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
     _fit_weight_only(eff, base, usable, near, mem, float(data["launch_overhead_s"]))
-    _fit_attention(eff, base, rows, presets, excluded, float(data["launch_overhead_s"]))
+    taken = _fit_attention(eff, base, rows, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
-    return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms)
+    return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
+                    attention=taken)
 
 
 def weight_only_stream(rows: Sequence[GemmRow], spec: HardwareSpec, memory_eff: float, overhead_s: float) -> float:
@@ -461,7 +474,7 @@ def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
 
 
 def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[KernelRow],
-                   presets: dict[str, HardwareSpec], excluded: Sequence[str], overhead_s: float) -> None:
+                   presets: dict[str, HardwareSpec], excluded: Sequence[str], overhead_s: float) -> AttentionTaken:
     """``eff`` (the preset's efficiency section, as a dict) with the attention curves of
     :mod:`~layerscope.hardware.attention_fit`: from ``base``'s own rows, else from the first GPU along
     :data:`NEAREST` with rows of the kind, said in the source."""
@@ -486,8 +499,10 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
         return None
 
     gemm_eff = dict(eff["matmul_per_dtype"])  # type: ignore[call-overload]
+    result = AttentionTaken(None, "", None, "")
     if (found := taken("prefill")) is not None:
         gpu, note = found
+        result = AttentionTaken(fits[gpu], note, None, "")
         curves = fits[gpu].prefill
         tables: dict[bool, dict[str, list[list[float]]]] = {True: {}, False: {}}
         cites = []
@@ -510,8 +525,10 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
         gpu, note = found
         dec = fits[gpu].decode
         assert dec is not None
+        result = AttentionTaken(result.prefill, result.prefill_from, dec, note)
         eff["attention_decode_memory"] = dec.efficiency
         eff["attention_decode_floor_s"] = dec.floor_s
         eff["attention_decode_source"] = (
             f"fitted on gpu-kernels.md rows {', '.join(dec.rows)}: t = launch_overhead_s + floor + bytes / "
             f"(bandwidth · e), RMS log error {dec.rms_log_error:.3f}" + (f"; {note}" if note else ""))
+    return result
