@@ -136,6 +136,7 @@ def main() -> int:
         lines += ["", "| phase | shape | measured µs | predicted µs | error |", "|---|---|---|---|---|"]
         lines += [f"| {ph} | {name} | {m * 1e6:.1f} | {p * 1e6:.1f} | {_pct(p / m - 1)} |"
                   for ph, name, m, p in own_attn]
+    lines += collectives_section(rows)
     text = "\n".join(lines) + "\n"
     if a.no_record:
         print(text)
@@ -148,6 +149,40 @@ def main() -> int:
     a.out.write_text(old[:old.index(BEGIN)] + f"{BEGIN}\n{text}{END}" + old[old.index(END) + len(END):])
     print(f"wrote {a.out}")
     return 0
+
+
+def collectives_section(rows: list[KernelRow]) -> list[str]:
+    """The "Collectives" section: every collective row the interconnect fit reads, replayed leave-one-source-out
+    (``layerscope.analysis.collective_replay``) on the shipped presets."""
+    from layerscope.analysis.collective_replay import replay_collectives
+    from layerscope.hardware.collective_fit import SKIPPED
+
+    done = replay_collectives(rows)
+    lines = ["", "## Collectives (α-β per algorithm, leave-one-source-out)", "",
+             "Each collective row (NCCL all-reduce / all-gather / reduce-scatter by size and GPU count, P2P copies as "
+             "send/recv, and the second values the rows' notes give) predicted by its GPU's shipped preset with the "
+             "interconnect refitted (`layerscope.hardware.collective_fit`) without the row's source, timed as the cost "
+             "model times a communication op (`cost.collectives`: α·steps + bytes / (β·B), the kernel's launch in α, "
+             "the row's algorithm within a node, the fastest across nodes). Rows whose terms only their own source "
+             "pins are predicted by the full fit and marked `self`: they test the α-β form, not its transfer. Rows "
+             "without a message size are asymptotic bandwidths, compared as time per byte. Error = predicted / "
+             "published time − 1.", "",
+             "| rows | E/D rows | median \\|error\\| | p90 \\|error\\| |", "|---|---|---|---|"]
+    for label, held in (("all", None), ("held out", True), ("self-fitted", False)):
+        n, med, p90 = done.summary(held_out=held)
+        lines.append(f"| {label} | {n} | {med * 100:.1f}% | {p90 * 100:.1f}% |")
+    lines += ["", "| id | GPU | collective | GPUs | message | algorithm | published | predicted | error | fit |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in done.rows:
+        size = "asymptotic" if r.message_bytes is None else f"{r.message_bytes:.4g} B"
+        unit, scale = ("ps/B", 1e12) if r.message_bytes is None else ("µs", 1e6)
+        lines.append(f"| {r.id} | {r.gpu} | {r.collective} | {r.gpus} | {size} | {r.algorithm} | "
+                     f"{r.measured_s * scale:.4g} {unit} | {r.predicted_s * scale:.4g} {unit} | {_pct(r.error)} | "
+                     f"{'self' if r.self_fitted else 'held out'} |")
+    lines += ["", f"Self-fitted: {', '.join(done.self_fitted) or 'none'}.", "",
+              "Not read by the collective fit: " + "; ".join(f"{k} ({v})" for k, v in SKIPPED.items()) +
+              "; CX-24…CX-31 (DeepEP all-to-all on H800 / SM90 / SM100 cells, no preset GPU).", ""]
+    return lines
 
 
 def _row(r: Replayed) -> str:

@@ -102,6 +102,18 @@ class InterconnectRow(BaseModel):
     """Bandwidth per device, bytes per second."""
     latency_s: float
     """Latency of one transfer, seconds."""
+    domain_gpus: int | None = None
+    """GPUs on this link (an NVLink domain); ``null`` where every GPU of a group is."""
+    in_switch_reduction: bool = False
+    """The switch reduces (NVLS), at ``in_switch_bandwidth_bytes_per_s`` per GPU and direction."""
+    in_switch_bandwidth_bytes_per_s: float | None = None
+    """Bandwidth of the in-switch reduction; ``null`` without one."""
+    network: str | None = None
+    """The inter-node network's name; ``null`` where the spec has none."""
+    network_bandwidth_bytes_per_s: float | None = None
+    """Bandwidth of one GPU's NIC per direction, bytes per second."""
+    algorithms: dict[str, tuple[float, float]] = {}
+    """Collective algorithm → (α per step in seconds, β: fraction of the link's bandwidth), within the domain."""
 
 
 class HardwareRow(BaseModel):
@@ -201,9 +213,13 @@ def hardware_row(hw: HardwareSpec) -> HardwareRow:
                                       bandwidth_bytes_per_s=lv.bandwidth_bytes_per_s, per_engine=lv.per_engine)
                        for lv in hw.memory],
         memory_bytes=_finite(hw.memory_capacity_bytes), memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
-        interconnect=None if hw.interconnect is None else InterconnectRow(
-            name=hw.interconnect.name, bandwidth_bytes_per_s=hw.interconnect.bandwidth_bytes_per_s,
-            latency_s=hw.interconnect.latency_s),
+        interconnect=None if (ic := hw.interconnect) is None else InterconnectRow(
+            name=ic.name, bandwidth_bytes_per_s=ic.bandwidth_bytes_per_s, latency_s=ic.latency_s,
+            domain_gpus=ic.domain_gpus, in_switch_reduction=ic.in_switch_reduction,
+            in_switch_bandwidth_bytes_per_s=ic.in_switch_bandwidth if ic.in_switch_reduction else None,
+            network=ic.network.name if ic.network else None,
+            network_bandwidth_bytes_per_s=ic.network.bandwidth_bytes_per_s if ic.network else None,
+            algorithms={name: (a.alpha_s, a.bandwidth_fraction) for name, a in ic.algorithms.items()}),
         launch_overhead_s=hw.launch_overhead_s, matmul_efficiency=hw.efficiency.matmul,
         memory_efficiency=hw.efficiency.memory,
     )

@@ -3,7 +3,8 @@
 :func:`fit_table` takes one :class:`TableFitRequest` (the table, by default the bundled ``gpu-kernels.md``; the
 preset to fit; the spec to write) and returns one :class:`TableFitResult`, the JSON contract of
 ``layerscope calibrate --from-table … --json`` (docs/schema/calibrate-table.json). The reading is
-:mod:`layerscope.hardware.kernel_table`, the fit :mod:`layerscope.hardware.kernel_fit`; this verb checks the output
+:mod:`layerscope.hardware.kernel_table`, the fit :mod:`layerscope.hardware.kernel_fit` (and
+:mod:`layerscope.hardware.collective_fit` for the interconnect); this verb checks the output
 first, loads the presets the fit borrows from (``kernel_fit.NEAREST``) and writes the fitted spec.
 """
 
@@ -132,6 +133,8 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
     """Fit ``request.hardware`` on ``request.table`` and write the spec to ``request.out``. Raises
     :class:`~layerscope.errors.HardwareSpecError` for a bad table row, an unknown preset or a fit beyond physical
     bounds, and :class:`~layerscope.errors.OutputError` for an output that cannot be written."""
+    from layerscope.cost.collectives import algorithm_work
+    from layerscope.hardware.collective_fit import fit_interconnect
     from layerscope.hardware.kernel_fit import NEAREST, fit_preset
     from layerscope.hardware.kernel_table import default_table_path, read_kernel_table
     from layerscope.hardware.loaders import dump_hardware_json, dump_hardware_yaml
@@ -153,7 +156,9 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
     names = {name for pair in NEAREST.items() for name in (pair[0], pair[1][0])}
     presets = {name: load_base_preset(name) for name in sorted(names)} | {base.name: base}
     fit = fit_preset(base, rows, presets)
-    text = dump_hardware_json(fit.spec) if suffix == ".json" else dump_hardware_yaml(fit.spec)
+    # and the collectives' α-β terms on the table's collective rows, as `make presets` fits them
+    spec = fit_interconnect(fit.spec, rows, presets, algorithm_work).spec
+    text = dump_hardware_json(spec) if suffix == ".json" else dump_hardware_yaml(spec)
     with atomic_write(out, "w", inputs=(table,)) as fh:
         fh.write(text)
     return TableFitResult(

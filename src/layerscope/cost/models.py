@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from layerscope.cost.collectives import CollectiveTerms, communication_terms
 from layerscope.cost.execution import kernel_plan, previous_same_role, reuse_bytes
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
@@ -27,7 +28,8 @@ from layerscope.units import DType
 BOUND_COMPUTE = 0
 BOUND_MEMORY = 1
 BOUND_OVERHEAD = 2
-BOUND_NAMES = ("compute", "memory", "overhead")
+BOUND_NETWORK = 3
+BOUND_NAMES = ("compute", "memory", "overhead", "network")
 
 
 @dataclass(frozen=True)
@@ -514,9 +516,14 @@ def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: O
 
 
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
-             memory_bytes: np.ndarray, run: _Execution = _DEFAULT_EXECUTION) -> CostArrays:
+             memory_bytes: np.ndarray, run: _Execution = _DEFAULT_EXECUTION,
+             network: CollectiveTerms | None = None) -> CostArrays:
     # Kernel time = max(compute, memory) + launch overhead (roofline with a fixed per-kernel term);
     # an op run as several kernels pays the overhead once per kernel, and its module calls' time.
+    # Communication ops on an interconnect (cost.collectives): memory is the collective's own HBM traffic, and
+    # the op takes at least the collective's α-β time, which holds its kernel's launch (fitted on whole NCCL calls).
+    if network is not None:
+        memory_s, memory_bytes = network.memory(memory_s, memory_bytes)
     busy = np.maximum(compute_s, memory_s) if run.split is None else kernels_in_sequence_s(compute_s, memory_s,
                                                                                           run.split)
     per_kernel = overhead_s if run.kernel_s is None else run.kernel_s
@@ -527,6 +534,10 @@ def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
     time_s = busy + overhead
     bound = np.where(compute_s >= memory_s, BOUND_COMPUTE, BOUND_MEMORY)
     bound = np.where(overhead > busy, BOUND_OVERHEAD, bound)
+    if network is not None:
+        slower = network.mask & (network.network_s > time_s)
+        time_s = np.where(slower, network.network_s, time_s)
+        bound = np.where(slower, BOUND_NETWORK, bound)
     return CostArrays(compute_s, memory_s, overhead, time_s, memory_bytes, bound.astype(np.int8))
 
 
@@ -546,10 +557,11 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     Bytes are the op's compulsory traffic (every operand read once, every output written once):
     the roofline's assumption of perfect on-chip reuse (Williams, Waterman & Patterson, CACM 2009).
     """
+    network = communication_terms(features, hw)
     features, run = _prepare(features, hw)
     bytes_ = features.total_bytes
     memory_s = _memory_s(bytes_, hw, run, features)
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run, network)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -639,6 +651,7 @@ def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     on-chip cache; their traffic replaces the compulsory bytes when larger (it is never smaller:
     the search's best case reads each operand once). Other ops stream, with no reuse to gain.
     """
+    network = communication_terms(features, hw)
     features, run = _prepare(features, hw)
     level = _shared_cache(hw)
     bytes_ = features.total_bytes
@@ -646,7 +659,7 @@ def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         tiled = _gemm_traffic(features, level.capacity_bytes)
         bytes_ = np.where(np.isnan(tiled), bytes_, np.maximum(tiled, bytes_))
     memory_s = _memory_s(bytes_, hw, run, features)
-    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run)
+    return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run, network)
 
 
 def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
@@ -659,6 +672,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     once per tile row and then hit the cache, which is what separates this from the roofline.
     Main memory uses the achievable (efficiency-scaled) bandwidth; on-chip levels their stated one.
     """
+    network = communication_terms(features, hw)
     features, run = _prepare(features, hw)
     compute_s = compute_time_s(features, hw)
     compulsory = features.total_bytes
@@ -685,7 +699,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
         level_times.append(_main_memory_s(compulsory, features, hw.achievable_bandwidth_bytes_per_s(), factor, run,
                                           hw))
     memory_s = np.max(np.stack(np.broadcast_arrays(*level_times)), axis=0)
-    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run)
+    return _combine(compute_s, memory_s, hw.launch_overhead_s, main_bytes, run, network)
 
 
 CostModelFn = Callable[[OpFeatures, HardwareSpec], CostArrays]

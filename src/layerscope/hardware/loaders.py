@@ -880,6 +880,15 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
         del efficiency["activation_stream"], efficiency["activation_stream_source"]
     if data["calibration"] is None:
         del data["calibration"]
+    if data["interconnect"] is not None:
+        # the collective fields at their defaults are left out: a link of name, bandwidth and latency dumps as before
+        link = data["interconnect"]
+        defaults: dict[str, Any] = {"domain_gpus": None, "in_switch_reduction": False,
+                                    "in_switch_bandwidth_bytes_per_s": None, "in_switch_min_gpus": 2,
+                                    "network": None, "algorithms": {}}
+        for key, default in defaults.items():
+            if link.get(key) == default:
+                del link[key]
     if spec.execution.is_default:
         del data["execution"]
     return data
@@ -910,8 +919,9 @@ def sheet_grid(specs: Iterable[HardwareSpec]) -> list[list[Any]]:
     L2/L3 (the other caches, in order) and main memory, so level names other than ``l1``/``l2``/
     ``l3`` and the per-figure sources are not kept. Nor is anything beyond the three scalar
     efficiencies: per-dtype GEMM efficiencies, Hockney's W½, the weight-streaming and attention
-    tables (the fitted GPU presets carry all of these), the execution profile and a calibration
-    record. A spec that must keep them is written as YAML or JSON (:func:`dump_hardware_yaml`).
+    tables (the fitted GPU presets carry all of these), the execution profile, a calibration
+    record, and the interconnect beyond its name, bandwidth and latency (domain, network, collective
+    terms). A spec that must keep them is written as YAML or JSON (:func:`dump_hardware_yaml`).
     """
     specs = list(specs)
     dtypes_macs = sorted({d for s in specs for d in s.engines.macs_per_cycle}, key=lambda d: d.value)

@@ -141,8 +141,63 @@ class MemoryLevel(BaseModel):
     """True for private per-engine storage (shared memory / L1 of one SM, a core's L2)."""
 
 
+#: The collective algorithms a spec may carry fitted terms for (``cost.collectives.ALGORITHMS`` registers how each
+#: is timed): ``ring`` (Patarasuk & Yuan 2009), ``tree`` (NCCL's double binary tree), ``nvls`` (NVLink SHARP: the
+#: reduction done in the NVSwitch) and ``direct`` (point-to-point: send/recv, all-to-all by pairwise exchange).
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "nvls", "direct")
+
+
+class CollectiveAlgorithmSpec(BaseModel):
+    """Fitted α-β terms of one collective algorithm on one link (Hockney's model of a message, as Thakur,
+    Rabenseifner & Gropp 2005 use it per algorithm step: ``t = steps · α + bytes / (β · bandwidth)``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    alpha_s: float = Field(ge=0, le=1e-2, allow_inf_nan=False)
+    """Fixed time of one step of the algorithm (latency, synchronization, the kernel's per-step work)."""
+    bandwidth_fraction: float = Field(gt=0, le=1)
+    """β: the fraction of the link's per-direction bandwidth the algorithm's bytes move at."""
+    source: str = ""
+    """Where the two figures come from (the fitted rows' ids, or an assumption)."""
+
+
+def _check_algorithm_names(value: dict[str, CollectiveAlgorithmSpec],
+                           where: str) -> dict[str, CollectiveAlgorithmSpec]:
+    unknown = sorted(set(value) - set(COLLECTIVE_ALGORITHMS))
+    if unknown:
+        raise ValueError(f"{where}: unknown collective algorithms {unknown}; known: {', '.join(COLLECTIVE_ALGORITHMS)}")
+    return value
+
+
+class NetworkSpec(BaseModel):
+    """The inter-node network: one NIC per GPU (the rail-optimized HGX/DGX layout), used by collectives whose
+    GPUs span more than one NVLink domain."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """NIC or fabric name (``connectx7-ndr400``, ``efa-v3``)."""
+    bandwidth_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
+    """Bandwidth of one GPU's NIC, per direction (a 400 Gb/s NIC: 50e9)."""
+    latency_s: float = Field(ge=0, allow_inf_nan=False)
+    """One-hop latency of a small message across the network."""
+    algorithms: dict[str, CollectiveAlgorithmSpec] = Field(default_factory=dict)
+    """Fitted α-β terms per algorithm across nodes (no ``nvls``: the in-switch reduction spans one domain).
+    An algorithm without an entry takes ``ring``'s, and without that runs at α = ``latency_s`` per step and β = 1."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _known(cls, value: dict[str, CollectiveAlgorithmSpec]) -> dict[str, CollectiveAlgorithmSpec]:
+        _check_algorithm_names(value, "interconnect.network.algorithms")
+        if "nvls" in value:
+            raise ValueError("interconnect.network.algorithms: nvls reduces inside one NVLink domain's switches; "
+                             "it has no inter-node terms")
+        return value
+
+
 class InterconnectSpec(BaseModel):
-    """The chip-to-chip link used by tensor/pipeline parallel collectives."""
+    """The chip-to-chip links used by tensor/pipeline/expert parallel collectives: the intra-node link (the NVLink
+    domain), optionally an in-switch reduction, and optionally the inter-node network (``cost.collectives``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -152,6 +207,45 @@ class InterconnectSpec(BaseModel):
     """Aggregate bandwidth of one chip *per direction* (half the 'bidirectional' datasheet figure)."""
     latency_s: float = Field(ge=0, allow_inf_nan=False)
     """One-hop latency of a small message."""
+    domain_gpus: int | None = Field(default=None, ge=1, le=MAX_ENGINES)
+    """GPUs reachable over this link (an HGX board's NVSwitch: 8); a collective over more GPUs crosses the
+    ``network``. None: every GPU of a group is on this link."""
+    in_switch_reduction: bool = False
+    """The switch reduces (NVLink SHARP, NCCL's NVLS algorithm: third-generation NVSwitch and later)."""
+    in_switch_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Per-GPU, per-direction bandwidth of the in-switch reduction; None: ``bandwidth_bytes_per_s``."""
+    in_switch_min_gpus: int = Field(default=2, ge=2)
+    """Fewest GPUs for which the in-switch reduction runs (NCCL leaves NVLS out for small groups)."""
+    network: NetworkSpec | None = None
+    """The inter-node network; None: no collective may span more than ``domain_gpus``."""
+    algorithms: dict[str, CollectiveAlgorithmSpec] = Field(default_factory=dict)
+    """Fitted α-β terms per algorithm within the domain. An algorithm without an entry takes ``ring``'s, and without
+    that runs at α = ``latency_s`` per step and β = 1 (the link's datasheet figures)."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _known(cls, value: dict[str, CollectiveAlgorithmSpec]) -> dict[str, CollectiveAlgorithmSpec]:
+        return _check_algorithm_names(value, "interconnect.algorithms")
+
+    @model_validator(mode="after")
+    def _in_switch(self) -> InterconnectSpec:
+        if not self.in_switch_reduction:
+            if self.in_switch_bandwidth_bytes_per_s is not None:
+                raise ValueError("interconnect.in_switch_bandwidth_bytes_per_s: given, but in_switch_reduction is "
+                                 "false")
+            if "nvls" in self.algorithms:
+                raise ValueError("interconnect.algorithms.nvls: given, but in_switch_reduction is false")
+        if self.domain_gpus is not None and self.in_switch_reduction and self.in_switch_min_gpus > self.domain_gpus:
+            raise ValueError(f"interconnect.in_switch_min_gpus: {self.in_switch_min_gpus} is more than the "
+                             f"{self.domain_gpus} GPUs of the domain (domain_gpus)")
+        if self.network is not None and self.domain_gpus is None:
+            raise ValueError("interconnect.network: needs domain_gpus (how many GPUs share the intra-node link)")
+        return self
+
+    @property
+    def in_switch_bandwidth(self) -> float:
+        """Bandwidth of the in-switch reduction, per GPU and direction (the link's where not given)."""
+        return self.in_switch_bandwidth_bytes_per_s or self.bandwidth_bytes_per_s
 
 
 class EfficiencySpec(BaseModel):
