@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from layerscope.app.requests import (
     DEFAULT_ATTENTION,
@@ -22,13 +24,15 @@ from layerscope.app.requests import (
     ParallelPlan,
     WorkloadRequest,
 )
+from layerscope.errors import CostModelError
 from layerscope.units import atomic_write
 from layerscope.workload import Workload
 
 if TYPE_CHECKING:
     from layerscope.cost.api import Estimate
 
-__all__ = ["EstimateRequest", "EstimateResult", "OpRow", "estimate", "estimate_raw", "result_of", "write_ops_csv"]
+__all__ = ["EstimateRequest", "EstimateResult", "Figure", "OpRow", "Parameters", "estimate", "estimate_raw",
+           "result_of", "write_ops_csv"]
 
 _RESULT_CONFIG = MODEL_CONFIG
 
@@ -96,6 +100,61 @@ class OpRow(BaseModel):
     """The op's share of the summed op time, 0..1."""
     bound: str
     """``compute``, ``memory`` or ``overhead``: the term that sets the time."""
+    compute_efficiency: float | None
+    """The fraction of the datasheet peak the op's arithmetic got: FLOPs / its compute time / the peak of the unit
+    that ran it (``engines.peak_flops_per_s`` of its dtype after the fallback rules, the TF32 peak or
+    ``engines.vector_flops_per_s``); every shape term (Hockney's W½, the measured tables) included. ``null``
+    for an op without FLOPs. For ``generate``'s decode: over every step (FLOP-weighted)."""
+    memory_efficiency: float | None
+    """The fraction of the datasheet main-memory bandwidth the op's traffic got: the bytes the cost model moves
+    through main memory / its memory time / ``memory.<main>.bandwidth_bytes_per_s`` (``efficiency.memory``, weight
+    streaming, a decode attention floor included; above 1 where a cache serves bytes). ``null`` without traffic."""
+    overhead_s: float
+    """The op's fixed time, seconds (summed over its phase's passes, like ``time_s``): ``launches`` × the cost
+    per kernel (``launch_overhead_s``, or ``execution.cold_by_reuse``) + ``overhead_host_s``."""
+    launches: float
+    """Kernels per pass (the execution profile's; 1 for fused kernels)."""
+    overhead_host_s: float
+    """The part of ``overhead_s`` beyond the kernels' fixed cost: Python module calls, grouped-GEMM loops, page
+    faults (0 for fused kernels)."""
+    figures: list[str]
+    """The spec figures that entered the op's time, keys of the result's ``figures`` (value, source, row ids)."""
+
+
+class Parameters(BaseModel):
+    """Parameter counts of the whole model (elements, not bytes; whatever ``scope`` was timed)."""
+
+    model_config = _RESULT_CONFIG
+
+    total: int
+    """Every weight of the language model's checkpoint: embeddings, an untied ``lm_head``, norms, biases,
+    routers and every expert (``model.params.param_counts``)."""
+    active: int
+    """The parameters one token uses: ``total`` less the routed experts its router does not pick (top-k of E per
+    MoE layer; shared experts, attention, embeddings and ``lm_head`` counted), the convention of the model cards
+    (Mixtral 8x7B: 47B total, 13B active, Jiang et al. 2024, arXiv 2401.04088) and of the model catalog's README.
+    Equal to ``total`` for a dense model."""
+
+
+class Figure(BaseModel):
+    """One hardware-spec figure that entered some op's time."""
+
+    model_config = _RESULT_CONFIG
+
+    value: float | str | list[list[float]] | None
+    """Its value in the spec's units (a fraction, FLOP/s, bytes/s, seconds, FLOPs), a name (the execution
+    profile's kernels) or a measured table (one row per point, as the spec holds it)."""
+    source: str
+    """Where the spec says it comes from: the citation, the part of a per-dtype citation for the dtype, or
+    ``uncalibrated: …`` where the spec records none."""
+    row_ids: list[str]
+    """The rows of the bundled kernel table (``data/gpu-kernels.md``: ``G-15``, ``GX-22``, ``MX-14``, …) the
+    source cites."""
+    term: str
+    """The term of an op's time it enters: ``compute``, ``memory``, ``network``, ``overhead`` or ``execution``
+    (the execution profile, which shapes both bytes and kernels)."""
+    cited: bool
+    """False where the spec records no source for it."""
 
 
 class KindRow(BaseModel):
@@ -211,6 +270,18 @@ class EstimateResult(BaseModel):
     """Per matrix class, largest time first."""
     ops: list[OpRow]
     """One row per op (for ``generate``: the prefill ops, then the decode ops summed over every step)."""
+    parameters: Parameters
+    """Total and active-per-token parameter counts of the model."""
+    figures: dict[str, Figure]
+    """Every hardware-spec figure some op's time used, by its dotted path in the spec
+    (``efficiency.matmul_per_dtype.bf16``, ``memory.hbm.bandwidth_bytes_per_s``); each op lists its keys."""
+
+    def row_ids(self, op: OpRow, *, governing: bool = True) -> list[str]:
+        """The kernel-table rows behind ``op``'s figures: by default those of the term that bound it, its
+        overhead and its execution profile."""
+        keep = {op.bound, "overhead", "execution"}
+        uses = [self.figures[k] for k in op.figures if k in self.figures]
+        return list(dict.fromkeys(r for f in uses if not governing or f.term in keep for r in f.row_ids))
 
 
 def estimate(request: EstimateRequest) -> EstimateResult:
@@ -240,6 +311,7 @@ def result_of(est: Estimate) -> EstimateResult:
     rows = est.ops
     total = est.total_time_s or 1.0
     memory = est.memory
+    explained, figures = _explain(est)
     return EstimateResult(
         model=est.model, hardware=est.hardware, cost_model=est.cost_model, scope=est.scope, workload=est.workload,
         ttft_s=est.ttft_s, tpot_s=est.tpot_s, e2e_s=est.e2e_s, output_tokens_per_s=est.output_tokens_per_s,
@@ -251,12 +323,66 @@ def result_of(est: Estimate) -> EstimateResult:
                       bytes=float(sum(op.bytes for op in rows)), ops=len(rows)),
         by_kind=[KindRow.model_validate(r) for r in est.breakdown("kind")],
         by_matrix_class=[MatrixClassRow.model_validate(r) for r in est.breakdown("matrix_class")],
-        ops=[OpRow(name=op.name, kind=op.kind, phase=op.phase, layer=op.layer, definition=op.definition,
-                   matrix_class=op.matrix_class, inputs=[list(s) for s in op.inputs],
-                   outputs=[list(s) for s in op.outputs], flops=op.flops, bytes=op.bytes,
-                   weight_bytes=op.weight_bytes, act_bytes=op.act_bytes, kv_bytes=op.kv_bytes, time_s=op.time_s,
-                   share=op.time_s / total, bound=op.bound) for op in rows],
+        ops=_op_rows().validate_python([
+            {"name": op.name, "kind": op.kind, "phase": op.phase, "layer": op.layer, "definition": op.definition,
+             "matrix_class": op.matrix_class, "inputs": op.inputs, "outputs": op.outputs, "flops": op.flops,
+             "bytes": op.bytes, "weight_bytes": op.weight_bytes, "act_bytes": op.act_bytes, "kv_bytes": op.kv_bytes,
+             "time_s": op.time_s, "share": op.time_s / total, "bound": op.bound, **why}
+            for op, why in zip(rows, explained, strict=True)]),
+        parameters=_parameters(est),
+        figures=figures,
     )
+
+
+@cache
+def _op_rows() -> TypeAdapter[list[OpRow]]:
+    """The validator of the op rows: all rows in one call (a whole model has thousands; a third faster than one
+    ``OpRow(...)`` each)."""
+    return TypeAdapter(list[OpRow])
+
+
+def _parameters(est: Estimate) -> Parameters:
+    from layerscope.model.params import param_counts
+
+    if est.model_spec is None:
+        raise CostModelError(f"estimate of {est.model}: carries no model spec to count parameters of")
+    counts = param_counts(est.model_spec)
+    return Parameters(total=counts.total, active=counts.active)
+
+
+def _explain(est: Estimate) -> tuple[list[dict[str, Any]], dict[str, Figure]]:
+    """Per op row (in ``est.ops`` order), the fields of :class:`OpRow` that explain its time, and the figure
+    table they point into (``cost.explain``)."""
+    from layerscope.cost.explain import explain, merge_figures
+    from layerscope.cost.features import op_features
+
+    hw = est.hardware_spec
+    if hw is None:
+        raise CostModelError(f"estimate of {est.model}: carries no hardware spec to explain its times with")
+    rows: list[dict[str, Any]] = []
+    tables = []
+    for part in est.phases:
+        if part.cost is None:
+            raise CostModelError(f"estimate of {est.model}: phase {part.phase} carries no cost-model parts")
+        ex = explain(op_features(part.graph).with_work(*part.work), hw, part.cost, cost_model=est.cost_model,
+                     passes=part.passes)
+        tables.append(ex.figures)
+        compute = [None if math.isnan(x) else x for x in ex.compute_efficiency.tolist()]
+        memory = [None if math.isnan(x) else x for x in ex.memory_efficiency.tolist()]
+        rows.extend({"compute_efficiency": c, "memory_efficiency": m, "overhead_s": o, "launches": n,
+                     "overhead_host_s": h, "figures": list(f)}
+                    for c, m, o, n, h, f in zip(compute, memory, ex.overhead_s.tolist(), ex.launches.tolist(),
+                                                ex.overhead_host_s.tolist(), ex.op_figures, strict=True))
+    figures = {path: Figure(value=_json_value(use.value), source=use.source, row_ids=list(use.row_ids),
+                            term=use.term, cited=use.cited)
+               for path, use in merge_figures(*tables).items()}
+    return rows, figures
+
+
+def _json_value(value: object) -> float | str | list[list[float]] | None:
+    if isinstance(value, tuple):
+        return [list(row) for row in value]
+    return value  # type: ignore[return-value]
 
 
 #: The columns of ``estimate --csv``, in order.

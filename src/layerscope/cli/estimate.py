@@ -39,6 +39,9 @@ def estimate_cmd(
     layer: int | None = typer.Option(None, "--layer", help="Estimate one decoder layer only."),
     top: int = typer.Option(25, "--top", min=1, help="Ops shown in the table (all with --all-ops)."),
     all_ops: bool = typer.Option(False, "--all-ops", help="Show every op."),
+    explain: bool = typer.Option(False, "--explain", help="Add each op's compute and memory efficiency, overhead "
+                                 "and the kernel-table rows behind its time; list the spec figures used "
+                                 "(docs/estimate-json.md)."),
     as_json: bool = options.as_json("Print one JSON object (docs/schema/estimate.json)."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write the per-op table as CSV."),
     input_alias: int | None = options.alias("--input"),
@@ -72,7 +75,7 @@ def estimate_cmd(
 
         print_json(result)
         return
-    _render(result, None if all_ops else top)
+    _render(result, None if all_ops else top, explain=explain)
 
 
 def _output_to_steps(output_len: int) -> int:
@@ -84,7 +87,11 @@ def _output_to_steps(output_len: int) -> int:
     return output_len - 1
 
 
-def _render(result: EstimateResult, top: int | None) -> None:
+#: Row ids shown per op in the ``--explain`` table (the rest counted).
+_ROWS_SHOWN = 4
+
+
+def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
@@ -98,14 +105,24 @@ def _render(result: EstimateResult, top: int | None) -> None:
     ops = sorted(result.ops, key=lambda o: -o.time_s)
     shown = ops if top is None else ops[:top]
     t = Table(title=f"ops by time ({len(shown)} of {len(ops)})", show_lines=False)
-    for col in ("op", "phase", "kind", "class", "shapes", "FLOPs", "bytes", "time", "bound", "share"):
-        t.add_column(col, justify="right" if col in ("FLOPs", "bytes", "time", "share") else "left")
+    columns = ["op", "phase", "kind", "class", "shapes", "FLOPs", "bytes", "time", "bound", "share"]
+    numeric = {"FLOPs", "bytes", "time", "share", "compute eff", "memory eff", "overhead"}
+    if explain:
+        columns += ["compute eff", "memory eff", "overhead", "rows"]
+    for col in columns:
+        t.add_column(col, justify="right" if col in numeric else "left")
     for op in shown:
         shapes = " ".join("x".join(map(str, s)) for s in op.inputs[:2]) + " → " + " ".join(
             "x".join(map(str, s)) for s in op.outputs[:1])
-        t.add_row(esc(op.name), op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
-                  fmt_time_s(op.time_s), op.bound, f"{op.share:.1%}")
+        cells = [esc(op.name), op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
+                 fmt_time_s(op.time_s), op.bound, f"{op.share:.1%}"]
+        if explain:
+            cells += [_fraction(op.compute_efficiency), _fraction(op.memory_efficiency), fmt_time_s(op.overhead_s),
+                      esc(_rows(result.row_ids(op)))]
+        t.add_row(*cells)
     con.print(t)
+    if explain:
+        _render_figures(result)
     groups = (("matrix_class", "by matrix class", result.by_matrix_class), ("kind", "by op kind", result.by_kind))
     for key, title, rows in groups:
         b = Table(title=title)
@@ -123,9 +140,41 @@ def _render(result: EstimateResult, top: int | None) -> None:
     s.add_row("TPOT", fmt_time_s(result.tpot_s) if result.tpot_s is not None else "-")
     s.add_row("end to end", fmt_time_s(result.e2e_s))
     s.add_row("output tokens/s", f"{result.output_tokens_per_s:,.1f}")
+    s.add_row("parameters (total / active)",
+              f"{fmt_si(result.parameters.total)} / {fmt_si(result.parameters.active)}")
     s.add_row("weights", fmt_si(m.weights, "B"))
     s.add_row("KV cache", fmt_si(m.kv_cache, "B"))
     s.add_row("activations", fmt_si(m.activations, "B"))
     s.add_row("memory total / capacity", f"{fmt_si(m.total, 'B')} / {fmt_si(result.memory_capacity_bytes, 'B')}")
     s.add_row("fits in memory", "yes" if result.fits_in_memory else "[red]no[/]")
     con.print(s)
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _rows(ids: list[str]) -> str:
+    """Row ids, the first :data:`_ROWS_SHOWN` of them and how many more."""
+    if not ids:
+        return "-"
+    more = len(ids) - _ROWS_SHOWN
+    return ", ".join(ids[:_ROWS_SHOWN]) + (f" +{more}" if more > 0 else "")
+
+
+def _render_figures(result: EstimateResult) -> None:
+    """The spec figures the ops used: value, term, rows and source."""
+    from rich.table import Table
+
+    from layerscope.cli.common import console, esc
+
+    t = Table(title="spec figures behind the times (rows: data/gpu-kernels.md)")
+    for col in ("figure", "value", "term", "rows", "source"):
+        t.add_column(col, overflow="fold")
+    for path, fig in result.figures.items():
+        value = fig.value
+        shown = (f"table of {len(value)}" if isinstance(value, list) else f"{value:.4g}"
+                 if isinstance(value, float) else str(value))
+        source = esc(fig.source) if fig.cited else f"[yellow]{esc(fig.source)}[/]"
+        t.add_row(esc(path), esc(shown), fig.term, esc(_rows(fig.row_ids)), source)
+    console().print(t)

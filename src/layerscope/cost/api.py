@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from layerscope.cost.features import OpFeatures, op_features
-from layerscope.cost.models import BOUND_NAMES, get_cost_model
+from layerscope.cost.models import BOUND_NAMES, CostArrays, get_cost_model
 from layerscope.cost.timed import TimedGraph
 from layerscope.graph.attention import AttentionView
 from layerscope.graph.ops import OpGraph
@@ -95,6 +95,11 @@ class PhaseOps:
     work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     """FLOPs, weight, activation and KV bytes per op (summed over the phase's passes)."""
     bound: np.ndarray
+    cost: CostArrays | None = None
+    """The cost model's parts per op (summed over the phase's passes; ``bound`` at the last), for
+    ``cost.explain``."""
+    passes: int = 1
+    """Forward passes summed into the arrays (a generation's decode steps)."""
 
     def rows(self) -> list[OpEstimate]:
         flops, wb, ab, kb = self.work
@@ -131,6 +136,10 @@ class Estimate:
     phase_times_s: dict[str, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     """What the user should know about the inputs (a context beyond the model's trained length)."""
+    model_spec: ModelSpec | None = field(default=None, repr=False, compare=False)
+    """The model estimated (parameter counts, ``cost.explain``)."""
+    hardware_spec: HardwareSpec | None = field(default=None, repr=False, compare=False)
+    """The spec the ops were timed on (the figures behind each op: ``cost.explain``)."""
 
     @cached_property
     def ops(self) -> tuple[OpEstimate, ...]:
@@ -201,6 +210,8 @@ class DecodeSum:
     op_work: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     last_bound: np.ndarray
     """Per op, the BOUND_* code at the last (longest-context) step."""
+    op_cost: CostArrays | None = None
+    """Per op, the cost model's parts summed over every step (``bound`` at the last step)."""
 
 
 def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec, cost_model: str,
@@ -233,6 +244,7 @@ def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec
     op_time = np.zeros(len(names))
     op_work = [np.zeros(len(names)) for _ in range(4)]
     last_bound: np.ndarray | None = None
+    parts = [np.zeros(len(names)) for _ in range(4)]  # compute, memory, overhead seconds and memory bytes
     for lo in range(0, len(all_ctx), _STEP_CHUNK):
         c = all_ctx[lo:lo + _STEP_CHUNK]
         work = [_interp(c, xs, stacked[a]) for a in ("flops", "weight_bytes", "act_bytes", "kv_bytes")]
@@ -241,10 +253,12 @@ def sum_decode_steps(spec: ModelSpec, workload: Workload, hardware: HardwareSpec
         op_time += cost.time_s.sum(axis=0)
         for acc, w in zip(op_work, work, strict=True):
             acc += w.sum(axis=0)
+        for acc, part in zip(parts, (cost.compute_s, cost.memory_s, cost.overhead_s, cost.memory_bytes), strict=True):
+            acc += np.broadcast_to(part, cost.time_s.shape).sum(axis=0)
         last_bound = cost.bound[-1]
     assert last_bound is not None
     return DecodeSum(graphs[-1], step_times, op_time, (op_work[0], op_work[1], op_work[2], op_work[3]),
-                     last_bound)
+                     last_bound, CostArrays(parts[0], parts[1], parts[2], op_time, parts[3], last_bound))
 
 
 def _interp(c: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -315,14 +329,15 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
         cost = model_fn(feats, hardware)
-        parts.append(PhaseOps(pre, "prefill", cost.time_s, _work(feats), cost.bound))
+        parts.append(PhaseOps(pre, "prefill", cost.time_s, _work(feats), cost.bound, cost))
         graphs.append(pre)
         ttft = float(cost.time_s.sum())
         phase_times["prefill"] = ttft
         decode_total = 0.0
         if workload.decode_steps > 0:
             ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
-            parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound))
+            parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound, ds.op_cost,
+                                  len(ds.step_times_s)))
             graphs.append(ds.graph)
             decode_total = float(ds.step_times_s.sum())
             tpot = float(ds.step_times_s.mean())
@@ -334,7 +349,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         g = _build(spec, fwd, workload, attention, layer)
         feats = op_features(g)
         cost = model_fn(feats, hardware)
-        parts.append(PhaseOps(g, workload.phase, cost.time_s, _work(feats), cost.bound))
+        parts.append(PhaseOps(g, workload.phase, cost.time_s, _work(feats), cost.bound, cost))
         graphs.append(g)
         e2e = float(cost.time_s.sum())
         phase_times[workload.phase] = e2e
@@ -358,4 +373,6 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         memory_capacity_bytes=hardware.memory_capacity_bytes,
         phase_times_s=phase_times,
         warnings=tuple(notes),
+        model_spec=spec,
+        hardware_spec=hardware,
     )
