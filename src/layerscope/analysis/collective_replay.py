@@ -22,6 +22,7 @@ import numpy as np
 from layerscope.cost.collectives import algorithm_work, collective_cost
 from layerscope.hardware import load_hardware
 from layerscope.hardware.collective_fit import (
+    NEAREST,
     CollectiveRow,
     InterconnectFit,
     collective_rows,
@@ -115,12 +116,10 @@ def _pinned(fit: InterconnectFit, row: CollectiveRow, spec: HardwareSpec) -> boo
 def replay_collectives(rows: Sequence[KernelRow] | None = None,
                        presets: dict[str, HardwareSpec] | None = None) -> CollectiveReplay:
     """Every collective row the fit reads, predicted leave-one-source-out (module docstring). ``presets``: the
-    GPUs' specs (default: the shipped presets of every GPU with rows and of those along their NEAREST)."""
-    from layerscope.app.presets import FITTED_GPUS
-
+    GPUs' specs (default: the shipped presets of every GPU ``collective_fit.NEAREST`` knows)."""
     table = list(rows) if rows is not None else read_kernel_table()
     crows = collective_rows(table)
-    specs = presets if presets is not None else {name: load_hardware(name) for name in FITTED_GPUS}
+    specs = presets if presets is not None else {name: load_hardware(name) for name in NEAREST}
     full = {g: fit_interconnect(specs[g], table, specs, algorithm_work, collective=crows)
             for g in sorted({r.gpu for r in crows}) if g in specs}
     held: dict[tuple[str, str], InterconnectFit] = {}
