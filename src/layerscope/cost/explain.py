@@ -567,6 +567,33 @@ def _one(make: Callable[[ExplainContext], FigureUse]) -> Resolve:
     return lambda ctx, _variant: (make(ctx),)
 
 
+def _communication(ctx: ExplainContext) -> np.ndarray:
+    """Per op: a collective timed on the spec's interconnect (``cost.collectives``)."""
+    if ctx.hw.interconnect is None:
+        return np.zeros(ctx.n_ops, dtype=bool)
+    return np.fromiter((k == "communication" for k in ctx.features.kinds), dtype=bool, count=ctx.n_ops)
+
+
+def _interconnect(ctx: ExplainContext, _variant: str) -> Sequence[FigureUse]:
+    """The link's datasheet bandwidth and latency, the network's when it has one, and every algorithm's fitted
+    α-β terms (the collective runs the fastest of them: ``cost.collectives``)."""
+    link = ctx.hw.interconnect
+    if link is None:
+        return ()
+    uses = [datasheet_use(ctx, "interconnect.bandwidth_bytes_per_s", link.bandwidth_bytes_per_s, "network"),
+            datasheet_use(ctx, "interconnect.latency_s", link.latency_s, "network")]
+    owners = [("interconnect", link.algorithms)]
+    if link.network is not None:
+        uses.append(datasheet_use(ctx, "interconnect.network.bandwidth_bytes_per_s",
+                                  link.network.bandwidth_bytes_per_s, "network"))
+        owners.append(("interconnect.network", link.network.algorithms))
+    for prefix, algorithms in owners:
+        for name, terms in sorted(algorithms.items()):
+            uses.append(efficiency_use(ctx, f"{prefix}.algorithms.{name}", "source",
+                                       ((terms.alpha_s, terms.bandwidth_fraction),), "network", owner=terms))
+    return tuple(uses)
+
+
 #: Every family of spec figures an op's time can use, by the family's dotted path.
 FIGURES: Registry[FigureRule] = Registry("spec figure", CostModelError, {
     "engines.peak_flops_per_s": FigureRule("compute", _matrix_path, _peak, dtype_variant),
@@ -595,6 +622,7 @@ FIGURES: Registry[FigureRule] = Registry("spec figure", CostModelError, {
         "compute", _when(lambda ctx: ctx.hw.efficiency.attention_half_head_dim > 0, _attention_prefill),
         _one(lambda ctx: efficiency_use(ctx, "attention_half_head_dim", "attention_rows_source",
                                         ctx.hw.efficiency.attention_half_head_dim, "compute"))),
+    "interconnect": FigureRule("network", _communication, _interconnect),
     "memory.bandwidth_bytes_per_s": FigureRule("memory", lambda ctx: ctx.moves_bytes, _main_bandwidth),
     "efficiency.memory": FigureRule(
         "memory", _memory_efficiency_ops,
