@@ -171,3 +171,18 @@ def test_every_figure_of_a_llama_8b_decode_on_a_gpu_preset_is_cited(preset):
         <= set(ex.figures)
     assert all(math.isnan(c) or 0 < c <= 1 + 1e-9 for c in ex.compute_efficiency)
     assert np.nanmax(ex.memory_efficiency) <= 1.5
+
+
+def test_a_tensor_parallel_all_reduce_cites_the_interconnect_and_its_collective_rows():
+    from layerscope.cost.explain import explain_graph
+    from layerscope.graph import build_layer_graph
+
+    spec = load_model_spec("llama-3.1-8b")
+    workload = Workload(phase="decode", context=1024, tensor_parallel=2)
+    graph = build_layer_graph(spec, workload.passes()[0], workload, layer=0)
+    ex = explain_graph(graph, load_hardware("h100-sxm"))
+    i = next(i for i, op in enumerate(graph.ops) if op.kind == "communication")
+    assert {"interconnect.bandwidth_bytes_per_s", "interconnect.algorithms.ring"} <= set(ex.op_figures[i])
+    assert any(r.startswith("CX-") for r in ex.figures["interconnect.algorithms.ring"].row_ids)
+    gemm = next(i for i, op in enumerate(graph.ops) if op.kind == "gemm")
+    assert not any(p.startswith("interconnect") for p in ex.op_figures[gemm])
