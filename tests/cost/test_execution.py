@@ -120,7 +120,7 @@ def test_fused_profile_is_the_identity():
 def test_unknown_profile_is_a_clear_error():
     with pytest.raises(CostModelError, match="unknown execution profile 'tvm'; known: fused, hf-eager"):
         kernel_plan("tvm", ())
-    assert set(EXECUTION_PROFILES) == {"fused", "hf-eager"}
+    assert set(EXECUTION_PROFILES) == {"fused", "hf-eager", "serving-graph"}
 
 
 def test_hf_eager_has_one_record_per_op_kind():

@@ -7,6 +7,7 @@ tokens), ``decode_steps`` (decode passes after the prefill), ``context`` (tokens
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,6 +95,20 @@ class WorkloadRequest(BaseModel):
         if plan is not None and plan.tensor_parallel != 1:
             fields["tensor_parallel"] = plan.tensor_parallel
         return make_workload(**fields)
+
+
+def with_execution(hardware: HardwareRef, execution: str | None, device_column: str | None = None) -> HardwareRef:
+    """``hardware`` running execution profile ``execution`` (``--execution``: loaded, its ``execution.kernels``
+    replaced, :func:`layerscope.cost.execution.with_profile`); unchanged when ``execution`` is None. An unknown
+    profile raises the registry's error (exit 2), naming the known ones."""
+    if execution is None:
+        return hardware
+    from layerscope.cost.execution import EXECUTION_PROFILES, with_profile
+    from layerscope.hardware import HardwareSpec, load_hardware
+
+    EXECUTION_PROFILES.lookup(execution)
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(os.fspath(hardware), device=device_column)
+    return with_profile(hw, execution)
 
 
 def build_request(model: type[M], /, error: type[LayerscopeError] = WorkloadError, **fields: object) -> M:

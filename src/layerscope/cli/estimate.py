@@ -36,6 +36,7 @@ def estimate_cmd(
     tensor_parallel: int = options.tensor_parallel(),
     cost_model: str | None = options.cost_model(None),
     attention: str = options.attention(),
+    execution: str | None = options.execution(),
     layer: int | None = typer.Option(None, "--layer", help="Estimate one decoder layer only."),
     top: int = typer.Option(25, "--top", min=1, help="Ops shown in the table (all with --all-ops)."),
     all_ops: bool = typer.Option(False, "--all-ops", help="Show every op."),
@@ -50,7 +51,7 @@ def estimate_cmd(
 ) -> None:
     """Break a model into ops and time each on a hardware spec (TTFT, TPOT, memory)."""
     from layerscope.app.estimate import EstimateRequest, estimate, write_ops_csv
-    from layerscope.app.requests import ParallelPlan, WorkloadRequest, build_request
+    from layerscope.app.requests import ParallelPlan, WorkloadRequest, build_request, with_execution
 
     workload = build_request(
         WorkloadRequest, phase=phase, batch=batch, context=context, chunk=chunk, weight_dtype=weight_dtype,
@@ -60,7 +61,8 @@ def estimate_cmd(
                                      convert=_output_to_steps, hint=" (--output N is --decode-steps N-1)"),
     )
     request = build_request(
-        EstimateRequest, model=model, hardware=hardware, device_column=device, workload=workload,
+        EstimateRequest, model=model, hardware=with_execution(hardware, execution, device), device_column=device,
+        workload=workload,
         parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel),
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,

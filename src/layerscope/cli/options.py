@@ -80,6 +80,12 @@ def attention() -> Any:
                         help="fused (one attention op, as FlashAttention/SDPA run it) | unfused (QKᵀ, softmax, PV)")
 
 
+def execution() -> Any:
+    return typer.Option(None, "--execution",
+                        help="Execution profile: fused | hf-eager | serving-graph (docs/execution-profiles.md) "
+                             "[default: the hardware spec's execution.kernels].")
+
+
 def as_json(help: str = "Print one JSON object (its schema: docs/schema/).") -> Any:
     return typer.Option(False, "--json", help=help)
 

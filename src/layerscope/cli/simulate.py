@@ -37,6 +37,7 @@ def simulate_cmd(
     decode_steps: int | None = options.decode_steps(None, help="Decode steps with a growing KV cache, as one graph."),
     layer: int = typer.Option(0, "--layer", help="Decoder layer simulated alone (default 0)."),
     attention: str = options.attention(),
+    execution: str | None = options.execution(),
     weight_dtype: str = options.weight_dtype(),
     act_dtype: str = options.act_dtype(),
     kv_dtype: str = options.kv_dtype(),
@@ -51,7 +52,7 @@ def simulate_cmd(
     cost_alias: str | None = options.alias("--cost"),
 ) -> None:
     """Schedule a layer / model / decode steps on N compute engines sharing memory bandwidth."""
-    from layerscope.app.requests import WorkloadRequest, build_request
+    from layerscope.app.requests import WorkloadRequest, build_request, with_execution
     from layerscope.app.simulate import SIMULATED_PHASES, SimulateRequest, result_of, run_simulation
     from layerscope.errors import OutputError
 
@@ -77,7 +78,8 @@ def simulate_cmd(
         decode_steps=options.resolve(decode_steps, "--decode-steps", steps_alias, "--steps", None),
     )
     request = build_request(
-        SimulateRequest, model=model if layers is None else _first_layers(model, layers), hardware=hardware,
+        SimulateRequest, model=model if layers is None else _first_layers(model, layers),
+        hardware=with_execution(hardware, execution),
         workload=workload, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, all_layers=all_layers or layers is not None, layer=layer, out=out,

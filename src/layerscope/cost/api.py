@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from layerscope.cost.execution import NO_ENGINE, engine_terms, host_step_s, step_time_s
 from layerscope.cost.features import OpFeatures, op_features
 from layerscope.cost.models import BOUND_NAMES, CostArrays, get_cost_model
 from layerscope.cost.timed import TimedGraph
@@ -311,6 +312,13 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     For ``prefill`` TPOT is ``None``; for ``decode`` and ``chunked`` TTFT is ``None`` and the
     pass time is the TPOT (every decode sequence gains one token per pass); for ``generate``,
     TTFT is the prefill time and TPOT the mean over the ``decode_steps`` decode steps.
+
+    Each forward pass is one engine step and pays the execution profile's host time per step
+    (``cost.execution.engine_terms``: a fixed part and one per running request), added to the pass,
+    or, for steps after a request's first when the engine overlaps host work with the previous
+    forward, the larger of the two; TTFT also pays ``request_overhead_s``. What that adds is
+    ``phase_times_s["host"]`` (absent when the profile has no host terms), so the phase times still sum to
+    ``e2e_s``.
     """
     if layer is not None and not 0 <= layer < spec.num_layers:
         from layerscope.errors import WorkloadError
@@ -325,23 +333,26 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     ttft: float | None = None
     tpot: float | None = None
     batch = workload.batch
+    terms = engine_terms(hardware.execution) if layer is None else NO_ENGINE  # a layer alone is no engine step
     if workload.phase == "generate":
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
         cost = model_fn(feats, hardware)
         parts.append(PhaseOps(pre, "prefill", cost.time_s, _work(feats), cost.bound, cost))
         graphs.append(pre)
-        ttft = float(cost.time_s.sum())
-        phase_times["prefill"] = ttft
+        phase_times["prefill"] = float(cost.time_s.sum())
+        ttft = float(step_time_s(phase_times["prefill"], host_step_s(terms, batch), terms, first=True)) \
+            + terms.request_overhead_s
         decode_total = 0.0
         if workload.decode_steps > 0:
             ds = sum_decode_steps(spec, workload, hardware, cost_model, attention, layer)
             parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound, ds.op_cost,
                                   len(ds.step_times_s)))
             graphs.append(ds.graph)
-            decode_total = float(ds.step_times_s.sum())
-            tpot = float(ds.step_times_s.mean())
-            phase_times["decode"] = decode_total
+            steps_s = step_time_s(ds.step_times_s, host_step_s(terms, batch), terms, first=False)
+            decode_total = float(np.sum(steps_s))
+            tpot = float(np.mean(steps_s))
+            phase_times["decode"] = float(ds.step_times_s.sum())
         e2e = ttft + decode_total
         tokens_per_s = batch * workload.output_tokens / e2e
     else:
@@ -351,13 +362,17 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         cost = model_fn(feats, hardware)
         parts.append(PhaseOps(g, workload.phase, cost.time_s, _work(feats), cost.bound, cost))
         graphs.append(g)
-        e2e = float(cost.time_s.sum())
-        phase_times[workload.phase] = e2e
+        phase_times[workload.phase] = float(cost.time_s.sum())
+        first = workload.phase == "prefill"  # a decode or chunked pass is a step of running requests
+        e2e = float(step_time_s(phase_times[workload.phase], host_step_s(terms, fwd.num_sequences), terms,
+                                first=first)) + (terms.request_overhead_s if first else 0.0)
         if workload.phase == "prefill":
             ttft = e2e
         else:
             tpot = e2e
         tokens_per_s = batch / e2e
+    if terms.step_overhead_s or terms.step_overhead_per_request_s or terms.request_overhead_s:
+        phase_times["host"] = max(e2e - sum(phase_times.values()), 0.0)
     return Estimate(
         model=spec.name,
         hardware=hardware.name,

@@ -8,11 +8,15 @@ its kernels allocate, each kernel's share of its FLOPs and bytes when they run i
 Python ``nn.Module`` calls and ``torch._grouped_mm`` expert groups (each paying seconds that
 ``layerscope calibrate`` measures).
 
-``fused`` (every preset; serving engines) runs each op as one kernel moving its compulsory bytes.
+``fused`` (every preset) runs each op as one kernel moving its compulsory bytes, launched back to back.
 ``hf-eager`` (what ``layerscope calibrate`` writes, as it measures PyTorch eager) runs Hugging Face
 transformers' eager modules, one aten kernel per line of their ``forward`` (transformers 5.x,
 ``models/llama/modeling_llama.py`` and the families that copy it): one :class:`HfEagerKind` record of rules
-per op kind, in :data:`HF_EAGER_KINDS`.
+per op kind, in :data:`HF_EAGER_KINDS`. ``serving-graph`` runs a CUDA-graph serving engine of the vLLM /
+SGLang / TensorRT-LLM class: the residual add fused into the next RMSNorm, q/k/v and gate/up as one GEMM
+each, the routed experts as vLLM's ``fused_moe`` kernels (:data:`SERVING_KINDS`), decode steps replayed as
+a CUDA graph (each kernel paying ``execution.graph_node_s``), and a host cost per engine step
+(:func:`engine_terms`, applied by ``cost.api``).
 
 Each rule's derivation from the module code, with its sources and the measurements behind it:
 ``docs/execution-profiles.md``.
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -30,6 +34,9 @@ from layerscope.errors import CostModelError
 from layerscope.graph.ops import Op
 from layerscope.registry import Registry
 from layerscope.workload.steps import without_step
+
+if TYPE_CHECKING:
+    from layerscope.hardware.spec import ExecutionSpec, HardwareSpec
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,24 @@ class KernelPlan:
     split: np.ndarray | None = None
     """[ops, kernels, 2]: the share of the op's FLOPs and of its bytes that each of its kernels runs one after
     the other, zero-padded (docs/execution-profiles.md, "Kernels in sequence"); None: every op one roofline."""
+    graph_capture: np.ndarray | None = None
+    """Per op: where a CUDA-graph engine runs its kernels (:data:`GRAPH_OUTSIDE`, :data:`GRAPH_FULL_ONLY`,
+    :data:`GRAPH_ALWAYS`); None: the profile captures no graphs and every kernel pays the launch cost."""
+
+    def take(self, index: np.ndarray) -> KernelPlan:
+        """The plan of the ops at ``index`` (a sweep's merged groups), rows taken as they were planned among the
+        whole pass's ops (``serving-graph``'s fusions read each op's neighbours)."""
+        return KernelPlan(self.launches[index], self.act_factor[index], self.kv_factor[index],
+                          self.out_share[index], self.gemv_rows[index], self.module_calls[index],
+                          self.grouped_mm_groups[index], self.alloc_bytes[index],
+                          None if self.split is None else self.split[index],
+                          None if self.graph_capture is None else self.graph_capture[index])
+
+    def key_rows(self) -> np.ndarray:
+        """[ops, 4]: what sets each op's time beyond its work (launches, byte factors, graph capture; -1 without
+        graphs), for merging ops a sweep may time as one group."""
+        capture = np.full(len(self.launches), -1.0) if self.graph_capture is None else self.graph_capture
+        return np.stack([self.launches, self.act_factor, self.kv_factor, capture.astype(np.float64)], axis=1)
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:
@@ -370,11 +395,285 @@ def reuse_bytes(previous: np.ndarray, bytes_: np.ndarray) -> np.ndarray:
     return start[..., i] - start[..., previous] + np.where(previous >= i, start[..., -1:], 0.0)
 
 
+# ---------------------------------------------------------------------------------------------
+# serving-graph: a CUDA-graph serving engine (docs/execution-profiles.md, "serving-graph")
+
+#: Graph-capture levels of an op's kernels (``KernelPlan.graph_capture``): launched after the captured forward
+#: (vLLM's ``compute_logits`` on the sampled rows and its sampler run outside the model's graph) ...
+GRAPH_OUTSIDE = 0
+#: ... captured in full graphs only (piecewise graphs split at the attention op, the KV-cache write inside it) ...
+GRAPH_FULL_ONLY = 1
+#: ... captured in full and piecewise graphs alike.
+GRAPH_ALWAYS = 2
+
+#: How a pass runs (:func:`graph_mode`): every kernel launched, piecewise graphs, or one full graph.
+GRAPH_NONE, GRAPH_PIECEWISE, GRAPH_FULL = 0, 1, 2
+
+#: Projections a serving engine merges into one GEMM with an earlier projection of the same module reading the
+#: same activation: the absorbed one's name → the one it joins. vLLM's ``QKVParallelLinear`` (q, k, v) and
+#: ``MergedColumnParallelLinear`` (gate, up; DeepSeek's ``fused_qkv_a_proj`` of q_a and kv_a), in
+#: ``vllm/model_executor/models/llama.py`` and ``deepseek_v2.py``; SGLang and TensorRT-LLM load the same fused
+#: weights (``qkv_proj``, ``gate_up_proj``).
+MERGED_PROJECTIONS: dict[str, str] = {"k_proj": "q_proj", "v_proj": "q_proj", "up_proj": "gate_proj",
+                                      "kv_a_proj_with_mqa": "q_a_proj"}
+
+#: Kernels of vLLM's ``fused_experts`` (``vllm/model_executor/layers/fused_moe/fused_moe.py``):
+#: ``moe_align_block_size``, the gate-up ``fused_moe_kernel``, the activation-and-mul, the down
+#: ``fused_moe_kernel`` and ``moe_sum``.
+FUSED_MOE_KERNELS = 5
+
+
+def _activation_input(op: Op) -> str | None:
+    return next((t.name for t in op.inputs if t.role == "activation"), None)
+
+
+def _last_part(op: Op) -> str:
+    return op.name.rsplit(".", 1)[-1]
+
+
+def _own_output_share(op: Op) -> float:
+    """The op's written activation bytes over its activation bytes read and written (1 without any)."""
+    total = op.act_read_bytes + op.act_write_bytes
+    return op.act_write_bytes / total if total else 1.0
+
+
+def _add_fuses_into_norm(ops: Sequence[Op], i: int) -> bool:
+    """Whether the residual add ``ops[i]`` runs inside the RMSNorm right after it, which reads its sum: vLLM's
+    ``fused_add_rms_norm`` (``RMSNorm.forward(x, residual)``: adds in place, keeps the sum as the next residual,
+    normalizes), called as ``input_layernorm(hidden_states, residual)`` by every decoder layer after the first,
+    ``post_attention_layernorm(...)`` and the final ``norm(...)`` (``vllm/model_executor/models/llama.py``)."""
+    if i + 1 >= len(ops) or not ops[i].outputs:
+        return False
+    norm = ops[i + 1]
+    return (norm.kind == "norm" and norm.definition.startswith("rmsnorm") and bool(norm.inputs)
+            and norm.inputs[0].name == ops[i].outputs[0].name)
+
+
+def _serving_one_kernel(ops: Sequence[Op], i: int) -> PlanRow:
+    return ONE_KERNEL
+
+
+def _serving_residual_add(ops: Sequence[Op], i: int) -> PlanRow:
+    """Fused into the next RMSNorm: no kernel of its own; its bytes (both addends read, the sum written as the
+    next residual) are the fused kernel's."""
+    return (0.0, 1.0, 1.0) if _add_fuses_into_norm(ops, i) else ONE_KERNEL
+
+
+def _serving_norm(ops: Sequence[Op], i: int) -> PlanRow:
+    """After a fused residual add: the one kernel of the pair, which never re-reads the sum from memory (only its
+    output write stays)."""
+    if i > 0 and ops[i - 1].kind == "residual_add" and _add_fuses_into_norm(ops, i - 1):
+        return 1.0, _own_output_share(ops[i]), 1.0
+    return ONE_KERNEL
+
+
+def _serving_gemm(ops: Sequence[Op], i: int) -> PlanRow:
+    """A projection merged into an earlier one (:data:`MERGED_PROJECTIONS`): no kernel of its own, and its input
+    is read once, by the merged GEMM (only its output write stays); its weights and FLOPs are unchanged."""
+    op = ops[i]
+    joins = MERGED_PROJECTIONS.get(_last_part(op))
+    x = _activation_input(op)
+    if joins is None or x is None:
+        return ONE_KERNEL
+    for j in range(i - 1, -1, -1):
+        prev = ops[j]
+        if prev.module.rsplit(".", 1)[0] != op.module.rsplit(".", 1)[0]:
+            break  # left the parent module (self_attn, mlp)
+        if prev.kind == "gemm" and _last_part(prev) == joins and _activation_input(prev) == x:
+            return 0.0, _own_output_share(op), 1.0
+    return ONE_KERNEL
+
+
+def _serving_moe(ops: Sequence[Op], i: int) -> PlanRow:
+    return float(FUSED_MOE_KERNELS), 1.0, 1.0
+
+
+def _always(op: Op) -> int:
+    return GRAPH_ALWAYS
+
+
+def _full_only(op: Op) -> int:
+    return GRAPH_FULL_ONLY
+
+
+def _outside(op: Op) -> int:
+    return GRAPH_OUTSIDE
+
+
+def _gemm_capture(op: Op) -> int:
+    """lm_head on the sampled rows runs after the captured forward (vLLM's ``compute_logits``)."""
+    return GRAPH_OUTSIDE if op.attr("logits") is not None else GRAPH_ALWAYS
+
+
+@dataclass(frozen=True)
+class ServingKind:
+    """The ``serving-graph`` rules of one op kind; the defaults: one kernel, captured in every graph."""
+
+    plan: Callable[[Sequence[Op], int], PlanRow] = _serving_one_kernel
+    """The op's :class:`KernelPlan` row from its place among the pass's ops (fusions read the neighbours)."""
+    capture: Callable[[Op], int] = _always
+    """Which graphs hold its kernels (:data:`GRAPH_OUTSIDE`, :data:`GRAPH_FULL_ONLY`, :data:`GRAPH_ALWAYS`)."""
+
+
+#: ``serving-graph`` rules by op kind, one record for every kind of :data:`~layerscope.graph.ops.OP_KINDS`
+#: (their sources: docs/execution-profiles.md, "serving-graph"). RoPE is vLLM's and SGLang's one in-place
+#: ``rotary_embedding`` kernel on q and k, the KV-cache write ``reshape_and_cache_flash``, the activation
+#: ``silu_and_mul``: one kernel each, as in ``fused``.
+SERVING_KINDS: Registry[ServingKind] = Registry("op kind", CostModelError, {
+    "embedding": ServingKind(),
+    "norm": ServingKind(plan=_serving_norm),
+    "gemm": ServingKind(plan=_serving_gemm, capture=_gemm_capture),
+    "rope": ServingKind(),
+    "kv_write": ServingKind(capture=_full_only),
+    "kv_read": ServingKind(capture=_full_only),
+    "attention": ServingKind(capture=_full_only),
+    "qk_matmul": ServingKind(capture=_full_only),
+    "softmax_max": ServingKind(capture=_full_only),
+    "softmax_exp": ServingKind(capture=_full_only),
+    "softmax_norm": ServingKind(capture=_full_only),
+    "pv_matmul": ServingKind(capture=_full_only),
+    "residual_add": ServingKind(plan=_serving_residual_add),
+    "activation": ServingKind(),
+    "router": ServingKind(),
+    "topk": ServingKind(),  # vLLM's fused_topk: one topk_softmax kernel
+    "moe_experts": ServingKind(plan=_serving_moe),
+    "sampling": ServingKind(capture=_outside),
+    "communication": ServingKind(),  # vLLM's custom all-reduce is captured with the graph
+})
+
+
+def _serving_graph(ops: Sequence[Op]) -> KernelPlan:
+    n = len(ops)
+    ruled = [SERVING_KINDS.lookup(op.kind) for op in ops]
+    rows = np.array([r.plan(ops, i) for i, r in enumerate(ruled)], dtype=np.float64).reshape(n, 3)
+    return KernelPlan(launches=rows[:, 0].copy(), act_factor=rows[:, 1].copy(), kv_factor=rows[:, 2].copy(),
+                      out_share=output_share(ops), gemv_rows=np.zeros(n), module_calls=np.zeros(n),
+                      grouped_mm_groups=np.zeros(n), alloc_bytes=alloc_table([output_allocs(op) for op in ops]),
+                      graph_capture=np.fromiter((r.capture(op) for r, op in zip(ruled, ops, strict=True)),
+                                                dtype=np.int8, count=n))
+
+
+def pass_shape(ops: Sequence[Op]) -> tuple[int, bool] | None:
+    """(tokens, pure decode) of the pass whose ops these are, from the first op with sequence groups (an
+    attention op's ``groups``: (count, new tokens, cached) per group); None when no op carries them."""
+    for op in ops:
+        groups = op.attr("groups")
+        if isinstance(groups, tuple) and groups:
+            tokens = sum(int(g[0]) * int(g[1]) for g in groups)
+            return tokens, all(int(g[1]) == 1 for g in groups)
+    return None
+
+
+def graph_mode(ops: Sequence[Op], terms: EngineTerms) -> int:
+    """How an engine with ``terms`` runs the pass of ``ops``: :data:`GRAPH_FULL` for a pure decode pass of at most
+    ``graph_max_tokens`` tokens, :data:`GRAPH_PIECEWISE` for any other pass that small when the engine captures
+    piecewise graphs, else :data:`GRAPH_NONE` (also when the ops do not say what pass they are)."""
+    shape = pass_shape(ops)
+    if shape is None or terms.graph_max_tokens <= 0 or shape[0] > terms.graph_max_tokens:
+        return GRAPH_NONE
+    if shape[1]:
+        return GRAPH_FULL
+    return GRAPH_PIECEWISE if terms.piecewise_graphs else GRAPH_NONE
+
+
+def captured_kernels(graph_capture: np.ndarray, mode: int) -> np.ndarray:
+    """Per op: whether its kernels replay inside the pass's graph (``mode``, :func:`graph_mode`)."""
+    least = {GRAPH_FULL: GRAPH_FULL_ONLY, GRAPH_PIECEWISE: GRAPH_ALWAYS}.get(mode)
+    if least is None:
+        return np.zeros(len(graph_capture), dtype=bool)
+    return np.asarray(graph_capture) >= least
+
+
+class EngineTerms(NamedTuple):
+    """An execution profile's engine-level terms, each in the unit its name says (``ExecutionSpec`` fields of
+    the same names override them); the figures and their sources: docs/execution-profiles.md."""
+
+    graph_node_s: float = 0.0
+    graph_max_tokens: int = 0
+    piecewise_graphs: bool = False
+    step_overhead_s: float = 0.0
+    step_overhead_per_request_s: float = 0.0
+    overlap_host: bool = False
+    request_overhead_s: float = 0.0
+
+
+#: No engine around the forward: kernels launched back to back, nothing per step or per request.
+NO_ENGINE = EngineTerms()
+
+#: Per-kernel time inside a CUDA graph: 1000 ``torch.add`` of 1024 fp32 captured in one graph and replayed,
+#: 0.94 µs a kernel (bench/gpu/h200-2026-11-26/kernels-cuda-graph.json, record kind ``graph_node``; H200,
+#: torch 2.11.0+cu130; eager dispatch of the same add: 5.7 µs, record ``eager_dispatch``).
+H200_GRAPH_NODE_S = 9.405440092086792e-07
+#: Host time per running request per step of vLLM V1's scheduler: ``Scheduler.update_from_output()`` on a
+#: decode-only batch, 0.287 ms at 256 requests and 0.142 ms at 128 (gpu-kernels.md OX-04):
+#: (0.287 - 0.142) ms / 128 requests.
+VLLM_V1_UPDATE_PER_REQUEST_S = (0.287e-3 - 0.142e-3) / 128
+
+#: The ``serving-graph`` engine's terms (docs/execution-profiles.md, "serving-graph"): the graph node cost above;
+#: vLLM's largest default capture size, 512 tokens (``max_cudagraph_capture_size``, vllm/config/compilation.py);
+#: piecewise graphs for prefill and mixed passes that small (vLLM V1's ``FULL_AND_PIECEWISE``, docs.vllm.ai
+#: design/cuda_graphs); no fixed host time per step that the GPU waits for (an assumption: no published row
+#: measures it under overlap scheduling; OX-02's ~4 ms is vLLM 0.5's synchronous loop); OX-04's time per running
+#: request; host work overlapped with the previous step's forward (TensorRT-LLM's overlap scheduler, on by
+#: default; SGLang's overlap scheduler; vLLM's ``--async-scheduling``); nothing modelled beyond the prefill step
+#: in time to first token (an assumption: tokenization, queueing, the API server and detokenization left out).
+SERVING_GRAPH_TERMS = EngineTerms(graph_node_s=H200_GRAPH_NODE_S, graph_max_tokens=512, piecewise_graphs=True,
+                                  step_overhead_s=0.0, step_overhead_per_request_s=VLLM_V1_UPDATE_PER_REQUEST_S,
+                                  overlap_host=True, request_overhead_s=0.0)
+
+
+@dataclass(frozen=True)
+class ExecutionProfile:
+    """One registered execution profile: its kernel plan, and the engine around the forward."""
+
+    plan: Callable[[Sequence[Op]], KernelPlan]
+    engine: EngineTerms = NO_ENGINE
+
+
 #: Execution profiles by name (``HardwareSpec.execution.kernels``).
-EXECUTION_PROFILES: Registry[Callable[[Sequence[Op]], KernelPlan]] = Registry(
-    "execution profile", CostModelError, {"fused": _fused, "hf-eager": _hf_eager})
+EXECUTION_PROFILES: Registry[ExecutionProfile] = Registry("execution profile", CostModelError, {
+    "fused": ExecutionProfile(_fused),
+    "hf-eager": ExecutionProfile(_hf_eager),
+    "serving-graph": ExecutionProfile(_serving_graph, SERVING_GRAPH_TERMS),
+})
 
 
 def kernel_plan(name: str, ops: Sequence[Op]) -> KernelPlan:
     """The plan of profile ``name`` for ``ops``; an unknown name lists the known ones."""
-    return EXECUTION_PROFILES.lookup(name)(ops)
+    return EXECUTION_PROFILES.lookup(name).plan(ops)
+
+
+def engine_terms(execution: ExecutionSpec) -> EngineTerms:
+    """The engine terms of ``execution``: its profile's (:data:`EXECUTION_PROFILES`), each field the spec sets
+    (not None) taking the spec's value."""
+    base = EXECUTION_PROFILES.lookup(execution.kernels).engine
+    return base._replace(**{name: value for name in EngineTerms._fields
+                            if (value := getattr(execution, name, None)) is not None})
+
+
+def host_step_s(terms: EngineTerms, sequences: float | np.ndarray) -> float | np.ndarray:
+    """Host time of one engine step over ``sequences`` running requests: ``step_overhead_s +
+    step_overhead_per_request_s · sequences``."""
+    return terms.step_overhead_s + terms.step_overhead_per_request_s * sequences
+
+
+def step_time_s(forward_s: float | np.ndarray, host_s: float | np.ndarray, terms: EngineTerms, *,
+                first: bool) -> float | np.ndarray:
+    """Wall time of an engine step whose forward takes ``forward_s`` and whose host work takes ``host_s``: their
+    sum, or, when the engine overlaps host work with the previous forward (``overlap_host``) and the step is not
+    a request's first, the larger of the two."""
+    if terms.overlap_host and not first:
+        return np.maximum(forward_s, host_s)
+    return forward_s + host_s
+
+
+def with_profile(hw: HardwareSpec, name: str) -> HardwareSpec:
+    """``hw`` running execution profile ``name`` (an unknown name raises the registry's error, listing the
+    known ones); the other execution fields are kept, so a profile's own defaults fill what the spec leaves
+    unset (:func:`engine_terms`)."""
+    EXECUTION_PROFILES.lookup(name)
+    if hw.execution.kernels == name:
+        return hw
+    execution = hw.execution.model_copy(update={"kernels": name,
+                                                "source": f"{name} profile chosen for this run (--execution)"})
+    return hw.model_copy(update={"execution": execution})

@@ -17,7 +17,14 @@ from functools import lru_cache
 import numpy as np
 
 from layerscope.cost.collectives import CollectiveTerms, communication_terms
-from layerscope.cost.execution import kernel_plan, previous_same_role, reuse_bytes
+from layerscope.cost.execution import (
+    captured_kernels,
+    engine_terms,
+    graph_mode,
+    kernel_plan,
+    previous_same_role,
+    reuse_bytes,
+)
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS
@@ -361,11 +368,25 @@ def _prepare(features: OpFeatures, hw: HardwareSpec) -> tuple[OpFeatures, _Execu
         in_cache = scaled.act_bytes if cold is None else np.maximum(scaled.act_bytes - cold, 0.0)
         resident = np.where(footprint <= _chip_capacity_bytes(level, hw), in_cache, 0.0)
     kernel_s, call_s = _cold_costs(features, hw)
+    if plan.graph_capture is not None:
+        kernel_s = _graph_kernel_s(features, plan.graph_capture, hw, kernel_s)
     host_s = plan.module_calls * call_s + plan.grouped_mm_groups * execution.grouped_mm_group_s
     if execution.fresh_pages is not None and plan.alloc_bytes.size:
         host_s = host_s + fresh_page_s(plan.alloc_bytes, execution.fresh_pages)
     module_s = host_s if host_s.any() else None
     return scaled, _Execution(plan.launches, resident, cache_bw, cold, module_s, kernel_s, stream_bytes, plan.split)
+
+
+def _graph_kernel_s(features: OpFeatures, capture: np.ndarray, hw: HardwareSpec,
+                    kernel_s: np.ndarray | None) -> np.ndarray | None:
+    """Per op: the fixed time per kernel where the profile replays a CUDA graph: ``execution.graph_node_s`` for
+    the kernels the pass's graph holds (``cost.execution.graph_mode``, ``captured_kernels``), the launch cost
+    (``kernel_s``, else ``launch_overhead_s``) for the rest; ``kernel_s`` unchanged when nothing is captured."""
+    terms = engine_terms(hw.execution)
+    captured = captured_kernels(capture, graph_mode(features.ops, terms))
+    if not captured.any():
+        return kernel_s
+    return np.where(captured, terms.graph_node_s, hw.launch_overhead_s if kernel_s is None else kernel_s)
 
 
 def streaming_ops(footprint_bytes: np.ndarray, hw: HardwareSpec) -> np.ndarray | None:

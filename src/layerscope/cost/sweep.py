@@ -21,8 +21,11 @@ the fitted graph keeps from one sample point: the ``tiling`` and ``hierarchical`
 from ``layerscope calibrate``), Hockney's half-performance work (``efficiency.matmul_half_flops``, charged to
 GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it) and, in prefill, fused attention's
 efficiency by query length (``efficiency.attention_rows``) and a kernel profile other than ``fused``
-(HF eager's lm_head passes grow with the batch). :func:`sweep` times such hardware point by point with
-:func:`~layerscope.cost.api.estimate` (the same numbers, slower); :func:`time_grid` refuses it.
+(HF eager's lm_head passes grow with the batch; ``serving-graph`` replays a prefill as a piecewise CUDA graph up
+to ``graph_max_tokens`` tokens). :func:`sweep` times such hardware point by point with
+:func:`~layerscope.cost.api.estimate` (the same numbers, slower); :func:`time_grid` refuses it. Decode steps
+under ``serving-graph`` are vectorized up to ``graph_max_tokens`` sequences (one full graph each) and timed point
+by point beyond; every point pays the engine's host time per step (``cost.execution.engine_terms``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from itertools import product
 import numpy as np
 
 from layerscope.cost.api import estimate
+from layerscope.cost.execution import EXECUTION_PROFILES, engine_terms, host_step_s, kernel_plan, step_time_s
 from layerscope.cost.features import OpFeatures, op_features
 from layerscope.cost.models import get_cost_model
 from layerscope.errors import WorkloadError
@@ -147,11 +151,15 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         )
     coef = sol.reshape(len(phi[0]), 4, n_ops).transpose(1, 0, 2)  # [4, basis, ops]
     static = feats[0]
+    # Every profile's plan among the whole pass's ops (serving-graph's fusions read each op's neighbours, which a
+    # merged group no longer has), kept per group below and part of the merge key.
+    plans = {name: kernel_plan(name, static.ops) for name in EXECUTION_PROFILES} if static.ops else {}
     # Merge ops whose coefficients and hardware behaviour are identical (repeated layers).
     key_rows = np.concatenate([
         np.round(coef.reshape(-1, n_ops).T, 6),
         static.uses_matrix_units[:, None].astype(float),
         static.dtype_code[:, None].astype(float),
+        *(plan.key_rows() for plan in plans.values()),
     ], axis=1)
     _, first, counts = np.unique(key_rows, axis=0, return_index=True, return_counts=True)
     # np.unique orders groups by key; keep them in program order of their first op.
@@ -165,6 +173,7 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         gemm_mnkb=static.gemm_mnkb[groups], operand_bytes=static.operand_bytes[groups],
         kinds=tuple(static.kinds[g] for g in groups),
         ops=tuple(static.ops[g] for g in groups) if static.ops else (),
+        plans={name: plan.take(groups) for name, plan in plans.items()},
     )
     return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
                             static=group_static, num_ops=n_ops)
@@ -219,8 +228,32 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None
         return (f"{hw.name} charges page faults on tensors of at least {hw.execution.fresh_pages.min_bytes:.4g} B "
                 "(execution.fresh_pages), a step in the shapes")
     if phase == "prefill" and hw.execution.kernels != "fused":
-        return f"{hw.name} runs the {hw.execution.kernels!r} kernel profile, whose prefill lm_head grows with the batch"
+        return (f"{hw.name} runs the {hw.execution.kernels!r} kernel profile, whose prefill "
+                f"{_PREFILL_SHAPES.get(hw.execution.kernels, 'kernels depend on the shapes')}")
     return None
+
+
+#: What makes a profile's prefill depend on the pass's shape (:func:`shape_dependent`).
+_PREFILL_SHAPES = {"hf-eager": "lm_head grows with the batch",
+                   "serving-graph": "replays a piecewise CUDA graph up to execution.graph_max_tokens tokens"}
+
+
+def _beyond_graphs(hw: HardwareSpec, phase: str, batch: np.ndarray) -> np.ndarray:
+    """Per decode point: more sequences than the engine replays as one CUDA graph, so its kernels launch one by
+    one where the fitted graph's decode step (one sequence) replays (``execution.graph_max_tokens``)."""
+    terms = engine_terms(hw.execution)
+    if phase != "decode" or terms.graph_max_tokens <= 0 or hw.execution.kernels == "fused":
+        return np.zeros(len(batch), dtype=bool)
+    return np.asarray(batch) > terms.graph_max_tokens
+
+
+def _engine_pass_s(forward_s: np.ndarray, hw: HardwareSpec, phase: str, batch: np.ndarray) -> np.ndarray:
+    """Each point's pass time with the engine's host time per step, as :func:`~layerscope.cost.api.estimate`
+    adds it: a prefill is a request's first step (and pays ``request_overhead_s``), a decode step is not."""
+    terms = engine_terms(hw.execution)
+    first = phase == "prefill"
+    out = step_time_s(forward_s, host_step_s(terms, np.asarray(batch, dtype=np.float64)), terms, first=first)
+    return np.asarray(out, dtype=np.float64) + (terms.request_overhead_s if first else 0.0)
 
 
 def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length: np.ndarray,
@@ -231,13 +264,15 @@ def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length
     :func:`sweep` times those point by point.
     """
     why = shape_dependent(hw, cost_model, lin.phase)
+    if why is None and _beyond_graphs(hw, lin.phase, batch).any():
+        why = f"{hw.name} launches decode steps of more than execution.graph_max_tokens sequences kernel by kernel"
     if why is not None:
         raise WorkloadError(f"time_grid: {why}; the vectorized grid would time every point at one sample "
                             "point's shapes (use sweep(), which times such hardware point by point)")
     phi = basis(lin.spec, lin.phase, batch, length)  # [P, basis]
     work = phi @ lin.coef  # [4, P, groups]
     cost = get_cost_model(cost_model)(lin.static.with_work(work[0], work[1], work[2], work[3]), hw)
-    return cost.time_s @ lin.count
+    return _engine_pass_s(cost.time_s @ lin.count, hw, lin.phase, batch)
 
 
 def _point_time_s(spec: ModelSpec, hw: HardwareSpec, template: Workload, phase: str, batch: int, length: int,
@@ -276,8 +311,11 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
         single = (l_grid == 1) if phase == "prefill" else np.zeros(len(l_grid), dtype=bool)
         for hw in hardware:
             if shape_dependent(hw, cost_model, phase) is None:
-                t = time_grid(lin, hw, b_grid, l_grid, cost_model)
-                pointwise = single
+                pointwise = single | _beyond_graphs(hw, phase, b_grid)
+                t = np.empty(len(l_grid))
+                grid = ~pointwise
+                if grid.any():
+                    t[grid] = time_grid(lin, hw, b_grid[grid], l_grid[grid], cost_model)
             else:  # exact, one estimate per point (see the module docstring)
                 t = np.empty(len(l_grid))
                 pointwise = np.ones(len(l_grid), dtype=bool)

@@ -423,7 +423,7 @@ class EfficiencySpec(BaseModel):
         return self.matmul_per_dtype.get(dtype, self.matmul)
 
 
-ExecutionKernels = Literal["fused", "hf-eager"]
+ExecutionKernels = Literal["fused", "hf-eager", "serving-graph"]
 
 
 class ColdCost(BaseModel):
@@ -455,12 +455,14 @@ class FreshPages(BaseModel):
 class ExecutionSpec(BaseModel):
     """How the software stack on this hardware runs the graph's ops.
 
-    ``kernels`` is the kernel granularity: ``fused`` (one kernel per graph op, as serving engines
-    with fused norm/RoPE/activation kernels run them; every preset) or ``hf-eager`` (HF
-    transformers' eager PyTorch modules, where an RMSNorm is 6-8 aten kernels and RoPE 10; see
-    :mod:`layerscope.cost.execution`). ``activations_in_cache``: activations whose footprint fits
-    the last on-chip level with a bandwidth are read and written there rather than in main memory
-    (a CPU running one op after another on megabyte-sized tensors; off by default).
+    ``kernels`` is the execution profile (:data:`layerscope.cost.execution.EXECUTION_PROFILES`): ``fused``
+    (one kernel per graph op, each launched back to back; every preset), ``hf-eager`` (HF
+    transformers' eager PyTorch modules, where an RMSNorm is 6-8 aten kernels and RoPE 10) or
+    ``serving-graph`` (a CUDA-graph serving engine of the vLLM / SGLang / TensorRT-LLM class: residual
+    add fused into the next RMSNorm, q/k/v and gate/up as one GEMM each, decode steps replayed as a CUDA
+    graph, plus a host cost per engine step; docs/execution-profiles.md). ``activations_in_cache``:
+    activations whose footprint fits the last on-chip level with a bandwidth are read and written there
+    rather than in main memory (a CPU running one op after another on megabyte-sized tensors; off by default).
     ``cold_outputs``: each op writes its output into a newly allocated buffer that is not in
     any cache (eager PyTorch on a CPU: the allocator hands out memory last touched before the
     weights streamed through), so the output crosses main memory twice, once read for ownership
@@ -492,6 +494,29 @@ class ExecutionSpec(BaseModel):
     """Each op's allocations of at least ``fresh_pages.min_bytes`` (``cost.execution.KernelPlan.alloc_bytes``)
     pay ``s_per_byte`` per byte as host time. None: no allocation faults (GPU caching allocators, serving
     engines' preallocated buffers). ``layerscope calibrate`` measures it on CPUs."""
+    graph_node_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Fixed time of one kernel replayed inside a CUDA graph, instead of ``launch_overhead_s`` (profiles that
+    capture graphs: ``serving-graph``); None: the profile's default (``cost.execution``, our H200 measurement)."""
+    graph_max_tokens: int | None = Field(default=None, gt=0)
+    """Largest pass (tokens) the engine replays as a CUDA graph; larger passes launch every kernel. None: the
+    profile's default (vLLM's largest capture size)."""
+    piecewise_graphs: bool | None = None
+    """Whether passes other than pure decode (prefill, chunked) replay piecewise graphs (every op but attention
+    and the KV-cache write) up to ``graph_max_tokens`` (vLLM V1's FULL_AND_PIECEWISE); False: they launch every
+    kernel (SGLang's and TensorRT-LLM's default). None: the profile's default."""
+    step_overhead_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Host time of one engine step (scheduling, input preparation, sampling bookkeeping) the GPU waits for,
+    added once per forward pass to TTFT, TPOT and end to end (``cost.api``). None: the profile's default."""
+    step_overhead_per_request_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Host time per running request per engine step, on top of ``step_overhead_s``. None: the profile's
+    default."""
+    overlap_host: bool | None = None
+    """Whether the engine overlaps a step's host work with the previous step's forward (async / overlap
+    scheduling): a decode step then takes max(forward, host) instead of forward + host; a request's first
+    (prefill) step always pays its host time. None: the profile's default."""
+    request_overhead_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Time to first token beyond the prefill step: tokenization, queueing, the API server, detokenization and
+    streaming the token, once per request. None: the profile's default (0: not modelled)."""
     source: str = "assumption: fused kernels, activations in main memory"
 
     @field_validator("cold_by_reuse")
