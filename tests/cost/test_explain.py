@@ -186,3 +186,21 @@ def test_a_tensor_parallel_all_reduce_cites_the_interconnect_and_its_collective_
     assert any(r.startswith("CX-") for r in ex.figures["interconnect.algorithms.ring"].row_ids)
     gemm = next(i for i, op in enumerate(graph.ops) if op.kind == "gemm")
     assert not any(p.startswith("interconnect") for p in ex.op_figures[gemm])
+
+
+def test_graph_replayed_kernels_cite_the_graph_node_cost_and_launched_ones_the_launch():
+    from layerscope.cost.explain import explain_graph
+    from layerscope.graph import build_model_graph
+
+    data = load_hardware("h100-sxm").model_dump(mode="json", exclude={"calibration"})
+    data["execution"] = {"kernels": "serving-graph"}
+    hw = HardwareSpec.from_dict(data)
+    workload = Workload(phase="decode", context=256)
+    graph = build_model_graph(load_model_spec("llama-3.2-1b"), workload.passes()[0], workload)
+    ex = explain_graph(graph, hw)
+    names = [op.name for op in graph.ops]
+    q = names.index("layers.0.self_attn.q_proj")
+    head = names.index("lm_head")
+    assert "execution.graph_node_s" in ex.op_figures[q] and "launch_overhead_s" not in ex.op_figures[q]
+    assert "launch_overhead_s" in ex.op_figures[head] and "execution.graph_node_s" not in ex.op_figures[head]
+    assert "record graph_node" in ex.figures["execution.graph_node_s"].source

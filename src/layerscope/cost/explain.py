@@ -567,6 +567,32 @@ def _one(make: Callable[[ExplainContext], FigureUse]) -> Resolve:
     return lambda ctx, _variant: (make(ctx),)
 
 
+def _graph_replayed(ctx: ExplainContext) -> np.ndarray:
+    """Per op: its kernels replay inside the pass's CUDA graph (``cost.execution.captured_kernels``)."""
+    from layerscope.cost.execution import captured_kernels, engine_terms, graph_mode
+
+    plan = ctx.plan
+    terms = engine_terms(ctx.hw.execution)
+    if plan is None or plan.graph_capture is None or terms.graph_node_s <= 0:
+        return np.zeros(ctx.n_ops, dtype=bool)
+    return np.asarray(captured_kernels(plan.graph_capture, graph_mode(ctx.features.ops, terms)), dtype=bool)
+
+
+def _graph_node(ctx: ExplainContext, _variant: str) -> Sequence[FigureUse]:
+    from layerscope.cost.execution import engine_terms
+
+    value = engine_terms(ctx.hw.execution).graph_node_s
+    if ctx.hw.execution.graph_node_s is not None:
+        return (_execution_use(ctx, "graph_node_s", value, "overhead"),)
+    return (FigureUse("execution.graph_node_s", value, GRAPH_NODE_SOURCE, (), "overhead", True),)
+
+
+#: Where the profile's default graph-node cost comes from (``cost.execution.H200_GRAPH_NODE_S``).
+GRAPH_NODE_SOURCE = ("the serving-graph profile's default: measured, 1000 captured kernels replayed on an H200 "
+                     "(bench/gpu/h200-2026-11-26/kernels-cuda-graph.json, record graph_node); an assumption on "
+                     "other GPUs")
+
+
 def _communication(ctx: ExplainContext) -> np.ndarray:
     """Per op: a collective timed on the spec's interconnect (``cost.collectives``)."""
     if ctx.hw.interconnect is None:
@@ -651,8 +677,9 @@ FIGURES: Registry[FigureRule] = Registry("spec figure", CostModelError, {
     "execution.kernels": FigureRule(
         "execution", lambda ctx: np.full(ctx.n_ops, not ctx.hw.execution.is_default),
         _one(lambda ctx: _execution_use(ctx, "kernels", ctx.hw.execution.kernels, "execution"))),
+    "execution.graph_node_s": FigureRule("overhead", _graph_replayed, _graph_node),
     "launch_overhead_s": FigureRule(
-        "overhead", lambda ctx: (ctx.launches > 0) & (not ctx.hw.execution.cold_by_reuse),
+        "overhead", lambda ctx: (ctx.launches > 0) & (not ctx.hw.execution.cold_by_reuse) & ~_graph_replayed(ctx),
         _one(lambda ctx: datasheet_use(ctx, "launch_overhead_s", ctx.hw.launch_overhead_s, "overhead"))),
     "execution.cold_by_reuse": FigureRule(
         "overhead", lambda ctx: (ctx.launches > 0) & bool(ctx.hw.execution.cold_by_reuse),
