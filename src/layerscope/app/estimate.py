@@ -99,7 +99,8 @@ class OpRow(BaseModel):
     share: float
     """The op's share of the summed op time, 0..1."""
     bound: str
-    """``compute``, ``memory`` or ``overhead``: the term that sets the time."""
+    """``compute``, ``memory``, ``network`` (a collective on the interconnect) or ``overhead``: the term that sets
+    the time."""
     compute_efficiency: float | None
     """The fraction of the datasheet peak the op's arithmetic got: FLOPs / its compute time / the peak of the unit
     that ran it (``engines.peak_flops_per_s`` of its dtype after the fallback rules, the TF32 peak or
