@@ -18,7 +18,7 @@ import numpy as np
 from layerscope.cost.features import op_features
 from layerscope.cost.models import roofline
 from layerscope.graph._common import linear_op
-from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
+from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
 from layerscope.hardware.kernel_fit import WEIGHT_ONLY, GemmRow, TableFit, fit_preset, source_key
@@ -105,7 +105,7 @@ def attention_predicted(row: KernelRow, spec: HardwareSpec) -> float:
     m = row.input_len or 0
     heads = shape.heads or _FIGURE_HEADS_TIMES_DIM // d
     causal = bool(shape.causal)
-    pairs = m * (m + 1) // 2 if causal else m * m
+    pairs = causal_pairs(m, 0) if causal else m * m
     qkv = row.batch * m * heads * d * 2.0
     fp8 = "fp8" in row.precision.lower()
     op = attention_op(row.batch, m, 0, heads, d, vd, causal=causal, kv_bytes=2 * qkv, act_bytes=2 * qkv,
@@ -120,7 +120,7 @@ def measured_attention_s(spec: HardwareSpec, *, batch: int, new: int, cached: in
     ``kv_heads``, 16-bit) as the roofline cost model times it on ``spec``: what a measurement of one such
     kernel is compared with."""
     ctx = cached + new
-    pairs = ctx if new == 1 else (new * (new + 1) // 2 if causal else new * new) + new * cached
+    pairs = causal_pairs(new, cached) if causal else new * ctx
     kv_bytes = batch * ctx * kv_heads * head_dim * 2 * 2.0
     act_bytes = batch * new * heads * head_dim * 2 * 2.0
     return _op_time_s(attention_op(batch, new, cached, heads, head_dim, head_dim, causal=causal, kv_bytes=kv_bytes,

@@ -27,7 +27,8 @@ from layerscope.cost.execution import (
 )
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
-from layerscope.graph.ops import OP_KINDS
+from layerscope.graph.ops import OP_KINDS, Op
+from layerscope.hardware.attention_fit import head_dim_factor
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel
 from layerscope.registry import Registry
 from layerscope.units import DType
@@ -139,8 +140,7 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
         fraction = 1.0 / (causal_share / fraction + (1.0 - causal_share) / other)
     half_d = hw.efficiency.attention_half_head_dim
     if half_d > 0:
-        d = np.maximum(features.gemm_mnkb[:, 2].astype(np.float64), 1.0)
-        scale = d / (d + half_d) * (ATTENTION_REFERENCE_HEAD_DIM + half_d) / ATTENTION_REFERENCE_HEAD_DIM
+        scale = head_dim_factor(np.maximum(features.gemm_mnkb[:, 2].astype(np.float64), 1.0), half_d)
         fraction = np.where(applies, np.minimum(fraction * scale, 1.0), fraction)
     if hw.efficiency.attention_rows:
         fraction = fraction * np.where(applies, attention_occupancy(features, hw.engines.count), 1.0)
@@ -181,33 +181,35 @@ def attention_occupancy(features: OpFeatures, engines: int) -> np.ndarray:
 _CAUSAL = "(causal)"  # parenthesized: never an execution profile name
 
 
+def _per_op(features: OpFeatures, key: str, value: Callable[[int, Op], object], dtype: type,
+            absent: object) -> np.ndarray:
+    """Per op: ``value(index, op)`` over the graph's ops, computed on first use and kept in ``features.plans``
+    under ``key`` (one scan of the ops per graph); ``absent`` for every op when the features carry no ops."""
+    cached = features.plans.get(key)
+    if cached is not None and len(cached) == len(features.kinds):
+        return np.asarray(cached)
+    if len(features.ops) != len(features.kinds):
+        return np.full(len(features.kinds), absent, dtype=dtype)
+    values = features.plans[key] = np.fromiter((value(i, op) for i, op in enumerate(features.ops)), dtype=dtype,
+                                               count=len(features.ops))
+    return values
+
+
 def _causal_ops(features: OpFeatures) -> np.ndarray:
     """Per op: False where the op says it is not causal (attribute ``causal``; a decoder's attention always
-    is); one scan of the ops per graph. Every op is causal when the features carry no ops."""
-    mask = features.plans.get(_CAUSAL)
-    if mask is None or len(mask) != len(features.kinds):
-        if len(features.ops) != len(features.kinds):
-            return np.ones(len(features.kinds), dtype=bool)
-        mask = features.plans[_CAUSAL] = np.fromiter((op.attr("causal", True) is not False for op in features.ops),
-                                                     dtype=bool, count=len(features.ops))
-    return mask
+    is). Every op is causal when the features carry no ops."""
+    return _per_op(features, _CAUSAL, lambda _, op: op.attr("causal", True) is not False, bool, True)
 
 
-#: The head dim the attention tables hold for (``efficiency.attention_half_head_dim``).
-ATTENTION_REFERENCE_HEAD_DIM = 128.0
 #: Key of the decode-attention mask in ``OpFeatures.plans``.
 _DECODE_ATTENTION = "(decode_attention)"  # parenthesized: never an execution profile name
 
 
 def decode_attention_ops(features: OpFeatures) -> np.ndarray:
     """Per op: a fused attention op whose every sequence group has one new token (a decode step), from the
-    op's ``groups`` attribute; one scan of the ops per graph."""
-    mask = features.plans.get(_DECODE_ATTENTION)
-    if mask is None:
-        mask = features.plans[_DECODE_ATTENTION] = np.fromiter(
-            (op.kind == "attention" and _all_single_token(op.attr("groups", ())) for op in features.ops),
-            dtype=bool, count=len(features.ops))
-    return mask
+    op's ``groups`` attribute."""
+    return _per_op(features, _DECODE_ATTENTION,
+                   lambda _, op: op.kind == "attention" and _all_single_token(op.attr("groups", ())), bool, False)
 
 
 def _all_single_token(groups: object) -> bool:
@@ -491,19 +493,13 @@ _WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
 
 def weight_only_dtypes(features: OpFeatures) -> np.ndarray:
     """Per op: the :data:`DTYPE_ORDER` code of its weights where they are narrower than the type its arithmetic
-    runs in (a weight-only quantized GEMM: W4A16, W8A16), else -1; one scan of the ops per graph."""
-    codes = features.plans.get(_WEIGHT_ONLY)
-    if codes is None or len(codes) != len(features.kinds):
-        if len(features.ops) != len(features.kinds):
-            return np.full(len(features.kinds), -1, dtype=np.int64)
-        order = {dt: i for i, dt in enumerate(DTYPE_ORDER)}
-        codes = np.full(len(features.ops), -1, dtype=np.int64)
-        for i, op in enumerate(features.ops):
-            weights = [t.dtype for t in op.inputs if t.role == "weight"]
-            if weights and op.gemm is not None and weights[0].bits < DTYPE_ORDER[features.dtype_code[i]].bits:
-                codes[i] = order[weights[0]]
-        features.plans[_WEIGHT_ONLY] = codes
-    return codes
+    runs in (a weight-only quantized GEMM: W4A16, W8A16), else -1."""
+    def code(i: int, op: Op) -> int:
+        weights = [t.dtype for t in op.inputs if t.role == "weight"]
+        narrower = weights and op.gemm is not None and weights[0].bits < DTYPE_ORDER[features.dtype_code[i]].bits
+        return DTYPE_ORDER.index(weights[0]) if narrower else -1
+
+    return _per_op(features, _WEIGHT_ONLY, code, np.int64, -1)
 
 
 def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None,
