@@ -16,6 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -33,6 +35,7 @@ from layerscope.hardware.presets import load_base_preset  # noqa: E402
 GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 OWN_H200 = ROOT / "bench" / "gpu" / "h200-2026-11-26" / "kernels-cuda-graph.json"
+OWN_H200_KSWEEP = ROOT / "bench" / "gpu" / "h200-2026-11-27" / "kernels-ksweep-cuda-graph.json"
 
 
 def _pct(x: float) -> str:
@@ -57,6 +60,57 @@ def own_h200_rows(rows: list[KernelRow], presets: dict) -> list[tuple[str, float
         if g is not None:
             out.append((row.id, rec["tflops"], gemm_tflops(g, spec)))
     return out
+
+
+def own_h200_ksweep(rows: list[KernelRow], presets: dict) -> list[tuple[str, int, int, int, float, float, float]]:
+    """(kind, m, n, k, measured TFLOPS, predicted TFLOPS, measured s) for our own graph-timed H200 bf16 GEMMs over
+    the reduction width K and over narrow N (``bench/gpu_kernel_probe.py --only ksweep``), predicted by the h200
+    preset fitted on the whole published table."""
+    if not OWN_H200_KSWEEP.exists():
+        return []
+    spec = fit_preset(presets["h200"], rows, presets).spec
+    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
+    out = []
+    for rec in json.loads(OWN_H200_KSWEEP.read_text())["records"]:
+        if rec["kind"] not in ("gemm_ksweep", "gemm_narrow_n"):
+            continue
+        row = replace(template, id="own", gpu="h200", source="own", precision=rec["dtype"],
+                      gemm=GemmShape(rec["m"], rec["n"], rec["k"]), value=rec["tflops"], tags=frozenset({"E"}))
+        g = GemmRow.of(row)
+        if g is not None:
+            out.append((rec["kind"], rec["m"], rec["n"], rec["k"], rec["tflops"], gemm_tflops(g, spec),
+                        rec["seconds_s"]))
+    return out
+
+
+def ksweep_section(rows: list[KernelRow], presets: dict) -> list[str]:
+    """The K-sweep and narrow-N GEMMs beside the preset, and the small-kernel time floor by K they show."""
+    sweep = own_h200_ksweep(rows, presets)
+    if not sweep:
+        return []
+    errors = sorted(abs(p / m - 1) for *_, m, p, _ in sweep)
+    # The floor: the fastest kernel at each K among those doing little work (at most 0.5 GFLOP), where neither
+    # the weight bytes nor the FLOPs explain the time.
+    floor: dict[int, float] = {}
+    for _kind, m, n, k, _, _, s in sweep:
+        if 2.0 * m * n * k <= 0.5e9 and 2.0 * n * k <= 16e6:
+            floor[k] = min(floor.get(k, s), s)
+    ks = sorted(floor)
+    lines = ["", "## Our own H200 GEMMs over K and narrow N (CUDA-graph replay, 2026-11-27, never fitted)", "",
+             f"{len(sweep)} bf16 GEMMs from `{OWN_H200_KSWEEP.relative_to(ROOT)}` (`bench/gpu_kernel_probe.py --only "
+             "ksweep`: N = 4096 and 14336 at K = 256…16384, and N = 128…6144 at K = 4096, M = 1…16384, cold "
+             "weights), predicted by the h200 preset fitted on the whole table: median |error| "
+             f"{errors[len(errors) // 2] * 100:.1f}%, p90 {errors[int(0.9 * (len(errors) - 1))] * 100:.1f}%.", ""]
+    if len(ks) >= 2:
+        slope, icpt = np.polyfit(np.array(ks, dtype=float), np.array([floor[k] for k in ks]), 1)
+        lines += ["Fastest small kernel (≤ 0.5 GFLOP, ≤ 16 MB of weights) by K: " + ", ".join(
+            f"K = {k}: {floor[k] * 1e6:.2f} µs" for k in ks) + f"; a line through them: {icpt * 1e6:.2f} µs + "
+            f"{slope * 1e9:.2f} ns per unit of K.", ""]
+    lines += ["| sweep | M | N | K | measured TFLOPS | predicted | error | measured µs |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {kind.removeprefix('gemm_')} | {m} | {n} | {k} | {mt:.1f} | {p:.1f} | {_pct(p / mt - 1)} | "
+              f"{s * 1e6:.2f} |" for kind, m, n, k, mt, p, s in sweep]
+    return lines
 
 
 def own_h200_attention(presets: dict, rows: list[KernelRow]) -> list[tuple[str, str, float, float]]:
@@ -136,6 +190,7 @@ def main() -> int:
         lines += ["", "| phase | shape | measured µs | predicted µs | error |", "|---|---|---|---|---|"]
         lines += [f"| {ph} | {name} | {m * 1e6:.1f} | {p * 1e6:.1f} | {_pct(p / m - 1)} |"
                   for ph, name, m, p in own_attn]
+    lines += ksweep_section(rows, presets)
     lines += collectives_section(rows)
     text = "\n".join(lines) + "\n"
     if a.no_record:

@@ -130,6 +130,32 @@ def gemms(repeats: int, l2_bytes: float, quick: bool) -> None:
             weights = []
 
 
+def ksweep(repeats: int, l2_bytes: float) -> None:
+    """bf16 GEMMs over the reduction width K at fixed N, and over narrow N at fixed K: what a GEMM's fixed
+    cost per output tile (prologue, epilogue, K-loop ramp) and the wave quantization of few output tiles do
+    to the rate. Our own data, kept as a check on the published-row fit, never fitted."""
+    for n, ks in ((4096, (256, 512, 1024, 2048, 4096, 8192, 16384)), (14336, (512, 1024, 2048, 4096))):
+        for k in ks:
+            count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * 2)))))
+            weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
+            for m in (1, 16, 64, 256, 1024, 4096, 16384):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                s = graph_s(lambda x=x, weights=weights: [F.linear(x, w) for w in weights], 1, repeats) / count
+                record("gemm_ksweep", dtype="bf16", m=m, n=n, k=k, flops=2.0 * m * n * k,
+                       bytes=float(2 * (m * k + n * k) + 2 * m * n), seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
+            weights = []
+    k = 4096
+    for n in (128, 256, 512, 1024, 1536, 2048, 3072, 6144):
+        count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * 2)))))
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
+        for m in (64, 256, 1024, 4096, 16384):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            s = graph_s(lambda x=x, weights=weights: [F.linear(x, w) for w in weights], 1, repeats) / count
+            record("gemm_narrow_n", dtype="bf16", m=m, n=n, k=k, flops=2.0 * m * n * k,
+                   bytes=float(2 * (m * k + n * k) + 2 * m * n), seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
+        weights = []
+
+
 def memory(repeats: int) -> None:
     for mib in (1, 4, 16, 64, 256, 1024):
         n = mib * 2**20 // 2
@@ -234,7 +260,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("out/gpu-probe"))
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="overheads,gemms,memory,attention,forwards")
+    ap.add_argument("--only", default="overheads,gemms,ksweep,memory,attention,forwards")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         ap.error("torch sees no CUDA GPU")
@@ -245,7 +271,8 @@ def main() -> int:
             "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "repeats": a.repeats}
     print(meta, flush=True)
     steps = {"overheads": lambda: overheads(a.repeats), "gemms": lambda: gemms(a.repeats, l2, a.quick),
-             "memory": lambda: memory(a.repeats), "attention": lambda: attention(a.repeats, a.quick),
+             "memory": lambda: memory(a.repeats), "ksweep": lambda: ksweep(a.repeats, l2),
+             "attention": lambda: attention(a.repeats, a.quick),
              "forwards": lambda: forwards(a.repeats)}
     for name in a.only.split(","):
         t0 = time.perf_counter()
