@@ -11,7 +11,7 @@ from layerscope.app.catalogs import HardwareRequest, HardwareResult, ModelsReque
 from layerscope.app.requests import build_request
 from layerscope.cli.app import app
 from layerscope.errors import HardwareSpecError, WorkloadError
-from layerscope.hardware import list_presets
+from layerscope.hardware import cluster_names, list_presets
 
 
 def test_models_lists_the_catalog_with_counts():
@@ -25,7 +25,8 @@ def test_models_lists_the_catalog_with_counts():
 
 def test_hardware_lists_every_preset_or_one_spec():
     every = hardware(HardwareRequest())
-    assert [r.name for r in every.root] == [hardware(HardwareRequest(hardware=n)).root[0].name for n in list_presets()]
+    names = [*list_presets(), *cluster_names()]  # the chips, then the clusters
+    assert [r.name for r in every.root] == [hardware(HardwareRequest(hardware=n)).root[0].name for n in names]
     h100 = hardware(HardwareRequest(hardware="h100-sxm")).root
     assert len(h100) == 1 and h100[0].peak_bf16_flops_per_s > 1e14 and h100[0].memory_levels
     assert HardwareResult.model_validate_json(every.model_dump_json()) == every

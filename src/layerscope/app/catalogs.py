@@ -17,9 +17,10 @@ from layerscope.app.requests import MODEL_CONFIG
 
 if TYPE_CHECKING:
     from layerscope.hardware import HardwareSpec
+    from layerscope.hardware.cluster import ClusterSpec
 
-__all__ = ["HardwareRequest", "HardwareResult", "HardwareRow", "ModelRow", "ModelsRequest", "ModelsResult",
-           "hardware", "hardware_row", "models"]
+__all__ = ["ClusterRow", "HardwareRequest", "HardwareResult", "HardwareRow", "ModelRow", "ModelsRequest",
+           "ModelsResult", "hardware", "hardware_row", "models"]
 
 _RESULT_CONFIG = MODEL_CONFIG
 
@@ -116,6 +117,28 @@ class InterconnectRow(BaseModel):
     """Collective algorithm → (α per step in seconds, β: fraction of the link's bandwidth), within the domain."""
 
 
+class ClusterRow(BaseModel):
+    """A cluster's layout (``hardware.cluster``): its GPU, nodes × GPUs and NVLink domain; the links' figures are the
+    row's ``interconnect`` (the cluster's fabric and NIC, merged into its GPU's spec)."""
+
+    model_config = _RESULT_CONFIG
+
+    gpu: str
+    """The GPU's spec name (a preset)."""
+    nodes: int
+    """Nodes (servers, compute trays, TPU hosts)."""
+    gpus_per_node: int
+    """GPUs in one node."""
+    total_gpus: int
+    """``nodes × gpus_per_node``."""
+    domain_gpus: int
+    """GPUs of one NVLink domain (GB200 NVL72: 72, over 18 nodes)."""
+    topology: str
+    """Shape of the fabric: ``switch``, ``mesh`` or ``torus-2d``."""
+    sources: dict[str, str]
+    """Citation per cluster figure, keyed by its dotted path (``fabric.bandwidth_bytes_per_s`` …)."""
+
+
 class HardwareRow(BaseModel):
     """One hardware spec's figures, in base units (the field names carry them)."""
 
@@ -155,6 +178,8 @@ class HardwareRow(BaseModel):
     """Fraction of peak FLOP/s matrix ops reach, 0..1."""
     memory_efficiency: float
     """Fraction of peak bandwidth memory-bound ops reach, 0..1."""
+    cluster: ClusterRow | None = None
+    """The cluster's layout where the spec is one GPU of a cluster preset or file; ``null`` for a chip."""
 
 
 class HardwareResult(RootModel[list[HardwareRow]]):
@@ -182,15 +207,18 @@ def models(request: ModelsRequest | None = None) -> ModelsResult:
 
 
 def hardware(request: HardwareRequest | None = None) -> HardwareResult:
-    """Every hardware preset, or the one spec of ``request.hardware``, with its figures."""
+    """Every hardware preset then every cluster preset, or the one spec of ``request.hardware``, with its figures
+    (a cluster's: one GPU with the cluster's links, and its layout)."""
     from layerscope.hardware import list_presets, load_hardware
+    from layerscope.hardware.cluster import cluster_names, cluster_of, load_cluster
 
     request = request or HardwareRequest()
     if request.hardware is not None:
-        specs = [load_hardware(request.hardware, device=request.device_column)]
-    else:
-        specs = [load_hardware(name) for name in list_presets()]
-    return HardwareResult([hardware_row(hw) for hw in specs])
+        spec = load_hardware(request.hardware, device=request.device_column)
+        return HardwareResult([hardware_row(spec, cluster_of(request.hardware))])
+    chips = [hardware_row(load_hardware(name)) for name in list_presets()]
+    clusters = [hardware_row((c := load_cluster(name)).device_spec(), c) for name in cluster_names()]
+    return HardwareResult(chips + clusters)
 
 
 def _finite(value: float | None) -> float | None:
@@ -198,8 +226,8 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def hardware_row(hw: HardwareSpec) -> HardwareRow:
-    """One spec's figures for the listing, in base units."""
+def hardware_row(hw: HardwareSpec, cluster: ClusterSpec | None = None) -> HardwareRow:
+    """One spec's figures for the listing, in base units; ``cluster``'s layout where ``hw`` is its GPU."""
     from layerscope.units import DType
 
     return HardwareRow(
@@ -222,4 +250,8 @@ def hardware_row(hw: HardwareSpec) -> HardwareRow:
             algorithms={name: (a.alpha_s, a.bandwidth_fraction) for name, a in ic.algorithms.items()}),
         launch_overhead_s=hw.launch_overhead_s, matmul_efficiency=hw.efficiency.matmul,
         memory_efficiency=hw.efficiency.memory,
+        cluster=None if cluster is None else ClusterRow(
+            gpu=cluster.gpu.name, nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node,
+            total_gpus=cluster.total_gpus, domain_gpus=cluster.domain_gpus, topology=cluster.topology,
+            sources=dict(cluster.sources)),
     )

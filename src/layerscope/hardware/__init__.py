@@ -3,9 +3,11 @@
 :class:`HardwareSpec` (engines, peak FLOP/s per dtype, memory levels, interconnect, launch
 overhead, efficiencies, and a citation for each figure); bundled presets
 (:func:`list_presets`); loaders for YAML, JSON and spreadsheet-style CSV/XLSX
-(:func:`load_hardware`), and :func:`dump_hardware_yaml` for round trips.
+(:func:`load_hardware`), and :func:`dump_hardware_yaml` for round trips. :class:`ClusterSpec`: N nodes × G GPUs,
+the NVLink-domain fabric and the network (:func:`load_cluster`, :func:`cluster_names`; docs/clusters.md).
 """
 
+from layerscope.hardware.cluster import ClusterSpec, GroupPlacement, cluster_names, load_cluster
 from layerscope.hardware.loaders import (
     LOADERS,
     dump_hardware_json,
@@ -28,19 +30,23 @@ from layerscope.hardware.spec import (
 
 __all__ = [
     "LOADERS",
+    "ClusterSpec",
     "ColdCost",
     "EfficiencySpec",
     "EngineSpec",
     "ExecutionSpec",
     "FreshPages",
+    "GroupPlacement",
     "HardwareSpec",
     "InterconnectSpec",
     "MemoryLevel",
     "ResolvedFlops",
     "bundled_spreadsheet_example",
+    "cluster_names",
     "dump_hardware_json",
     "dump_hardware_yaml",
     "list_presets",
+    "load_cluster",
     "load_hardware",
     "preset_names",
     "write_hardware_sheet",

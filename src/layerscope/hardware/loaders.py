@@ -655,11 +655,16 @@ def _with_units(value: Any, key: str, origin: str, path: str) -> Any:
     return value
 
 
-def _mapping_spec(data: Any, origin: str) -> HardwareSpec:
+def _mapping_spec(data: Any, origin: str, file: Path | None = None) -> HardwareSpec:
+    """The spec a YAML/JSON mapping holds; a cluster's (``hardware.cluster``) is its one GPU, ``device_spec()``."""
+    from layerscope.hardware.cluster import cluster_from_mapping, is_cluster_mapping
+
     if not isinstance(data, dict):
         raise HardwareSpecError(
             f"{origin}: expected a mapping of HardwareSpec fields, got {type(data).__name__}"
         )
+    if is_cluster_mapping(data):
+        return cluster_from_mapping(_with_units(data, "", origin, ""), file or Path(origin)).device_spec()
     return HardwareSpec.from_dict(_with_units(data, "", origin, ""), origin=origin)
 
 
@@ -707,18 +712,21 @@ def _check_yaml_events(events: Iterable[Any], origin: str) -> None:
             stack[-1][1][0] += nodes
 
 
-def _load_yaml(path: Path, device: str | None) -> HardwareSpec:
+def _yaml_data(path: Path) -> Any:
     import yaml
 
-    _refuse_device(path, device)
     text = _read_text(path)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         _check_yaml_events(yaml.parse(text, Loader=loader), str(path))
-        data = yaml.load(text, Loader=loader)  # a safe loader, checked above
+        return yaml.load(text, Loader=loader)  # a safe loader, checked above
     except yaml.YAMLError as exc:
         raise HardwareSpecError(f"{path}: invalid YAML: {exc}") from None
-    return _mapping_spec(data, str(path))
+
+
+def _load_yaml(path: Path, device: str | None) -> HardwareSpec:
+    _refuse_device(path, device)
+    return _mapping_spec(_yaml_data(path), str(path), path)
 
 
 def _check_nesting(data: Any, origin: str) -> None:
@@ -733,8 +741,7 @@ def _check_nesting(data: Any, origin: str) -> None:
             pending.extend((child, depth + 1) for child in children)
 
 
-def _load_json(path: Path, device: str | None) -> HardwareSpec:
-    _refuse_device(path, device)
+def _json_data(path: Path) -> Any:
     text = _read_text(path)
     try:
         data = json.loads(text)
@@ -743,7 +750,12 @@ def _load_json(path: Path, device: str | None) -> HardwareSpec:
     except RecursionError:
         raise HardwareSpecError(f"{path}: nested deeper than {MAX_NESTING} levels") from None
     _check_nesting(data, str(path))
-    return _mapping_spec(data, str(path))
+    return data
+
+
+def _load_json(path: Path, device: str | None) -> HardwareSpec:
+    _refuse_device(path, device)
+    return _mapping_spec(_json_data(path), str(path), path)
 
 
 def _sheet_spec(sheet: Sheet, device: str | None) -> HardwareSpec:
@@ -783,6 +795,29 @@ LOADERS: Registry[Loader] = Registry("hardware file type", HardwareSpecError, {
 })
 """File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column
 (and is refused for YAML/JSON)."""
+
+MAPPING_READERS: Registry[Callable[[Path], Any]] = Registry("mapping file type", HardwareSpecError, {
+    ".yaml": _yaml_data,
+    ".yml": _yaml_data,
+    ".json": _json_data,
+})
+"""File suffix → reader of the nested mapping a YAML/JSON file holds (bounded as :data:`LOADERS`' are), for files
+that hold a mapping other than a chip's: a cluster (:func:`layerscope.hardware.cluster.load_cluster`)."""
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """The mapping a YAML/JSON file holds, unit strings converted to base-unit numbers (:func:`_with_units`)."""
+    try:
+        reader = MAPPING_READERS.lookup(path.suffix.lower())
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"{path}: {exc}") from None
+    _check_is_file(path)
+    data = reader(path)
+    if not isinstance(data, dict):
+        raise HardwareSpecError(f"{path}: expected a mapping, got {type(data).__name__}")
+    converted: dict[str, Any] = _with_units(data, "", str(path), "")
+    return converted
+
 
 SHEET_READERS: Registry[Callable[[Path], Sheet]] = Registry("spreadsheet type", HardwareSpecError, {
     ".csv": _csv_sheet,
@@ -831,9 +866,11 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
     """A :class:`HardwareSpec` from a preset name (``h100-sxm``, ``H100_SXM``) or a file.
 
     A path that exists, or that ends in a known suffix, is read as a file; anything else is
-    looked up among the presets (:func:`layerscope.hardware.presets.list_presets`). ``device``
-    picks the column of a multi-device spreadsheet (and is refused for anything else).
+    looked up among the presets (:func:`layerscope.hardware.presets.list_presets`), then among the
+    cluster presets (a cluster stands for its one GPU: :meth:`~layerscope.hardware.cluster.ClusterSpec.device_spec`).
+    ``device`` picks the column of a multi-device spreadsheet (and is refused for anything else).
     """
+    from layerscope.hardware.cluster import cluster_names, find_cluster, load_cluster
     from layerscope.hardware.presets import find_preset, load_preset, preset_names
 
     path = Path(source)
@@ -843,11 +880,15 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
     if preset is not None:
         _refuse_device(f"preset {preset!r}", device)
         return load_preset(preset)
+    cluster = find_cluster(str(source))
+    if cluster is not None:
+        _refuse_device(f"cluster {cluster!r}", device)
+        return load_cluster(cluster).device_spec()
     if path.exists():
         return load_hardware_file(path, device)  # raises: a directory, or an unknown file type
     raise HardwareSpecError(
         f"unknown hardware {quote(str(source))}: not a file and not a preset; presets: "
-        f"{', '.join(preset_names())}; files: {', '.join(sorted(LOADERS))}"
+        f"{', '.join(preset_names())}; clusters: {', '.join(cluster_names())}; files: {', '.join(sorted(LOADERS))}"
     )
 
 
