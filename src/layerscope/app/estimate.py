@@ -13,6 +13,7 @@ import os
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from layerscope.app.requests import (
@@ -120,6 +121,48 @@ class OpRow(BaseModel):
     faults (0 for fused kernels)."""
     figures: list[str]
     """The spec figures that entered the op's time, keys of the result's ``figures`` (value, source, row ids)."""
+
+
+class PhaseParallel(BaseModel):
+    """One phase of a parallel plan on one device."""
+
+    model_config = _RESULT_CONFIG
+
+    communication_s: float
+    """Seconds of the phase's communication ops (collectives and pipeline sends) on one device, summed over
+    its passes."""
+    communication_share: float
+    """``communication_s`` over the phase's summed op time, 0..1 (communication is not overlapped with
+    compute: each collective waits for the op before it)."""
+    stage_times_s: list[float] | None
+    """Seconds per pipeline stage for one micro-batch (one decode step for decode phases); ``null`` without a
+    pipeline or micro-batches."""
+    bubble_fraction: float | None
+    """Idle share of the pipeline's stages: ``1 − m·Σ t_s / (p · time)``, (p−1)/(m+p−1) for equal stages of a
+    prefill; ``null`` without a pipeline or micro-batches."""
+
+
+class ParallelSummary(BaseModel):
+    """How the model is split, and what the split costs on one device."""
+
+    model_config = _RESULT_CONFIG
+
+    devices: int
+    """GPUs the plan occupies: tensor × pipeline × data parallel (expert parallelism reuses them)."""
+    tensor_parallel: int
+    """Devices each layer's heads and FFN columns are split across."""
+    pipeline_parallel: int
+    """Pipeline stages."""
+    expert_parallel: int
+    """Devices the routed experts are spread over (1: split like the dense MLP)."""
+    data_parallel: int
+    """Model replicas (attention replicas with expert parallelism)."""
+    micro_batches: int
+    """Micro-batches per replica through the pipeline."""
+    output_tokens_per_s_per_device: float
+    """``output_tokens_per_s`` over ``devices``."""
+    phases: dict[str, PhaseParallel]
+    """Per phase: communication time and share, pipeline stage times and bubble."""
 
 
 class Parameters(BaseModel):
@@ -276,6 +319,8 @@ class EstimateResult(BaseModel):
     figures: dict[str, Figure]
     """Every hardware-spec figure some op's time used, by its dotted path in the spec
     (``efficiency.matmul_per_dtype.bf16``, ``memory.hbm.bandwidth_bytes_per_s``); each op lists its keys."""
+    parallel: ParallelSummary
+    """The parallel plan (``--tp --pp --ep --dp --micro-batches``) and what it costs on one device."""
 
     def row_ids(self, op: OpRow, *, governing: bool = True) -> list[str]:
         """The kernel-table rows behind ``op``'s figures: by default those of the term that bound it, its
@@ -332,7 +377,26 @@ def result_of(est: Estimate) -> EstimateResult:
             for op, why in zip(rows, explained, strict=True)]),
         parameters=_parameters(est),
         figures=figures,
+        parallel=_parallel(est),
     )
+
+
+def _parallel(est: Estimate) -> ParallelSummary:
+    w = est.workload
+    phases = {}
+    for part in est.phases:
+        comm = float(part.time_s[np.fromiter((op.kind == "communication" for op in part.graph.ops), dtype=bool,
+                                             count=len(part.graph.ops))].sum()) if len(part.graph.ops) else 0.0
+        total = float(part.time_s.sum())
+        pipe = est.pipeline.get(part.phase)
+        phases[part.phase] = PhaseParallel(
+            communication_s=comm, communication_share=comm / total if total > 0 else 0.0,
+            stage_times_s=None if pipe is None else [float(x) for x in pipe.stage_times_s],
+            bubble_fraction=None if pipe is None else pipe.bubble_fraction)
+    return ParallelSummary(
+        devices=w.devices, tensor_parallel=w.tensor_parallel, pipeline_parallel=w.pipeline_parallel,
+        expert_parallel=w.expert_parallel, data_parallel=w.data_parallel, micro_batches=w.micro_batches,
+        output_tokens_per_s_per_device=est.output_tokens_per_s / w.devices, phases=phases)
 
 
 @cache

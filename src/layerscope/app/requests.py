@@ -38,19 +38,33 @@ HardwareRef = Any
 
 
 class ParallelPlan(BaseModel):
-    """How one model instance is split across devices. Tensor parallelism today (Megatron-style: heads
-    and FFN columns divided, an all-reduce after attention and after the MLP; Shoeybi et al. 2019,
-    arXiv 1909.08053 §3); pipeline, expert and data parallelism join it with ``layerscope plan``."""
+    """How the model is split across devices: tensor parallelism (Megatron-style: heads and FFN columns
+    divided, an all-reduce after attention and after the MLP; Shoeybi et al. 2019, arXiv 1909.08053 §3),
+    pipeline stages (layers in consecutive groups, activations sent between them), expert parallelism (whole
+    routed experts spread over devices, all-to-all dispatch and combine) and data-parallel replicas."""
 
     model_config = MODEL_CONFIG
 
     tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Devices each layer is split across."""
+    pipeline_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Pipeline stages."""
+    expert_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Devices the routed experts are spread over (1: experts split like the dense MLP)."""
+    data_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Model replicas, each with its share of the batch."""
+    micro_batches: int = Field(default=1, gt=0, le=MAX_BATCH)
+    """Micro-batches per replica through the pipeline."""
 
     @property
     def devices(self) -> int:
-        """Devices one model instance occupies."""
-        return self.tensor_parallel
+        """Devices the plan occupies: tensor × pipeline × data parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    def workload_fields(self) -> dict[str, int]:
+        """The :class:`~layerscope.workload.Workload` fields of this plan that differ from 1."""
+        return {name: value for name in ("tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel",
+                                         "micro_batches") if (value := getattr(self, name)) != 1}
 
 
 class WorkloadRequest(BaseModel):
@@ -92,8 +106,8 @@ class WorkloadRequest(BaseModel):
                 fields[name] = value
         if self.decode_steps is not None and self.phase == "generate":
             fields["decode_steps"] = self.decode_steps
-        if plan is not None and plan.tensor_parallel != 1:
-            fields["tensor_parallel"] = plan.tensor_parallel
+        if plan is not None:
+            fields.update(plan.workload_fields())
         return make_workload(**fields)
 
 

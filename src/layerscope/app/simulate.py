@@ -22,6 +22,7 @@ from layerscope.app.requests import (
     AttentionView,
     HardwareRef,
     ModelRef,
+    ParallelPlan,
     WorkloadRequest,
 )
 from layerscope.errors import ScheduleError
@@ -75,6 +76,9 @@ class SimulateRequest(BaseModel):
     """The decoder layer simulated alone (when not ``all_layers``)."""
     out: Path | None = None
     """Trace to write: ``.json``, ``.json.gz`` or ``.pftrace``; ``None`` writes none."""
+    parallel: ParallelPlan = ParallelPlan()
+    """How the model is split across devices: the graph simulated is one device's (its share of the batch, its
+    heads and experts, its collectives and pipeline sends)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ class SimulateResult(BaseModel):
 
 
 def build_graph(spec: ModelSpec, workload: WorkloadRequest, *, all_layers: bool = False, layer: int = 0,
-                attention: AttentionView = DEFAULT_ATTENTION) -> OpGraph:
+                attention: AttentionView = DEFAULT_ATTENTION, plan: ParallelPlan | None = None) -> OpGraph:
     """The op graph of one layer (default), the whole model (``all_layers``), or ``workload.decode_steps``
     decode steps with a growing KV cache (from ``context`` for decode and chunked, from ``prompt_len`` after a
     prefill)."""
@@ -181,7 +185,7 @@ def build_graph(spec: ModelSpec, workload: WorkloadRequest, *, all_layers: bool 
         raise ScheduleError(f"phase: {workload.phase!r} cannot be simulated as one graph; known: "
                             f"{', '.join(SIMULATED_PHASES)} (decode steps of a generation: --phase decode "
                             "--decode-steps N)")
-    built = workload.to_workload()
+    built = workload.to_workload(plan)
     steps = workload.decode_steps
     if steps is not None:
         if steps < 1:
@@ -218,7 +222,7 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
     if from_spec:
         counts = [hw.engines.count]
     op_graph = build_graph(spec, request.workload, all_layers=request.all_layers, layer=request.layer,
-                           attention=request.attention)
+                           attention=request.attention, plan=request.parallel)
     timed = time_graph(op_graph, hw, request.cost_model)
     problem = ScheduleProblem.from_timed(timed)
     log.info("scheduling %d ops on %s engines (%s)", problem.n, counts, request.policy)

@@ -34,6 +34,10 @@ def estimate_cmd(
     act_dtype: str = options.act_dtype(),
     kv_dtype: str = options.kv_dtype(),
     tensor_parallel: int = options.tensor_parallel(),
+    pipeline_parallel: int = options.pipeline_parallel(),
+    expert_parallel: int = options.expert_parallel(),
+    data_parallel: int = options.data_parallel(),
+    micro_batches: int = options.micro_batches(),
     cost_model: str | None = options.cost_model(None),
     attention: str = options.attention(),
     execution: str | None = options.execution(),
@@ -63,7 +67,9 @@ def estimate_cmd(
     request = build_request(
         EstimateRequest, model=model, hardware=with_execution(hardware, execution, device), device_column=device,
         workload=workload,
-        parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel),
+        parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+                               expert_parallel=expert_parallel, data_parallel=data_parallel,
+                               micro_batches=micro_batches),
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,
     )
@@ -142,9 +148,19 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
     s.add_row("TPOT", fmt_time_s(result.tpot_s) if result.tpot_s is not None else "-")
     s.add_row("end to end", fmt_time_s(result.e2e_s))
     s.add_row("output tokens/s", f"{result.output_tokens_per_s:,.1f}")
+    par = result.parallel
+    if par.devices > 1 or par.micro_batches > 1:
+        s.add_row("plan", f"{par.devices} GPUs: tp {par.tensor_parallel} · pp {par.pipeline_parallel} · ep "
+                  f"{par.expert_parallel} · dp {par.data_parallel} · {par.micro_batches} micro-batches")
+        s.add_row("output tokens/s per GPU", f"{par.output_tokens_per_s_per_device:,.1f}")
+        for phase, ph in par.phases.items():
+            s.add_row(f"{phase}: communication", f"{fmt_time_s(ph.communication_s)} ({ph.communication_share:.1%})")
+            if ph.bubble_fraction is not None:
+                s.add_row(f"{phase}: pipeline bubble", f"{ph.bubble_fraction:.1%}")
     s.add_row("parameters (total / active)",
               f"{fmt_si(result.parameters.total)} / {fmt_si(result.parameters.active)}")
-    s.add_row("weights", fmt_si(m.weights, "B"))
+    per = " per GPU" if par.devices > 1 else ""
+    s.add_row(f"weights{per}", fmt_si(m.weights, "B"))
     s.add_row("KV cache", fmt_si(m.kv_cache, "B"))
     s.add_row("activations", fmt_si(m.activations, "B"))
     s.add_row("memory total / capacity", f"{fmt_si(m.total, 'B')} / {fmt_si(result.memory_capacity_bytes, 'B')}")

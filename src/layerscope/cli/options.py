@@ -69,6 +69,23 @@ def tensor_parallel() -> Any:
     return typer.Option(1, "--tp", help="Tensor-parallel devices.")
 
 
+def pipeline_parallel() -> Any:
+    return typer.Option(1, "--pp", help="Pipeline stages (the layers in consecutive groups).")
+
+
+def expert_parallel() -> Any:
+    return typer.Option(1, "--ep", help="Expert-parallel devices (whole routed experts spread over them, "
+                        "all-to-all dispatch and combine); must divide tp x dp.")
+
+
+def data_parallel() -> Any:
+    return typer.Option(1, "--dp", help="Data-parallel replicas (each takes its share of --batch).")
+
+
+def micro_batches() -> Any:
+    return typer.Option(1, "--micro-batches", help="Micro-batches per replica through the pipeline.")
+
+
 def cost_model(default: str | None = "roofline") -> Any:
     return typer.Option(default, "--cost-model", help="roofline | tiling | hierarchical")
 

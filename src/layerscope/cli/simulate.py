@@ -42,6 +42,11 @@ def simulate_cmd(
     act_dtype: str = options.act_dtype(),
     kv_dtype: str = options.kv_dtype(),
     cost_model: str | None = options.cost_model(None),
+    tensor_parallel: int = options.tensor_parallel(),
+    pipeline_parallel: int = options.pipeline_parallel(),
+    expert_parallel: int = options.expert_parallel(),
+    data_parallel: int = options.data_parallel(),
+    micro_batches: int = options.micro_batches(),
     no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
                                              help="Every engine sees the full memory bandwidth."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace"),
@@ -52,7 +57,7 @@ def simulate_cmd(
     cost_alias: str | None = options.alias("--cost"),
 ) -> None:
     """Schedule a layer / model / decode steps on N compute engines sharing memory bandwidth."""
-    from layerscope.app.requests import WorkloadRequest, build_request, with_execution
+    from layerscope.app.requests import ParallelPlan, WorkloadRequest, build_request, with_execution
     from layerscope.app.simulate import SIMULATED_PHASES, SimulateRequest, result_of, run_simulation
     from layerscope.errors import OutputError
 
@@ -83,6 +88,9 @@ def simulate_cmd(
         workload=workload, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, all_layers=all_layers or layers is not None, layer=layer, out=out,
+        parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+                               expert_parallel=expert_parallel, data_parallel=data_parallel,
+                               micro_batches=micro_batches),
     )
     result = result_of(run_simulation(request))
     if as_json:

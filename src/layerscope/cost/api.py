@@ -27,6 +27,7 @@ from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload import ForwardPass, Workload, context_warnings
+from layerscope.workload.workload import pipeline_stages
 
 #: Decode steps timed per chunk when summing a generation (bounds memory: steps x ops arrays).
 _STEP_CHUNK = 256
@@ -141,6 +142,8 @@ class Estimate:
     """The model estimated (parameter counts, ``cost.explain``)."""
     hardware_spec: HardwareSpec | None = field(default=None, repr=False, compare=False)
     """The spec the ops were timed on (the figures behind each op: ``cost.explain``)."""
+    pipeline: dict[str, PipelineTimes] = field(default_factory=dict)
+    """Per phase, its stages' times and micro-batches where the plan has a pipeline or micro-batches."""
 
     @cached_property
     def ops(self) -> tuple[OpEstimate, ...]:
@@ -279,30 +282,134 @@ def _weight_bytes(spec: ModelSpec, dtype: DType) -> float:
     return float(weight_bytes(spec, dtype))
 
 
+def _per_device_weight_share(spec: ModelSpec, workload: Workload) -> float:
+    """The largest fraction of the model's parameters one device holds under ``workload``'s plan.
+
+    Per pipeline stage (:func:`~layerscope.workload.workload.pipeline_stages`): its layers' attention, dense MLP
+    and router divided by ``tensor_parallel`` (Megatron-LM column/row parallel), routed experts by
+    ``expert_parallel`` when set (whole experts) else by ``tensor_parallel``, shared experts by
+    ``tensor_parallel`` without expert parallelism and whole with it (they run on each device's own tokens),
+    norms whole; the vocabulary-parallel embedding on the first stage and lm_head and the final norm on the last,
+    divided by ``tensor_parallel``. The busiest stage's share; 1/tp of everything without a pipeline."""
+    from layerscope.model.params import global_param_counts, layer_param_counts
+
+    tp, ep = workload.tensor_parallel, workload.expert_parallel
+    stages = pipeline_stages(spec.num_layers, workload.pipeline_parallel)
+    glob = global_param_counts(spec)
+    total = 0.0
+    per_stage = []
+    for s, layers in enumerate(stages):
+        held = 0.0
+        for layer in layers:
+            c = layer_param_counts(spec, layer)
+            total += sum(v for k, v in c.items() if k != "routed_experts_active")
+            held += (c["attention"] + c["dense_mlp"] + c["router"]) / tp + c["norms"]
+            held += c["routed_experts"] / (ep if ep > 1 else tp)
+            held += c["shared_experts"] if ep > 1 else c["shared_experts"] / tp
+        if s == 0:
+            held += (glob["embedding"] + glob["position_embedding"]) / tp
+        if s == len(stages) - 1:
+            held += glob["lm_head"] / tp + glob["norms"]
+        per_stage.append(held)
+    total += sum(glob.values())
+    return max(per_stage) / total if total else 1.0 / tp
+
+
 def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGraph]) -> MemoryFootprint:
-    """Weights, KV cache and peak activations resident on one device.
+    """Weights, KV cache and peak activations resident on one device (the busiest pipeline stage's).
 
     * weights: every parameter at the workload's weight dtype (modules the checkpoint leaves
-      unquantized keep 16 bits), divided across ``tensor_parallel`` devices;
-    * KV cache: batch x (longest context) x per-layer values per token (2·kv_heads·head_dim, or
-      MLA's latent + RoPE key), sliding-window layers capped at the window, at the KV dtype;
+      unquantized keep 16 bits), the device's share by :func:`_per_device_weight_share` (1/tp without
+      pipeline or expert parallelism);
+    * KV cache: the sequences of the device's data-parallel replica (every micro-batch's) x (longest context) x
+      per-layer values per token (2·kv_heads·head_dim, or MLA's latent + RoPE key) over the stage's layers,
+      sliding-window layers capped at the window, at the KV dtype, KV heads split by ``tensor_parallel``
+      (never below one; MLA's latent replicated);
     * activations: the largest live set at any op — its inputs and outputs — plus the residual
       stream (tokens x hidden), at the activation dtype.
     """
     tp = workload.tensor_parallel
-    weights = _weight_bytes(spec, workload.weight_dtype) / tp
+    weights = _weight_bytes(spec, workload.weight_dtype) * _per_device_weight_share(spec, workload)
     ctx = workload.max_context_len()
-    seqs = workload.batch + (1 if workload.phase == "chunked" else 0)
+    seqs = workload.replica_batch + (1 if workload.phase == "chunked" else 0)
     kv_values = 0
-    for layer in range(spec.num_layers):
-        span = min(ctx, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window else ctx
-        kv_values += span * spec.kv_values_per_token_per_layer()
+    for layers in pipeline_stages(spec.num_layers, workload.pipeline_parallel):
+        stage_values = 0
+        for layer in layers:
+            span = min(ctx, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window else ctx
+            stage_values += span * spec.kv_values_per_token_per_layer()
+        kv_values = max(kv_values, stage_values)
     kv_heads_split = 1 if spec.mla is not None else min(tp, spec.num_kv_heads)
     kv = seqs * kv_values * workload.kv_dtype.bytes / kv_heads_split
     peak_act = max(float(op_features(g).act_bytes.max(initial=0.0)) for g in graphs)
-    tokens = max(fwd.num_tokens for fwd in workload.passes())
+    split = workload.data_parallel * workload.micro_batches
+    tokens = max(-(-fwd.num_tokens // split) for fwd in workload.passes())
     act = peak_act + tokens * spec.hidden_size * workload.act_dtype.bytes
     return MemoryFootprint(weights=weights, kv_cache=kv, activations=act)
+
+
+def op_stages(graph: OpGraph, spec: ModelSpec, stages: int) -> np.ndarray:
+    """The pipeline stage of every op of ``graph``: its layer's stage; ops outside the layers before the first
+    layer (embedding) on stage 0, after it (final norm, lm_head, sampling) on the last. A multi-step graph
+    restarts at stage 0 with each step's embedding."""
+    of_layer = np.zeros(spec.num_layers, dtype=np.int64)
+    for s, layers in enumerate(pipeline_stages(spec.num_layers, stages)):
+        of_layer[layers.start:layers.stop] = s
+    out = np.zeros(len(graph.ops), dtype=np.int64)
+    seen_layer = False
+    for i, op in enumerate(graph.ops):
+        if op.layer is not None:
+            out[i] = of_layer[op.layer]
+            seen_layer = True
+        elif op.kind == "embedding":
+            out[i] = 0
+            seen_layer = False
+        else:
+            out[i] = stages - 1 if seen_layer else 0
+    return out
+
+
+@dataclass(frozen=True)
+class PipelineTimes:
+    """A phase through the pipeline: each stage's time per micro-batch (the phase's passes summed) and the
+    factor from the ops' summed time to the phase's time."""
+
+    stage_times_s: np.ndarray
+    micro_batches: int
+    first: bool
+    """A prefill (the micro-batches fill and drain the stages) rather than decode steps."""
+
+    @property
+    def time_s(self) -> float:
+        """Prefill (GPipe, Huang et al. 2019, arXiv 1811.06965 §2.2): the first micro-batch crosses every stage,
+        each later one follows a slowest-stage time behind: ``Σ_s t_s + (m − 1)·max_s t_s``. A decode step:
+        every micro-batch's tokens cross every stage, and a stage serves the m micro-batches in turn:
+        ``max(Σ_s t_s, m·max_s t_s)``."""
+        total = float(self.stage_times_s.sum())
+        slowest = float(self.stage_times_s.max(initial=0.0))
+        m = self.micro_batches
+        return total + (m - 1) * slowest if self.first else max(total, m * slowest)
+
+    @property
+    def factor(self) -> float:
+        total = float(self.stage_times_s.sum())
+        return self.time_s / total if total > 0 else 1.0
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the stages: ``1 − m·Σ_s t_s / (p · time)`` — ``(p−1)/(m+p−1)`` for equal stages of a
+        prefill (Huang et al. 2019)."""
+        p = len(self.stage_times_s)
+        t = self.time_s
+        return 1.0 - self.micro_batches * float(self.stage_times_s.sum()) / (p * t) if t > 0 else 0.0
+
+
+def pipeline_times(part: PhaseOps, spec: ModelSpec, workload: Workload, first: bool) -> PipelineTimes:
+    """:class:`PipelineTimes` of a timed phase."""
+    stage = op_stages(part.graph, spec, workload.pipeline_parallel)
+    times = np.bincount(stage, weights=np.asarray(part.time_s, dtype=np.float64),
+                        minlength=workload.pipeline_parallel)
+    return PipelineTimes(times / max(part.passes, 1) if not first else times, workload.micro_batches, first)
 
 
 def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cost_model: str = "roofline",
@@ -334,6 +441,9 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     tpot: float | None = None
     batch = workload.batch
     terms = engine_terms(hardware.execution) if layer is None else NO_ENGINE  # a layer alone is no engine step
+    # A pipeline (or micro-batches) changes how the ops' times add up; a layer alone is no pipeline.
+    piped = layer is None and (workload.pipeline_parallel > 1 or workload.micro_batches > 1)
+    pipes: dict[str, PipelineTimes] = {}
     if workload.phase == "generate":
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
@@ -341,6 +451,9 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         parts.append(PhaseOps(pre, "prefill", cost.time_s, _work(feats), cost.bound, cost))
         graphs.append(pre)
         phase_times["prefill"] = float(cost.time_s.sum())
+        if piped:
+            pipes["prefill"] = pipeline_times(parts[-1], spec, workload, first=True)
+            phase_times["prefill"] = pipes["prefill"].time_s
         ttft = float(step_time_s(phase_times["prefill"], host_step_s(terms, batch), terms, first=True)) \
             + terms.request_overhead_s
         decode_total = 0.0
@@ -349,10 +462,14 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
             parts.append(PhaseOps(ds.graph, "decode", ds.op_time_s, ds.op_work, ds.last_bound, ds.op_cost,
                                   len(ds.step_times_s)))
             graphs.append(ds.graph)
-            steps_s = step_time_s(ds.step_times_s, host_step_s(terms, batch), terms, first=False)
+            step_times = ds.step_times_s
+            if piped:
+                pipes["decode"] = pipeline_times(parts[-1], spec, workload, first=False)
+                step_times = step_times * pipes["decode"].factor
+            steps_s = step_time_s(step_times, host_step_s(terms, batch), terms, first=False)
             decode_total = float(np.sum(steps_s))
             tpot = float(np.mean(steps_s))
-            phase_times["decode"] = float(ds.step_times_s.sum())
+            phase_times["decode"] = float(step_times.sum())
         e2e = ttft + decode_total
         tokens_per_s = batch * workload.output_tokens / e2e
     else:
@@ -364,6 +481,9 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         graphs.append(g)
         phase_times[workload.phase] = float(cost.time_s.sum())
         first = workload.phase == "prefill"  # a decode or chunked pass is a step of running requests
+        if piped:
+            pipes[workload.phase] = pipeline_times(parts[-1], spec, workload, first=first)
+            phase_times[workload.phase] = pipes[workload.phase].time_s
         e2e = float(step_time_s(phase_times[workload.phase], host_step_s(terms, fwd.num_sequences), terms,
                                 first=first)) + (terms.request_overhead_s if first else 0.0)
         if workload.phase == "prefill":
@@ -390,4 +510,5 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         warnings=tuple(notes),
         model_spec=spec,
         hardware_spec=hardware,
+        pipeline=pipes,
     )

@@ -66,6 +66,7 @@ from layerscope.registry import Registry
 __all__ = [
     "ALGORITHMS", "BUS_FACTORS", "COLLECTIVES", "Algorithm", "CollectiveCost", "CollectiveTerms", "Traffic",
     "algorithm_work", "bus_factor", "collective_cost", "collective_time_s", "communication_terms", "placement",
+    "stage_send_crosses_node",
 ]
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -402,10 +403,12 @@ class CollectiveTerms:
 _COMMUNICATION = "(communication)"  # parenthesized: never an execution profile name
 
 
-def _communication_ops(features: OpFeatures) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, np.ndarray]:
-    """Per op (one scan per graph): communication op?, its collective, its GPU count (``tp`` or ``gpus``) and
+def _communication_ops(features: OpFeatures) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, np.ndarray,
+                                                     tuple[tuple[int, int] | None, ...]]:
+    """Per op (one scan per graph): communication op?, its collective, its GPU count (``tp`` or ``gpus``),
     message bytes per activation byte (the op's ``message_bytes`` over its read + write bytes: both scale with
-    the tokens, so the ratio holds for every work array a sweep or a decode sum gives the op)."""
+    the tokens, so the ratio holds for every work array a sweep or a decode sum gives the op) and, for a
+    pipeline send, (stage index, GPUs per stage)."""
     cached = features.plans.get(_COMMUNICATION)
     if cached is None or len(cached[0]) != len(features.kinds):
         ops = features.ops
@@ -413,6 +416,7 @@ def _communication_ops(features: OpFeatures) -> tuple[np.ndarray, tuple[str, ...
         names = [""] * len(ops)
         gpus = np.ones(len(ops))
         ratio = np.zeros(len(ops))
+        stages: list[tuple[int, int] | None] = [None] * len(ops)
         for i, op in enumerate(ops):
             collective = op.attr("collective")
             if op.kind != "communication" or not isinstance(collective, str):
@@ -423,8 +427,23 @@ def _communication_ops(features: OpFeatures) -> tuple[np.ndarray, tuple[str, ...
             if act <= 0 or not isinstance(n, int | float) or not isinstance(message, int | float):
                 continue
             mask[i], names[i], gpus[i], ratio[i] = True, _name(collective), float(n), float(message) / act
-        cached = features.plans[_COMMUNICATION] = (mask, tuple(names), gpus, ratio)
+            stage, stage_gpus = op.attr("pp_stage"), op.attr("stage_gpus")
+            if isinstance(stage, int) and isinstance(stage_gpus, int):
+                stages[i] = (stage, stage_gpus)
+        cached = features.plans[_COMMUNICATION] = (mask, tuple(names), gpus, ratio, tuple(stages))
     return cached
+
+
+def stage_send_crosses_node(stage: int, stage_gpus: int, domain_gpus: int | None) -> bool:
+    """Whether a pipeline send from stage ``stage`` to the next leaves the NVLink domain for some device pair.
+
+    Stages hold consecutive GPUs (stage ``s``: GPUs ``s·S`` to ``(s+1)·S − 1``, ``S = stage_gpus``), packed
+    into domains of ``domain_gpus``; device ``r`` of a stage sends to device ``r`` of the next, ``S`` GPUs
+    further on. The slowest pair sets the stage's time, so one crossing pair puts the send on the network."""
+    if domain_gpus is None:
+        return False
+    start = stage * stage_gpus
+    return any((start + r) // domain_gpus != (start + stage_gpus + r) // domain_gpus for r in range(stage_gpus))
 
 
 def communication_terms(features: OpFeatures, hw: HardwareSpec) -> CollectiveTerms | None:
@@ -433,17 +452,24 @@ def communication_terms(features: OpFeatures, hw: HardwareSpec) -> CollectiveTer
     no such op (the ops are then timed as local memory traffic, as before)."""
     if hw.interconnect is None or "communication" not in features.kinds or len(features.ops) != len(features.kinds):
         return None
-    mask, names, gpus, ratio = _communication_ops(features)
+    mask, names, gpus, ratio, stages = _communication_ops(features)
     if not mask.any():
         return None
     act = np.asarray(features.act_bytes, dtype=np.float64)
     network_s = np.zeros(act.shape)
     hbm = np.zeros(act.shape)
+    domain = hw.interconnect.domain_gpus
+    cross = [st is not None and stage_send_crosses_node(st[0], st[1], domain) for st in stages]
     for name in sorted(set(names) - {""}):
-        sel = np.fromiter((x == name for x in names), dtype=bool, count=len(names))
-        cost = collective_cost(name, act[..., sel] * ratio[sel], gpus[sel], hw.interconnect)
-        network_s[..., sel] = cost.time_s
-        hbm[..., sel] = cost.hbm_bytes
+        for across in (False, True):
+            sel = np.fromiter((x == name and c == across for x, c in zip(names, cross, strict=True)), dtype=bool,
+                              count=len(names))
+            if not sel.any():
+                continue
+            cost = collective_cost(name, act[..., sel] * ratio[sel], gpus[sel], hw.interconnect,
+                                   gpus_per_node=1 if across else None)
+            network_s[..., sel] = cost.time_s
+            hbm[..., sel] = cost.hbm_bytes
     # a collective reads and writes at least the op's own bytes
     hbm = np.where(mask, np.maximum(hbm, act), 0.0)
     return CollectiveTerms(mask=mask, network_s=network_s, hbm_bytes=hbm,

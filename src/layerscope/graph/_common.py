@@ -65,6 +65,13 @@ class BuildContext:
     """Every group brings exactly one new token (decode-shaped attention)."""
     any_cached: bool
     """Some group attends to tokens already in the KV cache."""
+    ep: int = 1
+    """Expert-parallel devices (``Workload.expert_parallel``): routed experts whole, ``experts / ep`` per device,
+    reached by an all-to-all dispatch and combine (:func:`layerscope.graph.moe.build_moe`)."""
+    stage_ends: tuple[int, ...] = ()
+    """Last layer of every pipeline stage but the final one; an activation send follows each."""
+    stage_gpus: int = 1
+    """GPUs of one pipeline stage (``tensor_parallel × data_parallel``): where a stage's sends land."""
 
     @property
     def wbits(self) -> int:
@@ -80,7 +87,8 @@ class BuildContext:
 
 
 def make_context(spec: ModelSpec, groups: tuple[Group, ...], weight_dtype: DType, act_dtype: DType,
-                 kv_dtype: DType, tp: int) -> BuildContext:
+                 kv_dtype: DType, tp: int, *, ep: int = 1, stage_ends: tuple[int, ...] = (),
+                 stage_gpus: int = 1) -> BuildContext:
     """Build the context of one pass; FFN widths round up when not divisible by ``tp`` (heads must
     divide: :func:`layerscope.workload.check_tensor_parallel`)."""
     check_tensor_parallel(spec, tp)
@@ -99,6 +107,9 @@ def make_context(spec: ModelSpec, groups: tuple[Group, ...], weight_dtype: DType
         intermediate=ceil_div(spec.intermediate_size, tp),
         decode_only=all(g.new == 1 for g in groups),
         any_cached=any(g.cached > 0 for g in groups),
+        ep=ep,
+        stage_ends=stage_ends,
+        stage_gpus=stage_gpus,
     )
 
 
@@ -171,6 +182,22 @@ def elementwise_add(ctx: BuildContext, name: str, module: str, layer: int | None
         flops=(len(xs) - 1) * numel,
         act_read_bytes=len(xs) * nbytes(numel, adt.bits), act_write_bytes=nbytes(numel, adt.bits),
         matrix_class="Elementwise", definition=f"residual_add_h{width}",
+    )
+
+
+def collective_op(name: str, module: str, layer: int | None, x: TensorSpec, out: TensorSpec, *, collective: str,
+                  gpus: int, message_bytes: int, comm_bytes: int, flops: int = 0, definition: str,
+                  attrs: tuple[tuple[str, object], ...] = ()) -> Op:
+    """A communication op over ``gpus`` devices: ``message_bytes`` in NCCL's convention (the all-to-all's send
+    buffer, the all-gather's output, the send's payload), ``comm_bytes`` what one device puts on the wire;
+    the local buffers read and written once (act bytes). Timed on the interconnect by
+    :mod:`layerscope.cost.collectives`."""
+    return Op(
+        name=name, kind="communication", module=module, layer=layer, inputs=(x,), outputs=(out,),
+        flops=flops, act_read_bytes=x.nbytes, act_write_bytes=out.nbytes,
+        matrix_class="Collective", definition=definition,
+        attrs=(("collective", collective), ("gpus", gpus), ("message_bytes", message_bytes), *attrs),
+        comm_bytes=comm_bytes,
     )
 
 

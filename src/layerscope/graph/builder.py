@@ -22,7 +22,7 @@ from functools import lru_cache
 from operator import itemgetter
 
 from layerscope.errors import GraphError
-from layerscope.graph._common import BuildContext, Group, elementwise_add, make_context
+from layerscope.graph._common import BuildContext, Group, ceil_div, collective_op, elementwise_add, make_context
 from layerscope.graph.attention import AttentionView, MLAForm, build_attention, check_attention_view
 from layerscope.graph.embedding import LogitsMode, build_embedding, build_head
 from layerscope.graph.mlp import build_dense_mlp
@@ -33,7 +33,7 @@ from layerscope.graph.ops import Op, OpGraph, TensorSpec, make_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.steps import step_range
-from layerscope.workload.workload import ForwardPass, Workload
+from layerscope.workload.workload import ForwardPass, Workload, check_parallel, pipeline_stages
 
 _PLACEHOLDER = "\x00layer_input"
 _MLA_FORMS = ("absorbed", "naive")
@@ -48,10 +48,22 @@ def _check_options(spec: ModelSpec, attention: str, mla_form: str | None, logits
 
 
 def pass_context(spec: ModelSpec, fwd: ForwardPass, workload: Workload) -> BuildContext:
-    """The build context of one forward pass (tokens, groups, dtypes, per-device widths)."""
-    groups = tuple(Group(g.count, g.new_tokens, g.cached_tokens) for g in fwd.groups)
+    """The build context of one forward pass on one device (tokens, groups, dtypes, per-device widths).
+
+    With data parallelism or micro-batches the device runs its share: each group's sequences divided by
+    ``data_parallel`` and then by ``micro_batches``, rounded up (the busiest replica's micro-batch)."""
+    split = workload.data_parallel * workload.micro_batches
+    if split == 1:
+        groups = tuple(Group(g.count, g.new_tokens, g.cached_tokens) for g in fwd.groups)
+    else:
+        groups = tuple(Group(ceil_div(ceil_div(g.count, workload.data_parallel), workload.micro_batches),
+                             g.new_tokens, g.cached_tokens) for g in fwd.groups)
+    check_parallel(spec, workload)
+    stages = pipeline_stages(spec.num_layers, workload.pipeline_parallel)
     return make_context(spec, groups, workload.weight_dtype, workload.act_dtype, workload.kv_dtype,
-                        workload.tensor_parallel)
+                        workload.tensor_parallel, ep=workload.expert_parallel,
+                        stage_ends=tuple(r[-1] for r in stages[:-1]),
+                        stage_gpus=workload.tensor_parallel * workload.data_parallel)
 
 
 def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
@@ -223,10 +235,30 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
         lp = layer_prefix(mods, layer)
         ops += _apply(entry[0], step, lp, layer, x)
         x = step + lp + entry[1]
+        if layer in ctx.stage_ends:
+            send = stage_send(ctx, f"{step}{lp}pp_send", lp[:-1], layer, x)
+            ops.append(send)
+            x = send.outputs[0].name
     if head:
         head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
         ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x)
     return ops
+
+
+def stage_send(ctx: BuildContext, name: str, module: str, layer: int, x: str) -> Op:
+    """The pipeline's point-to-point send of the hidden states ``x[T, hidden]`` from the stage ending at
+    ``layer`` to the next (each device to its peer in the next stage, as vLLM's and Megatron's pipelines
+    send; Narayanan et al. 2021, arXiv 2104.04473 §2.2). Placement: the stage's index and size ride in the
+    attrs, for the cost model to find whether the pair crosses a node."""
+    t = ctx.tokens
+    hidden = ctx.spec.hidden_size
+    tensor = TensorSpec(x, (t, hidden), ctx.act_dtype, "activation")
+    msg = tensor.nbytes
+    return collective_op(name, module, layer, tensor, TensorSpec(f"{name}:out", (t, hidden), ctx.act_dtype,
+                                                                 "activation"),
+                         collective="send_recv", gpus=2, message_bytes=msg, comm_bytes=msg,
+                         definition=f"send_recv_h{hidden}",
+                         attrs=(("pp_stage", ctx.stage_ends.index(layer)), ("stage_gpus", ctx.stage_gpus)))
 
 
 def _layers(spec: ModelSpec, layers: Sequence[int] | None) -> tuple[int, ...]:

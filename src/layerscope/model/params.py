@@ -144,7 +144,8 @@ def layer_param_counts(spec: ModelSpec, layer: int) -> dict[str, int]:
     return counts
 
 
-def _global_counts(spec: ModelSpec) -> dict[str, int]:
+def global_param_counts(spec: ModelSpec) -> dict[str, int]:
+    """Parameters outside the decoder layers per component: embedding, position embedding, final norm, lm_head."""
     embedding = spec.vocab_size * spec.hidden_size
     lm_head = 0 if spec.tie_word_embeddings else embedding
     if spec.lm_head_bias:
@@ -163,7 +164,7 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     for layer in range(spec.num_layers):
         for key, value in layer_param_counts(spec, layer).items():
             totals[key] += value
-    for key, value in _global_counts(spec).items():
+    for key, value in global_param_counts(spec).items():
         totals[key] += value
     return ParamCounts(**totals)
 
@@ -213,7 +214,7 @@ def weight_bytes(spec: ModelSpec, default_dtype: DType | None = None) -> int:
         for name in COMPONENTS:
             dtype = spec.weight_dtype if quantized.get(name, False) else base
             bits += counts[name] * dtype.bits
-    bits += sum(_global_counts(spec).values()) * base.bits
+    bits += sum(global_param_counts(spec).values()) * base.bits
     return bits // 8
 
 

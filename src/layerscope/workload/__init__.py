@@ -6,10 +6,11 @@ from layerscope.workload.workload import (
     Phase,
     SequenceGroup,
     Workload,
+    check_parallel,
     check_tensor_parallel,
     context_warnings,
     make_workload,
 )
 
-__all__ = ["PHASES", "ForwardPass", "Phase", "SequenceGroup", "Workload", "check_tensor_parallel",
+__all__ = ["PHASES", "ForwardPass", "Phase", "SequenceGroup", "Workload", "check_parallel", "check_tensor_parallel",
            "context_warnings", "make_workload"]

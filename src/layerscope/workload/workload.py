@@ -107,6 +107,34 @@ class Workload(BaseModel):
     """KV-cache data type."""
     tensor_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Devices a layer is split across (Megatron-style: heads and FFN columns divided)."""
+    pipeline_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Pipeline stages: the decoder layers split into this many consecutive groups, one per group of
+    ``tensor_parallel`` devices, activations sent from stage to stage."""
+    expert_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Devices the routed experts of a MoE layer are spread over (each holds ``experts / expert_parallel`` whole
+    experts; tokens reach them by an all-to-all dispatch and return by a combine). 1: experts split like the
+    dense MLP, by ``tensor_parallel``."""
+    data_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
+    """Model replicas: each takes ``ceil(batch / data_parallel)`` of the sequences (with ``expert_parallel``,
+    the attention replicas of DeepSeek-V3-style serving whose MoE layers share one expert-parallel group)."""
+    micro_batches: int = Field(default=1, gt=0, le=MAX_BATCH)
+    """Micro-batches a replica's sequences are cut into for the pipeline (GPipe): more fill the stages,
+    each smaller. 1 without pipeline parallelism."""
+
+    @property
+    def devices(self) -> int:
+        """GPUs the workload occupies: tensor × pipeline × data parallel (expert parallelism reuses them)."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def replica_batch(self) -> int:
+        """Sequences one data-parallel replica runs: ``ceil(batch / data_parallel)``."""
+        return -(-self.batch // self.data_parallel)
+
+    @property
+    def micro_batch(self) -> int:
+        """Sequences per micro-batch of a replica: ``ceil(replica_batch / micro_batches)``."""
+        return -(-self.replica_batch // self.micro_batches)
 
     @model_validator(mode="before")
     @classmethod
@@ -146,6 +174,12 @@ class Workload(BaseModel):
     def _check(self) -> Workload:
         if self.phase == "decode" and self.context < 1:
             raise ValueError("context must be >= 1 for decode (the KV cache holds the prompt)")
+        if self.data_parallel > self.batch:
+            raise ValueError(f"data_parallel={self.data_parallel} replicas need at least as many sequences; "
+                             f"batch is {self.batch}")
+        if self.micro_batches > self.replica_batch:
+            raise ValueError(f"micro_batches={self.micro_batches} exceeds the {self.replica_batch} sequences of a "
+                             f"replica (batch {self.batch} / data_parallel {self.data_parallel})")
         return self
 
     @property
@@ -248,6 +282,37 @@ def check_tensor_parallel(spec: ModelSpec, tensor_parallel: int) -> None:
     if spec.mla is None and kv_heads % tp and tp % kv_heads:
         raise WorkloadError(f"tensor_parallel={tp} cannot split or replicate the {kv_heads} KV heads of "
                             f"{spec.name}: it must divide them or be a multiple of them")
+
+
+def pipeline_stages(num_layers: int, stages: int) -> tuple[range, ...]:
+    """The decoder layers of each pipeline stage: consecutive, as even as they go (stage ``s`` holds layers
+    ``floor(s·L/p)`` to ``floor((s+1)·L/p) - 1``); the embedding runs on the first stage, the head on the last."""
+    bounds = [s * num_layers // stages for s in range(stages + 1)]
+    return tuple(range(bounds[s], bounds[s + 1]) for s in range(stages))
+
+
+def check_parallel(spec: ModelSpec, workload: Workload) -> None:
+    """Refuse a parallel plan the model cannot be split by, naming the broken constraint: the heads
+    (:func:`check_tensor_parallel`), more pipeline stages than layers, expert parallelism on a dense model, over
+    more devices than a stage has (``tensor_parallel × data_parallel``: the expert-parallel group is made of a
+    stage's devices) or not dividing the routed experts."""
+    check_tensor_parallel(spec, workload.tensor_parallel)
+    pp, ep = workload.pipeline_parallel, workload.expert_parallel
+    if pp > spec.num_layers:
+        raise WorkloadError(f"pipeline_parallel={pp} exceeds the {spec.num_layers} layers of {spec.name}: a stage "
+                            f"needs at least one layer")
+    if ep == 1:
+        return
+    if spec.moe is None:
+        raise WorkloadError(f"expert_parallel={ep}: {spec.name} is a dense model (no routed experts)")
+    experts = spec.moe.num_experts
+    if experts % ep:
+        raise WorkloadError(f"expert_parallel={ep} does not divide the {experts} routed experts of {spec.name} "
+                            f"(use a divisor of {experts})")
+    stage = workload.tensor_parallel * workload.data_parallel
+    if stage % ep:
+        raise WorkloadError(f"expert_parallel={ep} must divide the devices of a pipeline stage, tensor_parallel × "
+                            f"data_parallel = {workload.tensor_parallel} × {workload.data_parallel} = {stage}")
 
 
 def context_warnings(spec: ModelSpec, workload: Workload) -> list[str]:
