@@ -111,7 +111,8 @@ def test_algorithms_do_not_carry_over_to_another_link():
     link = cluster.device_spec().interconnect
     assert link is not None and link.algorithms == {}
     assert link.network is not None and link.network.algorithms  # the NIC is still the H100 preset's own
-    assert cluster.device_spec().sources["interconnect.algorithms"].startswith("none: the fabric (pcie5-x16)")
+    source = cluster.device_spec().sources["interconnect.algorithms"]
+    assert source.startswith("none: the link (pcie5-x16) is not h100-sxm's own")
 
 
 @pytest.mark.parametrize(("changes", "field"), [

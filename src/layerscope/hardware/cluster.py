@@ -198,50 +198,40 @@ class ClusterSpec(BaseModel):
 
     # -- the chip the cost models see ----------------------------------------------------------------------------
 
-    def _own_link(self) -> InterconnectSpec | None:
-        """The GPU preset's interconnect when the fabric is that link (same name and per-GPU bandwidth)."""
-        own = self.gpu.interconnect
-        same = (own is not None and own.name == self.fabric.name
-                and own.bandwidth_bytes_per_s == self.fabric.bandwidth_bytes_per_s)
-        return own if same else None
-
-    def _own_network(self) -> NetworkSpec | None:
-        """The GPU preset's network when the cluster's NIC is that NIC (same name and bandwidth)."""
-        own = self.gpu.interconnect.network if self.gpu.interconnect is not None else None
-        same = (own is not None and self.network is not None and own.name == self.network.name
-                and own.bandwidth_bytes_per_s == self.network.bandwidth_bytes_per_s)
-        return own if same else None
-
-    def _algorithms(self) -> tuple[dict[str, CollectiveAlgorithmSpec], dict[str, CollectiveAlgorithmSpec], str, str]:
-        """(fabric terms, network terms, and the source of each): the cluster's own, else the GPU preset's where
-        the link is the GPU's own, else none (the link's datasheet figures)."""
-        fabric, network = dict(self.fabric.algorithms), dict(self.network.algorithms) if self.network else {}
-        fabric_source = network_source = "the cluster's own terms"
-        own = self._own_link()
-        if not fabric:
-            if own is not None:
-                fabric = {k: v for k, v in own.algorithms.items() if k != "nvls" or self.fabric.in_switch_reduction}
-                fabric_source = (f"carried over from {self.gpu.name}'s fit: the cluster runs the GPU's own link "
-                                 f"({own.name}, {own.bandwidth_bytes_per_s:.4g} B/s per direction; each term's "
-                                 "source names its rows)")
-            else:
-                fabric_source = (f"none: the fabric ({self.fabric.name}) is not {self.gpu.name}'s own link, so no "
-                                 "fitted terms apply; α = latency_s per step, β = 1 (cost.collectives)")
-        own_net = self._own_network()
-        if self.network is not None and not network:
-            if own_net is not None:
-                network = dict(own_net.algorithms)
-                network_source = f"carried over from {self.gpu.name}'s fit: the GPU's own NIC ({own_net.name})"
-            else:
-                network_source = (f"none: the NIC ({self.network.name}) is not {self.gpu.name}'s own, so no fitted "
-                                  "terms apply; α = latency_s per step, β = 1 (cost.collectives)")
-        return fabric, network, fabric_source, network_source
-
     def device_spec(self) -> HardwareSpec:
         """One GPU of the cluster as the cost models see it: the chip with the cluster's fabric as its
         ``interconnect`` (``domain_gpus`` the domain, ``network`` the cluster's NIC, the fitted α-β terms where
         the links are the GPU's own), named after the cluster; its sources cite the cluster's figures."""
-        return _build_device_spec(self)
+        own = self.gpu.interconnect
+        same_link = (own is not None and own.name == self.fabric.name
+                     and own.bandwidth_bytes_per_s == self.fabric.bandwidth_bytes_per_s)
+        own_terms = None if own is None or not same_link else {
+            k: v for k, v in own.algorithms.items() if k != "nvls" or self.fabric.in_switch_reduction}
+        fabric_terms, fabric_source = _terms(self.fabric.algorithms, own_terms, "link", self.fabric.name, self.gpu.name)
+        network = None
+        sources = {k: v for k, v in self.gpu.sources.items() if not k.startswith("interconnect")}
+        if self.network is not None:
+            own_net = own.network if own is not None else None
+            same_nic = (own_net is not None and own_net.name == self.network.name
+                        and own_net.bandwidth_bytes_per_s == self.network.bandwidth_bytes_per_s)
+            network_terms, sources["interconnect.network.algorithms"] = _terms(
+                self.network.algorithms, own_net.algorithms if own_net is not None and same_nic else None, "NIC",
+                self.network.name, self.gpu.name)
+            network = self.network.model_copy(update={"algorithms": network_terms})
+        link = InterconnectSpec.model_validate({
+            **dict(self.fabric), "domain_gpus": self.domain_gpus, "network": network, "algorithms": fabric_terms})
+        for path, text in self.sources.items():
+            # fabric.X cites interconnect.X, network.X interconnect.network.X
+            if path.startswith(("fabric.", "network.")):
+                sources["interconnect." + path.removeprefix("fabric.")] = text
+        sources["interconnect.algorithms"] = fabric_source
+        sources["cluster"] = (f"{self.name}: {self.nodes} × {self.gpus_per_node} {self.gpu.name}, NVLink domain "
+                              f"{self.domain_gpus} GPUs ({self.topology}); {self.sources.get('topology', '')}")
+        return self.gpu.model_copy(update={
+            "name": self.name,
+            "description": (f"{self.gpu.description or self.gpu.name}; one of the {self.total_gpus} of {self.name} "
+                            f"({self.nodes} × {self.gpus_per_node})"),
+            "interconnect": link, "sources": sources})
 
     def figure_paths(self) -> list[str]:
         """Dotted paths of the cluster's own figures, each of which a preset cites in ``sources``: the layout, the
@@ -257,29 +247,17 @@ class ClusterSpec(BaseModel):
         return paths
 
 
-def _build_device_spec(cluster: ClusterSpec) -> HardwareSpec:
-    fabric_terms, network_terms, fabric_source, network_source = cluster._algorithms()
-    network = (None if cluster.network is None
-               else cluster.network.model_copy(update={"algorithms": network_terms}))
-    link = InterconnectSpec.model_validate({
-        **dict(cluster.fabric), "domain_gpus": cluster.domain_gpus, "network": network, "algorithms": fabric_terms})
-    sources = {k: v for k, v in cluster.gpu.sources.items() if not k.startswith("interconnect")}
-    for path, text in cluster.sources.items():
-        if path.startswith("fabric."):
-            sources["interconnect." + path.removeprefix("fabric.")] = text
-        elif path.startswith("network."):
-            sources["interconnect.network." + path.removeprefix("network.")] = text
-    sources["interconnect.algorithms"] = fabric_source
-    if network is not None:
-        sources["interconnect.network.algorithms"] = network_source
-    sources["cluster"] = (f"{cluster.name}: {cluster.nodes} × {cluster.gpus_per_node} {cluster.gpu.name}, NVLink "
-                          f"domain {cluster.domain_gpus} GPUs ({cluster.topology}); "
-                          f"{cluster.sources.get('topology', '')}")
-    return cluster.gpu.model_copy(update={
-        "name": cluster.name,
-        "description": (f"{cluster.gpu.description or cluster.gpu.name}; one of the {cluster.total_gpus} of "
-                        f"{cluster.name} ({cluster.nodes} × {cluster.gpus_per_node})"),
-        "interconnect": link, "sources": sources})
+def _terms(given: dict[str, CollectiveAlgorithmSpec], own: dict[str, CollectiveAlgorithmSpec] | None, what: str,
+           link: str, gpu: str) -> tuple[dict[str, CollectiveAlgorithmSpec], str]:
+    """The α-β terms of one of a cluster's links and their source: the cluster's own, else those the GPU preset
+    fitted on this same link (``own``; None where the cluster's link is another), else none."""
+    if given:
+        return dict(given), "the cluster's own terms (each citing its rows)"
+    if own is not None:
+        return dict(own), (f"carried over from {gpu}'s fit: the cluster runs the GPU's own {what} ({link}); each "
+                           "term's source names its rows")
+    return {}, (f"none: the {what} ({link}) is not {gpu}'s own, so no fitted terms apply; α = latency_s per step, "
+                "β = 1 (cost.collectives)")
 
 
 # -- presets and files ---------------------------------------------------------------------------------------------
