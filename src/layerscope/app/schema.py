@@ -22,6 +22,7 @@ from layerscope.units import atomic_write
 RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "estimate": "layerscope.app.estimate:EstimateResult",
     "simulate": "layerscope.app.simulate:SimulateResult",
+    "plan": "layerscope.app.plan:PlanResult",
     "capture": "layerscope.app.capture:CaptureResult",
     "workloads": "layerscope.app.records:WorkloadsResult",
     "verify": "layerscope.app.records:VerifyResult",

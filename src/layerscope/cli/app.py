@@ -20,6 +20,7 @@ from layerscope.units import reading_inputs
 #: Command modules of this package, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
     "estimate",
+    "plan",
     "catalogs",
     "simulate",
     "capture",
