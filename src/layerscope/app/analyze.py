@@ -59,7 +59,8 @@ class QueryRequest(BaseModel):
     model_config = _REQUEST_CONFIG
 
     trace: Path
-    """Trace file: Kineto/Chrome JSON (``.json``, ``.json.gz``) or ``.pftrace``."""
+    """Trace file: Kineto/Chrome JSON (``.json``, ``.json.gz``) or ``.pftrace``; or a directory of per-rank
+    traces."""
     sql: str
     """SQL over trace_processor-style tables (``slice``, ``thread``, …)."""
     use_cache: bool = True
@@ -75,7 +76,12 @@ class QueryResult(RootModel[list[Row]]):
 
 
 def query_table(request: QueryRequest) -> pa.Table:
-    """The rows of ``request``'s SQL on its trace, as a pyarrow table (column names as the SQL gave them)."""
+    """The rows of ``request``'s SQL on its trace, as a pyarrow table (column names as the SQL gave them); a
+    directory of per-rank traces is queried as one table set with a ``rank`` column (:mod:`layerscope.app.ranks`)."""
+    if request.trace.is_dir():
+        from layerscope.app.ranks import rank_query_table
+
+        return rank_query_table(request.trace, request.sql, use_cache=request.use_cache)
     from layerscope.analysis.engine import run_query
 
     return run_query(request.trace, request.sql, use_cache=request.use_cache)

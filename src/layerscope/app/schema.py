@@ -28,6 +28,7 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "verify": "layerscope.app.records:VerifyResult",
     "query": "layerscope.app.analyze:QueryResult",
     "analyze": "layerscope.app.analyze:AnalyzeResult",
+    "analyze-ranks": "layerscope.app.ranks:AnalyzeRanksResult",
     "compare": "layerscope.app.analyze:CompareResult",
     "models": "layerscope.app.catalogs:ModelsResult",
     "hardware": "layerscope.app.catalogs:HardwareResult",

@@ -25,7 +25,8 @@ MAX_SQL_BYTES = 16 * 1024 * 1024
 
 
 def query_cmd(
-    trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace."),
+    trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace; or a "
+                                 "directory of per-rank traces (tables with a rank column, and rank_breakdown)."),
     sql: str | None = typer.Argument(
         None, help="SQL over trace_processor-style tables (slice, thread …); without it, read from standard input."),
     file: Path | None = typer.Option(None, "--file", "-f", help="Read the SQL from this file ('-': standard input)."),
@@ -139,19 +140,28 @@ def _check_rows(rows: int) -> None:
 
 
 def analyze_cmd(
-    trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace."),
+    trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace; or a "
+                                 "directory of per-rank traces (one row per rank)."),
     as_json: bool = options.as_json("Print one JSON object: report name → rows (docs/schema/analyze.json)."),
     csv_dir: Path | None = typer.Option(None, "--csv", help="Also write each report as DIR/<report>.csv."),
     threshold_ms: float = typer.Option(100.0, "--threshold-ms", help="Major events: slices longer than this."),
     rows: int = typer.Option(15, "--rows", help="Rows shown per table."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the Parquet cache."),
+    straggler_pct: float = typer.Option(
+        10.0, "--straggler-pct", help="Directory: a rank straggles when its GPU work exceeds the median by this %."),
+    include_last_step: bool = typer.Option(
+        False, "--include-last-step", help="Directory: count the work of the last ProfilerStep too."),
 ) -> None:
-    """Reports: top ops, major events, launch overhead, memcpy, attention, categories, GPU idle."""
+    """Reports: top ops, major events, launch overhead, memcpy, attention, categories, GPU idle; per rank for a
+    directory of per-rank traces (compute, communication, memory, idle, overlap, stragglers)."""
     from layerscope.app.analyze import AnalyzeRequest, analyze_result, report_tables
     from layerscope.app.requests import build_request
     from layerscope.errors import AnalysisError
 
     _check_rows(rows)
+    if trace.is_dir():
+        _analyze_ranks(trace, as_json, csv_dir, rows, not no_cache, straggler_pct, include_last_step)
+        return
     tables = report_tables(build_request(AnalyzeRequest, AnalysisError, trace=trace, threshold_ms=threshold_ms,
                                          csv_dir=csv_dir, use_cache=not no_cache))
     if as_json:
@@ -162,6 +172,30 @@ def analyze_cmd(
     for name, table in tables.items():
         if table.num_rows:
             _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})")
+
+
+def _analyze_ranks(directory: Path, as_json: bool, csv_dir: Path | None, rows: int, use_cache: bool,
+                   straggler_pct: float, include_last_step: bool) -> None:
+    from layerscope.app.ranks import RanksRequest, rank_table, ranks_result
+    from layerscope.app.requests import build_request
+    from layerscope.errors import AnalysisError
+
+    request = build_request(RanksRequest, AnalysisError, directory=directory, straggler_pct=straggler_pct,
+                            include_last_step=include_last_step, csv_dir=csv_dir, use_cache=use_cache)
+    table = rank_table(request)
+    result = ranks_result(table, request.straggler_pct)
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result)
+        return
+    from layerscope.cli.common import console
+
+    _print_table(table.drop_columns(["file"]).slice(0, rows),
+                 title=f"rank_breakdown ({min(rows, table.num_rows)} of {table.num_rows} ranks)")
+    who = ", ".join(str(r) for r in result.stragglers) or "none"
+    console().print(f"stragglers (GPU work > median {result.median_work_ms:.3f} ms + {request.straggler_pct:g}%): "
+                    f"{who}")
 
 
 def compare_cmd(
