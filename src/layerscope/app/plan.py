@@ -23,7 +23,8 @@ from layerscope.app.requests import MODEL_CONFIG, HardwareRef, ModelRef, Paralle
 from layerscope.errors import LayerscopeError, WorkloadError
 
 if TYPE_CHECKING:
-    from layerscope.cost.api import Estimate, PhaseOps
+    from layerscope.cost.api import Estimate
+    from layerscope.graph.ops import OpGraph
     from layerscope.hardware import HardwareSpec
     from layerscope.model import ModelSpec
     from layerscope.workload import Workload
@@ -235,122 +236,212 @@ def plan(request: PlanRequest) -> PlanResult:
                       phase=base.phase, plans=rows, failures=failures, graphs_timed=len(timer.timed))
 
 
+@dataclass(frozen=True)
+class _DevicePhase:
+    """One phase of one device's ops, timed: each op's time (summed over the phase's passes), where it sits
+    (its decoder layer; -1 before the layers, -2 after them) and whether it communicates."""
+
+    phase: str
+    time_s: np.ndarray
+    layer: np.ndarray
+    comm: np.ndarray
+    passes: int
+    tokens: int
+    """Tokens of one pass (what a pipeline send carries)."""
+
+
+@dataclass(frozen=True)
+class _Device:
+    """A device's timed phases, with what the estimate of a one-stage plan adds around them."""
+
+    phases: tuple[_DevicePhase, ...]
+    graphs: tuple[OpGraph, ...]
+    capacity_bytes: float
+    base: Estimate | None
+    """The one-stage estimate (the generate path), else None (its phases rebuilt from layer graphs)."""
+
+
 class _PlanTimer:
-    """Times plans through shared per-device estimates.
+    """Times plans through shared per-device timings.
 
     A device's ops depend on the tensor and expert split and on the sequences it runs per micro-batch, not on
-    how many replicas or stages there are: one :func:`~layerscope.cost.api.estimate` of a one-stage plan with the
-    same per-device work (``timed``) serves every such plan. A pipeline's phase time is then its stages' times
-    (the ops binned by :func:`~layerscope.cost.api.op_stages`) plus each stage's send, timed alone by the same
-    cost model, through :class:`~layerscope.cost.api.PipelineTimes`; the engine's host time per step is the
-    one-stage estimate's. Memory per device is :func:`~layerscope.cost.api.memory_footprint` of the plan itself."""
+    how many replicas or stages there are: one timing of a one-stage plan with the same per-device work serves
+    every such plan (``timed``). Prefill, decode and chunked passes under the ``fused`` profile are timed one
+    decoder layer per distinct layer kind (:func:`~layerscope.graph.builder.layer_signature`) plus the
+    embedding and head, each op at the time the whole graph gives it (the cost models time ops one by one);
+    generations and other profiles by :func:`~layerscope.cost.api.estimate` whole. A pipeline's phase is its
+    stages' times plus each stage's send (timed alone by the same cost model) through
+    :class:`~layerscope.cost.api.PipelineTimes`, the engine's host time per step added as ``estimate`` adds it;
+    memory per device is :func:`~layerscope.cost.api.memory_footprint` of the plan itself."""
 
     def __init__(self, spec: ModelSpec, hw: HardwareSpec, request: PlanRequest) -> None:
+        from layerscope.cost.execution import engine_terms
+
         self.spec, self.hw, self.request = spec, hw, request
-        self.timed: dict[tuple[int, int, int], Estimate] = {}
-        self._stages: dict[tuple[int, int], np.ndarray] = {}
+        self.timed: dict[tuple[int, int, int], _Device] = {}
         self._sends: dict[tuple[float, bool], float] = {}
+        self._of_layer: dict[int, np.ndarray] = {}
+        self.terms = engine_terms(hw.execution)
+        self.fast = request.workload.phase != "generate" and hw.execution.kernels == "fused"
+        self._plain = request.workload.to_workload()
 
-    def _base(self, c: Candidate, workload: Workload) -> Estimate:
-        from layerscope.cost.api import estimate
-
+    def _base(self, c: Candidate, workload: Workload) -> _Device:
         key = (c.tp, c.ep, workload.micro_batch)
-        est = self.timed.get(key)
-        if est is None:
+        dev = self.timed.get(key)
+        if dev is None:
             # the fewest replicas an expert-parallel group of ep devices needs at this tp, each with the
             # candidate's sequences per micro-batch
             dp = c.ep // math.gcd(c.ep, c.tp)
             one = self.request.workload.model_copy(update={"batch": workload.micro_batch * dp})
             w1 = one.to_workload(ParallelPlan(tensor_parallel=c.tp, expert_parallel=c.ep, data_parallel=dp))
-            est = self.timed[key] = estimate(self.spec, self.hw, w1, cost_model=self.request.cost_model)
-        return est
+            dev = self.timed[key] = self._by_layers(w1) if self.fast else self._whole(w1)
+        return dev
 
-    def _send_s(self, part: PhaseOps, crosses: bool) -> float:
-        """One stage's activation send for ``part``'s pass, timed by the cost model as the graph's send op."""
+    def _whole(self, w1: Workload) -> _Device:
+        from layerscope.cost.api import estimate
+
+        est = estimate(self.spec, self.hw, w1, cost_model=self.request.cost_model)
+        phases = []
+        for part in est.phases:
+            ops = part.graph.ops
+            layer = np.empty(len(ops), dtype=np.int64)
+            seen = False
+            for i, op in enumerate(ops):
+                if op.layer is not None:
+                    layer[i], seen = op.layer, True
+                else:
+                    if op.kind == "embedding":
+                        seen = False
+                    layer[i] = -2 if seen else -1
+            phases.append(_DevicePhase(part.phase, np.asarray(part.time_s, dtype=np.float64), layer,
+                                       _communication_mask(part.graph), max(part.passes, 1), _pass_tokens(part.graph)))
+        return _Device(tuple(phases), tuple(p.graph for p in est.phases), est.memory_capacity_bytes, est)
+
+    def _by_layers(self, w1: Workload) -> _Device:
         from layerscope.cost.api import time_graph
+        from layerscope.graph.builder import build_layer_graph, build_model_graph, layer_signature
+
+        spec = self.spec
+        fwd = w1.passes()[0]
+        shell = build_model_graph(spec, fwd, w1, layers=())  # embedding and head
+        shell_t = np.asarray(time_graph(shell, self.hw, self.request.cost_model).time_s, dtype=np.float64)
+        # the head starts at the final norm (graph.embedding.build_head: final norm, lm_head, sampling)
+        first_head = next(i for i, op in enumerate(shell.ops) if op.name == spec.modules.final_norm)
+        kinds: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, OpGraph]] = {}
+        shell_comm = _communication_mask(shell)
+        times, layers, comms = [shell_t[:first_head]], [np.full(first_head, -1)], [shell_comm[:first_head]]
+        for layer in range(spec.num_layers):
+            sig = layer_signature(spec, layer)
+            if sig not in kinds:
+                g = build_layer_graph(spec, fwd, w1, layer=layer)
+                t = np.asarray(time_graph(g, self.hw, self.request.cost_model).time_s, dtype=np.float64)
+                kinds[sig] = (t, _communication_mask(g), g)
+            t, comm, _ = kinds[sig]
+            times.append(t)
+            layers.append(np.full(len(t), layer))
+            comms.append(comm)
+        rest = len(shell.ops) - first_head
+        times.append(shell_t[first_head:])
+        layers.append(np.full(rest, -2))
+        comms.append(shell_comm[first_head:])
+        phase = _DevicePhase(w1.phase, np.concatenate(times), np.concatenate(layers), np.concatenate(comms), 1,
+                             _pass_tokens(shell))
+        return _Device((phase,), (shell, *(g for _, _, g in kinds.values())), self.hw.memory_capacity_bytes, None)
+
+    def _stage_of(self, layer: np.ndarray, pp: int) -> np.ndarray:
+        from layerscope.workload.workload import pipeline_stages
+
+        of_layer = self._of_layer.get(pp)
+        if of_layer is None:
+            of_layer = np.zeros(self.spec.num_layers + 2, dtype=np.int64)  # [-2] last stage, [-1] the first
+            for s, layers in enumerate(pipeline_stages(self.spec.num_layers, pp)):
+                of_layer[layers.start:layers.stop] = s
+            of_layer[-2], of_layer[-1] = pp - 1, 0
+            self._of_layer[pp] = of_layer
+        return of_layer[layer]
+
+    def _send_s(self, tokens: int, crosses: bool) -> float:
+        """One stage's activation send of a pass of ``tokens`` tokens, timed by the cost model as the graph's
+        send op."""
+        from layerscope.cost.api import time_graph
+        from layerscope.graph._common import Group, make_context
         from layerscope.graph.builder import stage_send
         from layerscope.graph.ops import OpGraph
 
-        ctx_tokens = _pass_tokens(part)
-        message = float(ctx_tokens * self.spec.hidden_size * self.request.workload.to_workload().act_dtype.bytes)
-        key = (message, crosses)
+        w = self._plain
+        key = (float(tokens), crosses)
         t = self._sends.get(key)
         if t is None:
-            from layerscope.graph._common import Group, make_context
-
-            w = self.request.workload.to_workload()
-            ctx = make_context(self.spec, (Group(1, ctx_tokens, 0),), w.weight_dtype, w.act_dtype, w.kv_dtype, 1,
-                               stage_ends=(0,), stage_gpus=1 if crosses else 0)
+            ctx = make_context(self.spec, (Group(1, tokens, 0),), w.weight_dtype, w.act_dtype, w.kv_dtype, 1,
+                               stage_ends=(0,), stage_gpus=1)
             op = stage_send(ctx, "pp_send", "layers.0", 0, "x")
-            if crosses:  # stage 0 of one-GPU stages on one-GPU domains: the pair crosses a node
-                hw = self.hw.model_copy(update={"interconnect": self.hw.interconnect.model_copy(
-                    update={"domain_gpus": 1})}) if self.hw.interconnect is not None else self.hw
-            else:
-                hw = self.hw.model_copy(update={"interconnect": self.hw.interconnect.model_copy(
-                    update={"domain_gpus": None})}) if self.hw.interconnect is not None else self.hw
+            hw = self.hw
+            if hw.interconnect is not None:  # stage 0 of one-GPU stages: on one-GPU domains the pair crosses
+                hw = hw.model_copy(update={"interconnect": hw.interconnect.model_copy(
+                    update={"domain_gpus": 1 if crosses else None})})
             t = self._sends[key] = float(time_graph(OpGraph(ops=(op,), name="send"), hw,
                                                     self.request.cost_model).time_s.sum())
         return t
 
     def row(self, c: Candidate) -> PlanRow:
-        from layerscope.cost.api import PipelineTimes, memory_footprint, op_stages
+        from layerscope.cost.api import PipelineTimes, memory_footprint
         from layerscope.cost.collectives import stage_send_crosses_node
+        from layerscope.cost.execution import host_step_s, step_time_s
         from layerscope.workload import check_parallel
 
         workload = self.request.workload.to_workload(c.parallel())
         check_parallel(self.spec, workload)
-        est = self._base(c, workload)
+        dev = self._base(c, workload)
         phase_s: dict[str, float] = {}
         pipe_first: PipelineTimes | None = None
         comm = total = 0.0
         domain = self.hw.interconnect.domain_gpus if self.hw.interconnect is not None else None
-        for part in est.phases:
-            base_s = est.phase_times_s[part.phase]
-            total += float(part.time_s.sum())
-            comm += float(part.time_s[_communication_mask(part)].sum())
+        for ph in dev.phases:
+            total += float(ph.time_s.sum())
+            comm += float(ph.time_s[ph.comm].sum())
             if c.pp == 1 and c.m == 1:
-                phase_s[part.phase] = base_s
+                phase_s[ph.phase] = float(ph.time_s.sum())
                 continue
-            key = (id(part.graph), c.pp)
-            stages = self._stages.get(key)
-            if stages is None:
-                stages = self._stages[key] = op_stages(part.graph, self.spec, c.pp)
-            passes = max(part.passes, 1)
-            first = part.phase == "prefill"
-            times = np.bincount(stages, weights=np.asarray(part.time_s, dtype=np.float64), minlength=c.pp) / passes
+            times = np.bincount(self._stage_of(ph.layer, c.pp), weights=ph.time_s, minlength=c.pp) / ph.passes
             for s in range(c.pp - 1):
-                send = self._send_s(part, stage_send_crosses_node(s, c.tp * c.dp, domain))
+                send = self._send_s(ph.tokens, stage_send_crosses_node(s, c.tp * c.dp, domain))
                 times[s] += send
-                comm += send * passes
-                total += send * passes
-            pipe = PipelineTimes(times, c.m, first)
+                comm += send * ph.passes
+                total += send * ph.passes
+            pipe = PipelineTimes(times, c.m, ph.phase == "prefill")
             if pipe_first is None:
                 pipe_first = pipe
-            phase_s[part.phase] = pipe.time_s * passes
-        host_s = est.e2e_s - sum(est.phase_times_s.get(p, 0.0) for p in ("prefill", "decode", "chunked"))
-        e2e = sum(phase_s.values()) + host_s
+            phase_s[ph.phase] = pipe.time_s * ph.passes
+        if dev.base is not None:  # a generation: the one-stage estimate's host time around the new phases
+            est = dev.base
+            e2e = est.e2e_s - sum(est.phase_times_s.get(p, 0.0) for p in ("prefill", "decode")) + sum(
+                phase_s.values())
+        else:
+            first = workload.phase == "prefill"
+            seqs = -(-workload.passes()[0].num_sequences // workload.data_parallel)
+            e2e = float(step_time_s(phase_s[workload.phase], host_step_s(self.terms, seqs), self.terms,
+                                    first=first)) + (self.terms.request_overhead_s if first else 0.0)
         # the estimate's latency of the phase: TTFT (prefill), TPOT (a decode or chunked step), end to end
-        # (generate): each is the pass (or passes) plus the engine's host time, which is e2e here
-        latency = e2e
+        # (generate), each the pass (or passes) with the engine's host time
         tokens = workload.batch * (workload.output_tokens if workload.phase == "generate" else 1)
-        memory = memory_footprint(self.spec, workload, [p.graph for p in est.phases])
+        memory = memory_footprint(self.spec, workload, dev.graphs)
         tps = tokens / e2e
         return PlanRow(
             gpus=c.gpus, tensor_parallel=c.tp, pipeline_parallel=c.pp, expert_parallel=c.ep, data_parallel=c.dp,
-            micro_batches=c.m, latency_s=latency, output_tokens_per_s=tps, output_tokens_per_s_per_gpu=tps / c.gpus,
+            micro_batches=c.m, latency_s=e2e, output_tokens_per_s=tps, output_tokens_per_s_per_gpu=tps / c.gpus,
             memory_per_gpu_bytes=memory.total, weights_per_gpu_bytes=memory.weights,
-            kv_cache_per_gpu_bytes=memory.kv_cache, memory_capacity_bytes=est.memory_capacity_bytes,
+            kv_cache_per_gpu_bytes=memory.kv_cache, memory_capacity_bytes=dev.capacity_bytes,
             communication_share=comm / total if total > 0 else 0.0,
             bubble_fraction=None if pipe_first is None else pipe_first.bubble_fraction)
 
 
-def _pass_tokens(part: PhaseOps) -> int:
-    """Tokens of one pass of ``part`` (the M of its first projection)."""
-    for op in part.graph.ops:
+def _pass_tokens(graph: OpGraph) -> int:
+    """Tokens of one pass of ``graph`` (the rows of its embedding's or first norm's output)."""
+    for op in graph.ops:
         if op.kind in ("norm", "embedding") and op.outputs:
             return int(op.outputs[0].shape[0])
-    raise WorkloadError(f"{part.graph.name}: no op gives the pass's token count")
+    raise WorkloadError(f"{graph.name}: no op gives the pass's token count")
 
 
-def _communication_mask(part: PhaseOps) -> np.ndarray:
-    return np.fromiter((op.kind == "communication" for op in part.graph.ops), dtype=bool, count=len(part.graph.ops))
+def _communication_mask(graph: OpGraph) -> np.ndarray:
+    return np.fromiter((op.kind == "communication" for op in graph.ops), dtype=bool, count=len(graph.ops))

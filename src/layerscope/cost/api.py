@@ -282,6 +282,23 @@ def _weight_bytes(spec: ModelSpec, dtype: DType) -> float:
     return float(weight_bytes(spec, dtype))
 
 
+@lru_cache(maxsize=64)
+def _layer_param_table(spec: ModelSpec) -> tuple[np.ndarray, float, dict[str, int]]:
+    """Per decoder layer: parameters split by tensor parallelism (attention, dense MLP, router), routed experts,
+    shared experts and norms (a ``layers × 4`` array); all parameters; the parameters outside the layers."""
+    from layerscope.model.params import global_param_counts, layer_param_counts
+
+    rows = []
+    total = 0.0
+    for layer in range(spec.num_layers):
+        c = layer_param_counts(spec, layer)
+        total += sum(v for k, v in c.items() if k != "routed_experts_active")
+        rows.append((c["attention"] + c["dense_mlp"] + c["router"], c["routed_experts"], c["shared_experts"],
+                     c["norms"]))
+    glob = global_param_counts(spec)
+    return np.array(rows, dtype=np.float64).reshape(-1, 4), total + sum(glob.values()), glob
+
+
 def _per_device_weight_share(spec: ModelSpec, workload: Workload) -> float:
     """The largest fraction of the model's parameters one device holds under ``workload``'s plan.
 
@@ -291,28 +308,15 @@ def _per_device_weight_share(spec: ModelSpec, workload: Workload) -> float:
     ``tensor_parallel`` without expert parallelism and whole with it (they run on each device's own tokens),
     norms whole; the vocabulary-parallel embedding on the first stage and lm_head and the final norm on the last,
     divided by ``tensor_parallel``. The busiest stage's share; 1/tp of everything without a pipeline."""
-    from layerscope.model.params import global_param_counts, layer_param_counts
-
     tp, ep = workload.tensor_parallel, workload.expert_parallel
+    table, total, glob = _layer_param_table(spec)
+    scale = np.array([1.0 / tp, 1.0 / (ep if ep > 1 else tp), 1.0 if ep > 1 else 1.0 / tp, 1.0])
+    per_layer = table @ scale
     stages = pipeline_stages(spec.num_layers, workload.pipeline_parallel)
-    glob = global_param_counts(spec)
-    total = 0.0
-    per_stage = []
-    for s, layers in enumerate(stages):
-        held = 0.0
-        for layer in layers:
-            c = layer_param_counts(spec, layer)
-            total += sum(v for k, v in c.items() if k != "routed_experts_active")
-            held += (c["attention"] + c["dense_mlp"] + c["router"]) / tp + c["norms"]
-            held += c["routed_experts"] / (ep if ep > 1 else tp)
-            held += c["shared_experts"] if ep > 1 else c["shared_experts"] / tp
-        if s == 0:
-            held += (glob["embedding"] + glob["position_embedding"]) / tp
-        if s == len(stages) - 1:
-            held += glob["lm_head"] / tp + glob["norms"]
-        per_stage.append(held)
-    total += sum(glob.values())
-    return max(per_stage) / total if total else 1.0 / tp
+    per_stage = np.array([per_layer[r.start:r.stop].sum() for r in stages])
+    per_stage[0] += (glob["embedding"] + glob["position_embedding"]) / tp
+    per_stage[-1] += glob["lm_head"] / tp + glob["norms"]
+    return float(per_stage.max()) / total if total else 1.0 / tp
 
 
 def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGraph]) -> MemoryFootprint:
@@ -332,13 +336,9 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
     weights = _weight_bytes(spec, workload.weight_dtype) * _per_device_weight_share(spec, workload)
     ctx = workload.max_context_len()
     seqs = workload.replica_batch + (1 if workload.phase == "chunked" else 0)
-    kv_values = 0
-    for layers in pipeline_stages(spec.num_layers, workload.pipeline_parallel):
-        stage_values = 0
-        for layer in layers:
-            span = min(ctx, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window else ctx
-            stage_values += span * spec.kv_values_per_token_per_layer()
-        kv_values = max(kv_values, stage_values)
+    spans = _kv_spans(spec, ctx)
+    kv_values = max(int(spans[r.start:r.stop].sum()) for r in pipeline_stages(spec.num_layers,
+                                                                              workload.pipeline_parallel))
     kv_heads_split = 1 if spec.mla is not None else min(tp, spec.num_kv_heads)
     kv = seqs * kv_values * workload.kv_dtype.bytes / kv_heads_split
     peak_act = max(float(op_features(g).act_bytes.max(initial=0.0)) for g in graphs)
@@ -346,6 +346,14 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
     tokens = max(-(-fwd.num_tokens // split) for fwd in workload.passes())
     act = peak_act + tokens * spec.hidden_size * workload.act_dtype.bytes
     return MemoryFootprint(weights=weights, kv_cache=kv, activations=act)
+
+
+@lru_cache(maxsize=256)
+def _kv_spans(spec: ModelSpec, context: int) -> np.ndarray:
+    """KV values one sequence of ``context`` tokens holds per decoder layer (sliding-window layers capped)."""
+    per_token = spec.kv_values_per_token_per_layer()
+    return np.array([(min(context, spec.sliding_window) if spec.layer_is_sliding(layer) and spec.sliding_window
+                      else context) * per_token for layer in range(spec.num_layers)], dtype=np.int64)
 
 
 def op_stages(graph: OpGraph, spec: ModelSpec, stages: int) -> np.ndarray:
@@ -439,7 +447,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     phase_times: dict[str, float] = {}
     ttft: float | None = None
     tpot: float | None = None
-    batch = workload.batch
+    batch = workload.replica_batch  # each data-parallel replica is its own engine, stepping its own requests
     terms = engine_terms(hardware.execution) if layer is None else NO_ENGINE  # a layer alone is no engine step
     # A pipeline (or micro-batches) changes how the ops' times add up; a layer alone is no pipeline.
     piped = layer is None and (workload.pipeline_parallel > 1 or workload.micro_batches > 1)
@@ -471,7 +479,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
             tpot = float(np.mean(steps_s))
             phase_times["decode"] = float(step_times.sum())
         e2e = ttft + decode_total
-        tokens_per_s = batch * workload.output_tokens / e2e
+        tokens_per_s = workload.batch * workload.output_tokens / e2e
     else:
         fwd = workload.passes()[0]
         g = _build(spec, fwd, workload, attention, layer)
@@ -484,13 +492,14 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         if piped:
             pipes[workload.phase] = pipeline_times(parts[-1], spec, workload, first=first)
             phase_times[workload.phase] = pipes[workload.phase].time_s
-        e2e = float(step_time_s(phase_times[workload.phase], host_step_s(terms, fwd.num_sequences), terms,
+        e2e = float(step_time_s(phase_times[workload.phase],
+                                host_step_s(terms, -(-fwd.num_sequences // workload.data_parallel)), terms,
                                 first=first)) + (terms.request_overhead_s if first else 0.0)
         if workload.phase == "prefill":
             ttft = e2e
         else:
             tpot = e2e
-        tokens_per_s = batch / e2e
+        tokens_per_s = workload.batch / e2e
     if terms.step_overhead_s or terms.step_overhead_per_request_s or terms.request_overhead_s:
         phase_times["host"] = max(e2e - sum(phase_times.values()), 0.0)
     return Estimate(
