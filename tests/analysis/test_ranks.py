@@ -153,6 +153,15 @@ def test_real_ranks_match_hta_live(real_rows: list[dict[str, Any]]) -> None:
     assert _as_hta(real_rows) == theirs == HTA_RANKS
 
 
+def test_control_trace_matches_hta(tmp_path: Path) -> None:
+    """The real training step (NCCL, copies, 6 ProfilerSteps, 3 launches the reader drops for improper nesting but
+    whose ac2g flows it keeps): HTA 0.5.0's numbers, rank 3, µs."""
+    (tmp_path / "control.json.gz").symlink_to(DATA / "gpu-training-control.json.gz")
+    (row,) = analyze_ranks(tmp_path).to_pylist()
+    assert row["profiler_steps"] == 6 and row["kernels"] == 7875  # HTA's GPU events after its window
+    assert _as_hta([row]) == {3: (62119, 234760, 86525, 383404, 47.03)}
+
+
 def test_parallel_equals_sequential() -> None:
     assert analyze_ranks(RANKS, workers=1).equals(analyze_ranks(RANKS, workers=3))
 

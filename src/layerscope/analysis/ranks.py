@@ -13,6 +13,8 @@ and ``communication_analysis.py`` ``get_comm_comp_overlap``), so both give the s
 * Window: when the rank has two or more ``ProfilerStep`` ranges, only GPU work launched (joined by Kineto's
   ``correlation`` to a CPU-side slice) before the last step starts, the last step being cut short by the
   profiler; with ``include_last_step`` up to its end (HTA's ``include_last_profiler_step``). Otherwise all.
+  Work whose launch the reader dropped (improper nesting) but whose ``ac2g`` flow it kept counts when it
+  starts in the window.
 * Kernel type, by name (HTA's ``get_kernel_type``): communication ``^nccl.*Kernel``, memory
   ``^(Memcpy|Memset|dma)``, other a name containing ``Memcpy`` or ``Sync`` (or starting ``Memset``), computation
   the rest.
@@ -119,24 +121,28 @@ def rank_of(path: Path, metadata: dict[str, Any]) -> int:
 
 
 def _window_sql(include_last_step: bool) -> str:
-    """GPU work of the analysed window: name, ts, end (ns); the ProfilerStep count and whether it cut."""
-    bound = "s.ts <= w.last_end" if include_last_step else "s.ts < w.last_start"
+    """GPU work of the analysed window: name, ts, stop (ns)."""
+    bound = "<= w.last_end" if include_last_step else "< w.last_start"
+    # a launch the reader dropped (improper nesting, as trace_processor drops it) still has its ac2g flow into
+    # the work; known only by the work's start, which comes after it, the work counts when it starts in the window
     return f"""
         WITH steps AS (
             SELECT COUNT(DISTINCT name) AS n, MAX(ts) AS last_start, MAX(ts + dur) AS last_end FROM slice
             WHERE strpos(name, 'ProfilerStep') > 0 AND dur >= 0
               AND (category IS NULL OR category NOT IN {_GPU_IN} AND category <> 'gpu_user_annotation')),
-        gpu AS (
-            SELECT s.name, s.ts, s.ts + s.dur AS stop,
+        corr AS (
+            SELECT s.id, s.category, s.name, s.ts, s.dur,
                    TRY_CAST(json_extract(a.json, '$.args.correlation') AS BIGINT) AS corr
-            FROM slice s LEFT JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id
-            WHERE s.category IN {_GPU_IN} AND s.dur >= 0),
-        launched AS (
-            SELECT DISTINCT TRY_CAST(json_extract(a.json, '$.args.correlation') AS BIGINT) AS corr
-            FROM slice s JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id, steps w
-            WHERE w.n >= 2 AND (s.category IS NULL OR s.category NOT IN {_GPU_IN}) AND s.dur >= 0 AND {bound})
-        SELECT g.name, g.ts, g.stop, w.n AS steps FROM gpu g, steps w
-        WHERE w.n < 2 OR g.corr IN (SELECT corr FROM launched WHERE corr IS NOT NULL)"""
+            FROM slice s LEFT JOIN __arg_sets a ON a.arg_set_id = s.arg_set_id WHERE s.dur >= 0),
+        launch AS (
+            SELECT corr, MIN(ts) AS launch_ts FROM corr
+            WHERE (category IS NULL OR category NOT IN {_GPU_IN}) AND corr IS NOT NULL GROUP BY corr),
+        flowed AS (SELECT DISTINCT slice_in AS id FROM flow)
+        SELECT g.name, g.ts, g.ts + g.dur AS stop
+        FROM corr g LEFT JOIN launch l ON l.corr = g.corr LEFT JOIN flowed f ON f.id = g.id, steps w
+        WHERE g.category IN {_GPU_IN}
+          AND (w.n < 2 OR (g.corr IS NOT NULL
+                           AND COALESCE(l.launch_ts, CASE WHEN f.id IS NOT NULL THEN g.ts END) {bound}))"""
 
 
 def _type_codes(names: pa.ChunkedArray) -> np.ndarray:
