@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from layerscope.cost.timed import TimedGraph
     from layerscope.graph import OpGraph
     from layerscope.model import ModelSpec
+    from layerscope.trace.writers import TraceMetadata
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ class SimulateRequest(BaseModel):
     layer: int = Field(default=0, ge=0)
     """The decoder layer simulated alone (when not ``all_layers``)."""
     out: Path | None = None
-    """Trace to write: ``.json``, ``.json.gz`` or ``.pftrace``; ``None`` writes none."""
+    """Trace to write: ``.json``, ``.json.gz`` or ``.pftrace``; ``None`` writes none. With a plan of more than one
+    device, a cluster trace: one process per GPU, the micro-batches through the pipeline (:func:`write_cluster`)."""
     parallel: ParallelPlan = ParallelPlan()
     """How the model is split across devices: the graph simulated is one device's (its share of the batch, its
     heads and experts, its collectives and pipeline sends)."""
@@ -233,8 +235,31 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
         from layerscope.trace.writers import TraceMetadata, write_schedule_trace
 
         meta = TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}")
-        path = write_schedule_trace(chosen, meta, request.out, inputs=tuple(p for p in inputs if Path(p).exists()))
+        kept = tuple(p for p in inputs if Path(p).exists())
+        if request.parallel.devices > 1:
+            path = write_cluster(timed, spec, request, chosen, meta, request.out, kept)
+        else:
+            path = write_schedule_trace(chosen, meta, request.out, inputs=kept)
     return SimulationRun(spec.name, hw.name, timed, problem, sweep, chosen, path)
+
+
+def write_cluster(timed: TimedGraph, spec: ModelSpec, request: SimulateRequest, chosen: Schedule,
+                  meta: TraceMetadata, out: Path, inputs: tuple[str | os.PathLike[str], ...]) -> Path:
+    """The plan's GPUs as one trace (:mod:`layerscope.schedule.cluster`): each stage scheduled on the chosen
+    engine count by the request's policy, the micro-batches through the pipeline, one process per GPU."""
+    from layerscope.schedule.cluster import ClusterOps, cluster_timeline
+    from layerscope.trace.cluster_writer import write_cluster_trace
+
+    plan = request.parallel
+    ops = ClusterOps.from_timed(timed, spec, plan.pipeline_parallel)
+    timeline = cluster_timeline(
+        ScheduleProblem.from_timed(timed), ops, tensor_parallel=plan.tensor_parallel,
+        pipeline_parallel=plan.pipeline_parallel, data_parallel=plan.data_parallel,
+        micro_batches=plan.micro_batches, engines=chosen.engines, policy=request.policy,
+        share_bandwidth=request.share_bandwidth)
+    log.info("cluster trace: %d GPUs, %d slices, %d flows", len(timeline.gpus), len(timeline.op),
+             len(timeline.flow_src))
+    return write_cluster_trace(timeline, meta, out, inputs)
 
 
 def result_of(run: SimulationRun) -> SimulateResult:

@@ -49,7 +49,8 @@ def simulate_cmd(
     micro_batches: int = options.micro_batches(),
     no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
                                              help="Every engine sees the full memory bandwidth."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace (with "
+                                    "--tp/--pp/--dp over 1 GPU: one process per GPU, at most 64)"),
     open_ui: bool = typer.Option(False, "--open", help="Open the trace in ui.perfetto.dev (needs --out)."),
     as_json: bool = options.as_json("Print one JSON object (docs/schema/simulate.json)."),
     input_alias: int | None = options.alias("--input"),
@@ -98,7 +99,7 @@ def simulate_cmd(
 
         print_json(result)
     else:
-        _render(result)
+        _render(result, request.parallel.devices)
     if open_ui and result.trace is not None:
         _open(Path(result.trace))
 
@@ -150,7 +151,7 @@ def _open(path: Path, *, as_json: bool = False, browser: bool = True, timeout_s:
     return fetched
 
 
-def _render(result: SimulateResult) -> None:
+def _render(result: SimulateResult, gpus: int = 1) -> None:
     from rich.table import Table
 
     from layerscope.cli.common import console, esc, fmt_time_s
@@ -172,4 +173,5 @@ def _render(result: SimulateResult) -> None:
     con.print(t)
     con.print(f"engines used: {result.engines_used} (smallest count within 2% of the best makespan)")
     if result.trace is not None:
-        con.print(f"trace: {esc(result.trace)} ({s.engines} engines)")
+        con.print(f"trace: {esc(result.trace)} ({s.engines} engines)" if gpus == 1 else
+                  f"trace: {esc(result.trace)} ({gpus} GPUs, one process each, {s.engines} engines each)")
