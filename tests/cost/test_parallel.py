@@ -142,3 +142,53 @@ def test_pipeline_estimate_matches_its_stage_sum(llama8b) -> None:
     assert pipe.time_s == pytest.approx(float(pipe.stage_times_s.sum()))
     assert piped.ttft_s > one.ttft_s  # the send costs time, nothing overlaps
     assert piped.memory.weights < one.memory.weights
+
+
+def test_deepseek_v3_tp8_weights_match_its_published_deployment() -> None:
+    """DeepSeek-V3 (the FP8 checkpoint) served TP8 on 8 H200s.
+
+    Published: the checkpoint's safetensors hold 641.30 GiB (the Hub's file sizes, as llm-cal reads them:
+    https://flytomelight.github.io/llm-cal/models/deepseek-ai-deepseek-v3-h100/), of which the main model is
+    671B of the 685B parameters (DeepSeek-V3 README: "671B of the Main Model weights and 14B of the Multi-Token
+    Prediction (MTP) Module weights"), so TP8 holds 641.30 × 671/685 / 8 = 78.5 GiB per GPU; and SGLang's log of
+    that deployment (sgl-project/sglang#3416, 8x H200, tp 8) found 58.12 GiB free after loading on a GPU of
+    143771 MiB (140.4 GiB), so weights and the CUDA context took at most 82.3 GiB."""
+    spec = load_model_spec("deepseek-v3")
+    w = make_workload(phase="decode", batch=1, context=1024, tensor_parallel=8)
+    g = build_model_graph(spec, w.passes()[0], w)
+    weights_gib = memory_footprint(spec, w, [g]).weights / 2**30
+    assert weights_gib == pytest.approx(641.30 * 671 / 685 / 8, rel=0.02)
+    assert weights_gib < 143771 / 1024 - 58.12
+
+
+def test_communication_buffers_per_communicator(llama8b) -> None:
+    from layerscope.cost.api import NCCL_BUFFER_BYTES, NCCL_CHANNELS, communication_buffer_bytes
+
+    one = 2 * NCCL_CHANNELS * NCCL_BUFFER_BYTES
+    assert communication_buffer_bytes(make_workload(phase="decode")) == 0
+    assert communication_buffer_bytes(make_workload(phase="decode", tensor_parallel=8)) == one
+    assert communication_buffer_bytes(make_workload(phase="decode", tensor_parallel=2, pipeline_parallel=4)) == 2 * one
+    w = make_workload(phase="decode", tensor_parallel=2)
+    mem = memory_footprint(llama8b, w, [build_model_graph(llama8b, w.passes()[0], w)])
+    assert mem.total == pytest.approx(mem.weights + mem.kv_cache + mem.activations + one)
+
+
+def test_sequence_parallel_moves_the_all_reduce_bytes_as_reduce_scatter_plus_all_gather(llama8b) -> None:
+    # Korthikanti et al. 2022 §4.2.2: an all-reduce is a reduce-scatter and an all-gather, the same bytes on
+    # the wire; norms and residual adds run on T/tp rows
+    graphs = {}
+    for sp in (False, True):
+        w = make_workload(phase="prefill", batch=2, prompt_len=512, tensor_parallel=4, sequence_parallel=sp)
+        graphs[sp] = build_model_graph(llama8b, w.passes()[0], w)
+    wire = {sp: sum(o.comm_bytes for o in g.ops if o.kind == "communication" and o.layer == 3)
+            for sp, g in graphs.items()}
+    message = 1024 * 4096 * 2  # T x hidden in bf16
+    assert wire[True] == wire[False] == 2 * (2 * 3 * message // 4)  # two all-reduces a layer, 2(p-1)/p each
+    kinds = [o.attr("collective") for o in graphs[True].ops if o.kind == "communication" and o.layer == 3]
+    assert kinds == ["all_gather", "reduce_scatter", "all_gather", "reduce_scatter"]
+    norms = [o for o in graphs[True].ops if o.kind == "norm" and o.layer == 3]
+    assert all(o.outputs[0].shape[0] == 1024 // 4 for o in norms)
+    adds = [o for o in graphs[True].ops if o.kind == "residual_add" and o.layer == 3]
+    assert all(o.outputs[0].shape[0] == 1024 // 4 for o in adds)
+    with pytest.raises(WorkloadError, match="needs tensor_parallel > 1"):
+        make_workload(phase="prefill", sequence_parallel=True)

@@ -245,13 +245,15 @@ class MemoryBytes(BaseModel):
     model_config = _RESULT_CONFIG
 
     weights: float
-    """Weight bytes (at the weight dtype, divided by tensor parallelism)."""
+    """Weight bytes on the busiest device (at the weight dtype, its share under the parallel plan)."""
     kv_cache: float
     """KV-cache bytes at the workload's longest context (sliding-window layers capped)."""
     activations: float
     """Peak live activation bytes (the largest op's inputs and outputs, plus the residual stream)."""
+    communication: float
+    """Communication buffers: NCCL's per-channel buffers of each communicator of the plan (0 on one device)."""
     total: float
-    """Sum of the three."""
+    """Sum of the four."""
 
 
 class Totals(BaseModel):
@@ -338,6 +340,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
 def estimate_raw(request: EstimateRequest) -> Estimate:
     """The cost layer's :class:`~layerscope.cost.api.Estimate` of ``request`` (arrays, for callers that
     go on computing: sweeps, validation)."""
+    from layerscope.app.requests import check_devices
     from layerscope.cost.api import estimate as time_workload
     from layerscope.hardware import HardwareSpec, load_hardware
     from layerscope.model import ModelSpec, load_model_spec
@@ -347,6 +350,7 @@ def estimate_raw(request: EstimateRequest) -> Estimate:
     hardware = request.hardware
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(os.fspath(hardware),
                                                                           device=request.device_column)
+    check_devices(request.hardware, request.parallel)
     workload = request.workload.to_workload(request.parallel)
     return time_workload(spec, hw, workload, cost_model=request.cost_model, attention=request.attention,
                          layer=request.layer)
@@ -363,7 +367,7 @@ def result_of(est: Estimate) -> EstimateResult:
         ttft_s=est.ttft_s, tpot_s=est.tpot_s, e2e_s=est.e2e_s, output_tokens_per_s=est.output_tokens_per_s,
         phase_times_s=dict(est.phase_times_s), warnings=list(est.warnings),
         memory_bytes=MemoryBytes(weights=memory.weights, kv_cache=memory.kv_cache, activations=memory.activations,
-                                 total=memory.total),
+                                 communication=memory.communication, total=memory.total),
         memory_capacity_bytes=est.memory_capacity_bytes, fits_in_memory=est.fits_in_memory,
         totals=Totals(time_s=est.total_time_s, flops=float(sum(op.flops for op in rows)),
                       bytes=float(sum(op.bytes for op in rows)), ops=len(rows)),

@@ -69,10 +69,15 @@ class PlanRow(BaseModel):
     gpus: int
     """GPUs the plan occupies."""
     tensor_parallel: int
+    """Devices each layer's heads and FFN columns are split across."""
     pipeline_parallel: int
+    """Pipeline stages."""
     expert_parallel: int
+    """Devices the routed experts are spread over (1: split like the dense MLP)."""
     data_parallel: int
+    """Replicas, each with its share of the batch."""
     micro_batches: int
+    """Micro-batches per replica through the pipeline."""
     latency_s: float
     """TTFT (prefill), TPOT (decode, chunked) or end to end (generate)."""
     output_tokens_per_s: float
@@ -82,8 +87,11 @@ class PlanRow(BaseModel):
     memory_per_gpu_bytes: float
     """Weights, KV cache and activations on the busiest device."""
     weights_per_gpu_bytes: float
+    """Weights on the busiest device."""
     kv_cache_per_gpu_bytes: float
+    """KV cache on the busiest device."""
     memory_capacity_bytes: float
+    """Main memory of one GPU."""
     communication_share: float
     """Communication ops' share of one device's op time (all phases)."""
     bubble_fraction: float | None
@@ -96,11 +104,17 @@ class PlanFailure(BaseModel):
     model_config = MODEL_CONFIG
 
     gpus: int
+    """GPUs the plan would occupy."""
     tensor_parallel: int
+    """Devices each layer's heads and FFN columns are split across."""
     pipeline_parallel: int
+    """Pipeline stages."""
     expert_parallel: int
+    """Devices the routed experts are spread over (1: split like the dense MLP)."""
     data_parallel: int
+    """Replicas, each with its share of the batch."""
     micro_batches: int
+    """Micro-batches per replica through the pipeline."""
     reason: str
     """The broken constraint: heads, KV heads, experts, layers per stage, GPUs available, memory per GPU, a
     collective beyond the NVLink domain with no network."""
@@ -112,12 +126,15 @@ class PlanResult(BaseModel):
     model_config = MODEL_CONFIG
 
     model: str
+    """The model's name."""
     hardware: str
     """The GPU's spec name (the cluster's, where a cluster was given)."""
     gpus_available: int | None
     """GPUs of the cluster; ``null`` for a bare GPU spec (any count)."""
     objective: Objective
+    """What the plans are ranked by: ``latency`` or ``throughput`` (per GPU)."""
     phase: str
+    """The workload's phase (what ``latency_s`` measures)."""
     plans: list[PlanRow]
     """Valid plans, best first by ``objective`` (ties: the other objective, then fewer GPUs)."""
     failures: list[PlanFailure]

@@ -55,16 +55,22 @@ class ParallelPlan(BaseModel):
     """Model replicas, each with its share of the batch."""
     micro_batches: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Micro-batches per replica through the pipeline."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism over the tensor-parallel devices (reduce-scatter + all-gather)."""
 
     @property
     def devices(self) -> int:
         """Devices the plan occupies: tensor × pipeline × data parallel."""
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
 
-    def workload_fields(self) -> dict[str, int]:
+    def workload_fields(self) -> dict[str, int | bool]:
         """The :class:`~layerscope.workload.Workload` fields of this plan that differ from 1."""
-        return {name: value for name in ("tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel",
-                                         "micro_batches") if (value := getattr(self, name)) != 1}
+        fields: dict[str, int | bool] = {
+            name: value for name in ("tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel",
+                                     "micro_batches") if (value := getattr(self, name)) != 1}
+        if self.sequence_parallel:
+            fields["sequence_parallel"] = True
+        return fields
 
 
 class WorkloadRequest(BaseModel):
@@ -109,6 +115,20 @@ class WorkloadRequest(BaseModel):
         if plan is not None:
             fields.update(plan.workload_fields())
         return make_workload(**fields)
+
+
+def check_devices(hardware: HardwareRef, plan: ParallelPlan) -> None:
+    """Refuse a plan needing more GPUs than the cluster ``hardware`` names has (a ``WorkloadError`` naming both);
+    a bare GPU spec takes any count."""
+    if plan.devices == 1 or not isinstance(hardware, str | os.PathLike):
+        return
+    from layerscope.hardware.cluster import cluster_of
+
+    cluster = cluster_of(os.fspath(hardware))
+    if cluster is not None and plan.devices > cluster.total_gpus:
+        raise WorkloadError(f"the plan needs {plan.devices} GPUs (tp {plan.tensor_parallel} × pp "
+                            f"{plan.pipeline_parallel} × dp {plan.data_parallel}); {cluster.name} has "
+                            f"{cluster.total_gpus} ({cluster.nodes} nodes × {cluster.gpus_per_node})")
 
 
 def with_execution(hardware: HardwareRef, execution: str | None, device_column: str | None = None) -> HardwareRef:

@@ -38,6 +38,7 @@ def estimate_cmd(
     expert_parallel: int = options.expert_parallel(),
     data_parallel: int = options.data_parallel(),
     micro_batches: int = options.micro_batches(),
+    sequence_parallel: bool = options.sequence_parallel(),
     cost_model: str | None = options.cost_model(None),
     attention: str = options.attention(),
     execution: str | None = options.execution(),
@@ -69,7 +70,7 @@ def estimate_cmd(
         workload=workload,
         parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
                                expert_parallel=expert_parallel, data_parallel=data_parallel,
-                               micro_batches=micro_batches),
+                               micro_batches=micro_batches, sequence_parallel=sequence_parallel),
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,
     )
@@ -163,6 +164,8 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
     s.add_row(f"weights{per}", fmt_si(m.weights, "B"))
     s.add_row("KV cache", fmt_si(m.kv_cache, "B"))
     s.add_row("activations", fmt_si(m.activations, "B"))
+    if m.communication:
+        s.add_row("communication buffers", fmt_si(m.communication, "B"))
     s.add_row("memory total / capacity", f"{fmt_si(m.total, 'B')} / {fmt_si(result.memory_capacity_bytes, 'B')}")
     s.add_row("fits in memory", "yes" if result.fits_in_memory else "[red]no[/]")
     con.print(s)

@@ -82,6 +82,11 @@ def data_parallel() -> Any:
     return typer.Option(1, "--dp", help="Data-parallel replicas (each takes its share of --batch).")
 
 
+def sequence_parallel() -> Any:
+    return typer.Option(False, "--sp", help="Sequence parallelism over the --tp devices (norms on 1/tp of the "
+                        "tokens, reduce-scatter + all-gather instead of all-reduce).")
+
+
 def micro_batches() -> Any:
     return typer.Option(1, "--micro-batches", help="Micro-batches per replica through the pipeline.")
 

@@ -70,6 +70,14 @@ class OpEstimate:
     bound: str
 
 
+#: NCCL's buffer per channel and connection (``NCCL_BUFFSIZE``, 4 MiB by default: NCCL's environment-variable
+#: documentation), allocated for each peer a communicator's rings and trees connect.
+NCCL_BUFFER_BYTES = 4 * 2**20
+#: Channels per NCCL communicator on an NVLink system (an assumption: NCCL's tuner picks 16 to 32 on H100 boards,
+#: set by NCCL_MIN_NCHANNELS/NCCL_MAX_NCHANNELS).
+NCCL_CHANNELS = 16
+
+
 @dataclass(frozen=True)
 class MemoryFootprint:
     """Bytes resident on one device."""
@@ -77,14 +85,27 @@ class MemoryFootprint:
     weights: float
     kv_cache: float
     activations: float
+    communication: float = 0.0
+    """Communication buffers: NCCL's per-channel buffers of each communicator the device belongs to."""
 
     @property
     def total(self) -> float:
-        return self.weights + self.kv_cache + self.activations
+        return self.weights + self.kv_cache + self.activations + self.communication
 
     def as_dict(self) -> dict[str, float]:
         return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
-                "total": self.total}
+                "communication": self.communication, "total": self.total}
+
+
+def communication_buffer_bytes(workload: Workload) -> float:
+    """NCCL buffers one device holds for its plan's communicators: a tensor-parallel group, an expert-parallel
+    group and the pipeline's neighbours, each ``NCCL_CHANNELS`` channels × ``NCCL_BUFFER_BYTES`` per connection,
+    a send and a receive connection per channel (a ring's; a pipeline stage in the middle talks to two
+    neighbours). The all-to-all's own receive buffer is the dispatch op's output, counted in the activations."""
+    per_communicator = 2.0 * NCCL_CHANNELS * NCCL_BUFFER_BYTES
+    groups = int(workload.tensor_parallel > 1) + int(workload.expert_parallel > 1)
+    neighbours = min(2, workload.pipeline_parallel - 1)
+    return per_communicator * (groups + neighbours / 2.0)
 
 
 @dataclass(frozen=True)
@@ -330,7 +351,8 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
       sliding-window layers capped at the window, at the KV dtype, KV heads split by ``tensor_parallel``
       (never below one; MLA's latent replicated);
     * activations: the largest live set at any op — its inputs and outputs — plus the residual
-      stream (tokens x hidden), at the activation dtype.
+      stream (tokens x hidden), at the activation dtype;
+    * communication: NCCL's buffers (:func:`communication_buffer_bytes`), 0 on one device.
     """
     tp = workload.tensor_parallel
     weights = _weight_bytes(spec, workload.weight_dtype) * _per_device_weight_share(spec, workload)
@@ -345,7 +367,8 @@ def memory_footprint(spec: ModelSpec, workload: Workload, graphs: Sequence[OpGra
     split = workload.data_parallel * workload.micro_batches
     tokens = max(-(-fwd.num_tokens // split) for fwd in workload.passes())
     act = peak_act + tokens * spec.hidden_size * workload.act_dtype.bytes
-    return MemoryFootprint(weights=weights, kv_cache=kv, activations=act)
+    return MemoryFootprint(weights=weights, kv_cache=kv, activations=act,
+                           communication=communication_buffer_bytes(workload))
 
 
 @lru_cache(maxsize=256)

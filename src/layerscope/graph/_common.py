@@ -72,6 +72,15 @@ class BuildContext:
     """Last layer of every pipeline stage but the final one; an activation send follows each."""
     stage_gpus: int = 1
     """GPUs of one pipeline stage (``tensor_parallel × data_parallel``): where a stage's sends land."""
+    sp: bool = False
+    """Sequence parallelism: norms and residual adds on ``tokens / tp`` rows, each tensor-parallel all-reduce a
+    reduce-scatter, an all-gather before each column-parallel block."""
+
+    @property
+    def sp_tokens(self) -> int:
+        """Rows of the sequence-parallel regions (norms, residual adds): ``ceil(tokens / tp)`` under sequence
+        parallelism, else all the tokens."""
+        return ceil_div(self.tokens, self.tp) if self.sp else self.tokens
 
     @property
     def wbits(self) -> int:
@@ -88,7 +97,7 @@ class BuildContext:
 
 def make_context(spec: ModelSpec, groups: tuple[Group, ...], weight_dtype: DType, act_dtype: DType,
                  kv_dtype: DType, tp: int, *, ep: int = 1, stage_ends: tuple[int, ...] = (),
-                 stage_gpus: int = 1) -> BuildContext:
+                 stage_gpus: int = 1, sp: bool = False) -> BuildContext:
     """Build the context of one pass; FFN widths round up when not divisible by ``tp`` (heads must
     divide: :func:`layerscope.workload.check_tensor_parallel`)."""
     check_tensor_parallel(spec, tp)
@@ -110,6 +119,7 @@ def make_context(spec: ModelSpec, groups: tuple[Group, ...], weight_dtype: DType
         ep=ep,
         stage_ends=stage_ends,
         stage_gpus=stage_gpus,
+        sp=sp and tp > 1,
     )
 
 
@@ -214,6 +224,8 @@ def all_reduce(ctx: BuildContext, name: str, module: str, layer: int | None, x: 
     adt = ctx.act_dtype
     numel = t * width
     msg = nbytes(numel, adt.bits)
+    if ctx.sp:
+        return reduce_scatter(ctx, name.removesuffix(".all_reduce") + ".reduce_scatter", module, layer, x, width)
     return Op(
         name=name, kind="communication", module=module, layer=layer,
         inputs=(act(x, (t, width), adt),), outputs=(act(f"{name}:out", (t, width), adt),),
@@ -222,3 +234,26 @@ def all_reduce(ctx: BuildContext, name: str, module: str, layer: int | None, x: 
         attrs=(("collective", "all_reduce"), ("algorithm", "ring"), ("tp", p), ("message_bytes", msg)),
         comm_bytes=2 * (p - 1) * msg // p,
     )
+
+
+def reduce_scatter(ctx: BuildContext, name: str, module: str, layer: int | None, x: str, width: int) -> Op:
+    """Ring reduce-scatter of ``x[T, width]`` over the ``tp`` devices, each keeping ``T/tp`` rows of the sum
+    (sequence parallelism's replacement of the all-reduce after a row-parallel linear, Korthikanti et al. 2022
+    §4.2.2): (p−1)/p of the message on the wire (Thakur et al. 2005 §4.4) and (p−1)/p of its elements added."""
+    t, p, adt = ctx.tokens, ctx.tp, ctx.act_dtype
+    full = act(x, (t, width), adt)
+    out = act(f"{name}:out", (ctx.sp_tokens, width), adt)
+    return collective_op(name, module, layer, full, out, collective="reduce_scatter", gpus=p,
+                         message_bytes=full.nbytes, comm_bytes=(p - 1) * full.nbytes // p,
+                         flops=(p - 1) * t * width // p, definition=f"reduce_scatter_h{width}",
+                         attrs=(("tp", p),))
+
+
+def all_gather(ctx: BuildContext, name: str, module: str, layer: int | None, x: str, width: int) -> Op:
+    """Ring all-gather of each device's ``T/tp`` rows of ``x`` into ``x[T, width]`` on every device (sequence
+    parallelism, before a column-parallel linear): (p−1)/p of the output on the wire (Thakur et al. 2005 §4.1)."""
+    t, p, adt = ctx.tokens, ctx.tp, ctx.act_dtype
+    out = act(f"{name}:out", (t, width), adt)
+    return collective_op(name, module, layer, act(x, (ctx.sp_tokens, width), adt), out, collective="all_gather",
+                         gpus=p, message_bytes=out.nbytes, comm_bytes=(p - 1) * out.nbytes // p,
+                         definition=f"all_gather_h{width}", attrs=(("tp", p),))

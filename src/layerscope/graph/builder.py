@@ -17,12 +17,20 @@ activation name with ``decode_step_{t}.`` (weights and ``Op.module`` keep their 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
 
 from layerscope.errors import GraphError
-from layerscope.graph._common import BuildContext, Group, ceil_div, collective_op, elementwise_add, make_context
+from layerscope.graph._common import (
+    BuildContext,
+    Group,
+    all_gather,
+    ceil_div,
+    collective_op,
+    elementwise_add,
+    make_context,
+)
 from layerscope.graph.attention import AttentionView, MLAForm, build_attention, check_attention_view
 from layerscope.graph.embedding import LogitsMode, build_embedding, build_head
 from layerscope.graph.mlp import build_dense_mlp
@@ -63,7 +71,8 @@ def pass_context(spec: ModelSpec, fwd: ForwardPass, workload: Workload) -> Build
     return make_context(spec, groups, workload.weight_dtype, workload.act_dtype, workload.kv_dtype,
                         workload.tensor_parallel, ep=workload.expert_parallel,
                         stage_ends=tuple(r[-1] for r in stages[:-1]),
-                        stage_gpus=workload.tensor_parallel * workload.data_parallel)
+                        stage_gpus=workload.tensor_parallel * workload.data_parallel,
+                        sp=workload.sequence_parallel)
 
 
 def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
@@ -76,48 +85,64 @@ def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
     hidden = spec.hidden_size
     sliding = spec.sliding_window is not None and spec.layer_is_sliding(layer)
     moe = spec.is_moe_layer(layer)
-    n1 = norm_op(ctx, f"{lp}{mods.input_norm}", layer, x, hidden)
+    # Norms and residual adds run on the sequence-parallel slice under sequence parallelism (all tokens else).
+    sctx = replace(ctx, tokens=ctx.sp_tokens) if ctx.sp else ctx
+    n1 = norm_op(sctx, f"{lp}{mods.input_norm}", layer, x, hidden)
     ops = [n1]
-    attn_ops, a = build_attention(ctx, names, layer, n1.outputs[0].name, sliding=sliding, view=view,
-                                  mla_form=mla_form)
+
+    def gathered(name: str, inp: str) -> str:
+        """``inp`` on every token: an all-gather over the tensor-parallel devices under sequence parallelism."""
+        if not ctx.sp:
+            return inp
+        ag = all_gather(ctx, name, name.rsplit(".", 1)[0], layer, inp, hidden)
+        ops.append(ag)
+        return ag.outputs[0].name
+
+    attn_in = gathered(f"{names.attn}.all_gather", n1.outputs[0].name)
+    attn_ops, a = build_attention(ctx, names, layer, attn_in, sliding=sliding, view=view, mla_form=mla_form)
     ops += attn_ops
 
     def mlp(inp: str) -> str:
-        m_ops, m_out = build_moe(ctx, names, layer, inp) if moe else build_dense_mlp(ctx, names.mlp, layer, inp)
+        if moe and ctx.ep > 1:  # expert parallelism dispatches each device's own tokens: no gather first
+            m_ops, m_out = build_moe(ctx, names, layer, inp)
+        else:
+            if inp != attn_in:  # a parallel block's MLP reads the input attention already gathered
+                inp = gathered(f"{names.mlp}.all_gather", inp)
+            m_ops, m_out = build_moe(ctx, names, layer, inp) if moe else build_dense_mlp(ctx, names.mlp, layer, inp)
         ops.extend(m_ops)
         return m_out
 
     if spec.block_layout == "parallel":
         # GPT-J/Falcon: attention and MLP read the same normed input; one residual add of both.
         if mods.post_attn_norm:
-            n2 = norm_op(ctx, f"{lp}{mods.post_attn_norm}", layer, x, hidden)
+            n2 = norm_op(sctx, f"{lp}{mods.post_attn_norm}", layer, x, hidden)
             ops.append(n2)
             m = mlp(n2.outputs[0].name)
         else:
-            m = mlp(n1.outputs[0].name)
-        res = elementwise_add(ctx, f"{lp}residual", lp[:-1], layer, (x, a, m), hidden)
+            m = mlp(attn_in)
+        res = elementwise_add(sctx, f"{lp}residual", lp[:-1], layer, (x, a, m), hidden)
         ops.append(res)
         return ops, res.outputs[0].name
     if spec.extra_norms and mods.post_attn_norm:
         # Gemma2/3: post_attention_layernorm normalizes the attention output before the residual.
-        pa = norm_op(ctx, f"{lp}{mods.post_attn_norm}", layer, a, hidden)
+        pa = norm_op(sctx, f"{lp}{mods.post_attn_norm}", layer, a, hidden)
         ops.append(pa)
         a = pa.outputs[0].name
-    r1 = elementwise_add(ctx, f"{lp}residual_attn", lp[:-1], layer, (x, a), hidden)
+    r1 = elementwise_add(sctx, f"{lp}residual_attn", lp[:-1], layer, (x, a), hidden)
     ops.append(r1)
     pre_mlp = mods.pre_ffn_norm if spec.extra_norms else mods.post_attn_norm
     h = r1.outputs[0].name
     if pre_mlp:
-        n2 = norm_op(ctx, f"{lp}{pre_mlp}", layer, h, hidden)
+        n2 = norm_op(sctx, f"{lp}{pre_mlp}", layer, h, hidden)
         ops.append(n2)
         m = mlp(n2.outputs[0].name)
     else:
         m = mlp(h)
     if spec.extra_norms and mods.post_ffn_norm:
-        pf = norm_op(ctx, f"{lp}{mods.post_ffn_norm}", layer, m, hidden)
+        pf = norm_op(sctx, f"{lp}{mods.post_ffn_norm}", layer, m, hidden)
         ops.append(pf)
         m = pf.outputs[0].name
-    r2 = elementwise_add(ctx, f"{lp}residual_mlp", lp[:-1], layer, (h, m), hidden)
+    r2 = elementwise_add(sctx, f"{lp}residual_mlp", lp[:-1], layer, (h, m), hidden)
     ops.append(r2)
     return ops, r2.outputs[0].name
 
@@ -239,6 +264,10 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
             send = stage_send(ctx, f"{step}{lp}pp_send", lp[:-1], layer, x)
             ops.append(send)
             x = send.outputs[0].name
+    if head and ctx.sp and layers:  # the head reads every token: gather the last layer's slices
+        ag = all_gather(ctx, f"{step}norm.all_gather", "norm", None, x, spec.hidden_size)
+        ops.append(ag)
+        x = ag.outputs[0].name
     if head:
         head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
         ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x)

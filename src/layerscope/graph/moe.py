@@ -168,7 +168,7 @@ def _build_moe_ep(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> t
     ops: list[Op] = []
     router_name = f"{mlp}.{mods.router}"
     router = linear(sub, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router",
-                    weight_dtype=moe.router_weight_dtype, in_rows=ctx.tokens)
+                    weight_dtype=moe.router_weight_dtype, in_rows=own if ctx.sp else ctx.tokens)
     ops.append(router)
     topk_name = f"{mlp}.topk"
     topk = Op(
@@ -228,7 +228,7 @@ def _build_moe_ep(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> t
         add = elementwise_add(sub, f"{mlp}.shared_add", mlp, layer, (out, shared_out), hidden)
         ops.append(add)
         out = add.outputs[0].name
-    if ctx.tp > 1:
+    if ctx.tp > 1 and not ctx.sp:  # sequence parallelism keeps the slice for its residual add
         gather_name = f"{mlp}.all_gather"
         full = act(f"{gather_name}:out", (ctx.tokens, hidden), adt)
         gather = collective_op(

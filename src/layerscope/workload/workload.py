@@ -117,6 +117,10 @@ class Workload(BaseModel):
     data_parallel: int = Field(default=1, gt=0, le=MAX_DEVICES)
     """Model replicas: each takes ``ceil(batch / data_parallel)`` of the sequences (with ``expert_parallel``,
     the attention replicas of DeepSeek-V3-style serving whose MoE layers share one expert-parallel group)."""
+    sequence_parallel: bool = False
+    """Megatron-LM sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198 §4.2.2): the norms and
+    residual adds run on ``1/tensor_parallel`` of the tokens, each all-reduce becomes a reduce-scatter after the
+    row-parallel linear and an all-gather before the next column-parallel one. Needs ``tensor_parallel > 1``."""
     micro_batches: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Micro-batches a replica's sequences are cut into for the pipeline (GPipe): more fill the stages,
     each smaller. 1 without pipeline parallelism."""
@@ -177,6 +181,9 @@ class Workload(BaseModel):
         if self.data_parallel > self.batch:
             raise ValueError(f"data_parallel={self.data_parallel} replicas need at least as many sequences; "
                              f"batch is {self.batch}")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise ValueError("sequence_parallel splits the tokens over the tensor-parallel devices: it needs "
+                             "tensor_parallel > 1")
         if self.micro_batches > self.replica_batch:
             raise ValueError(f"micro_batches={self.micro_batches} exceeds the {self.replica_batch} sequences of a "
                              f"replica (batch {self.batch} / data_parallel {self.data_parallel})")
