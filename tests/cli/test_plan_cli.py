@@ -83,3 +83,10 @@ def test_enumeration_covers_every_factorization() -> None:
     shapes = {(c.tp, c.pp, c.dp) for c in plans}
     assert {(8, 1, 1), (4, 2, 1), (2, 2, 2), (1, 8, 1), (1, 1, 8)} <= shapes
     assert all(c.tp * c.pp * c.dp == 8 and c.ep == 1 for c in plans)
+
+
+@pytest.mark.parametrize("command", ["estimate", "simulate"])
+def test_a_plan_beyond_the_cluster_exits_2(run_cli, command) -> None:
+    res = run_cli(command, "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--tp", "8", "--pp", "2")
+    assert res.returncode == 2
+    assert "needs 16 GPUs" in res.stderr and "dgx-h100 has 8" in res.stderr

@@ -24,6 +24,7 @@ from layerscope.app.requests import (
     ModelRef,
     ParallelPlan,
     WorkloadRequest,
+    check_devices,
 )
 from layerscope.errors import ScheduleError
 from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy
@@ -216,6 +217,7 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
     else:
         spec = load_model_spec(os.fspath(request.model))
         inputs.append(request.model)
+    check_devices(request.hardware, request.parallel)
     if isinstance(request.hardware, HardwareSpec):
         hw = request.hardware
     else:
