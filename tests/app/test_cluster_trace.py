@@ -197,8 +197,22 @@ def test_written_trace_read_back(case: Any, tmp_path: Path, suffix: str) -> None
     threads = [r for r in t.thread.to_pylist() if r["name"]]
     for upid in procs:
         assert "communication" in {r["name"] for r in threads if r["upid"] == upid}
-    assert t.slice.num_rows == len(tl.op)
+    items = len(tl.gpus) * tl.passes * MB
+    assert t.slice.num_rows == len(tl.op) + items
     assert t.flow.num_rows == len(tl.flow_src)
+    # the micro-batches track: one slice per micro-batch on every GPU, stage s's first after stage s-1's
+    thread_of = {r["utid"]: r for r in threads}
+    track_thread = {r["id"]: r["utid"] for r in t.track.to_pylist()}
+    first: dict[str, int] = {}
+    for r in t.slice.to_pylist():
+        th = thread_of.get(track_thread.get(r["track_id"]))  # type: ignore[arg-type]
+        if th is not None and th["name"] == "micro-batches":
+            proc = procs[th["upid"]]
+            first[proc] = min(first.get(proc, r["ts"]), r["ts"])
+            assert r["category"] == "pipeline" and r["name"].startswith("micro-batch ")
+    assert len(first) == len(tl.gpus)
+    stage_start = {s: {v for k, v in first.items() if f"(stage {s}," in k} for s in range(PP)}
+    assert stage_start[0] == {0} and min(stage_start[1]) == int(tl.stage_times_ns[0, 0])
 
 
 def test_gpu_cap_and_empty_stage_are_refused() -> None:
@@ -259,7 +273,10 @@ def test_real_trace_processor_reads_it(perfetto_oracle: Any, case: Any, tmp_path
     gpus = len(tl.gpus)
     assert trace.query("SELECT COUNT(DISTINCT upid) AS n FROM process WHERE name LIKE 'GPU %'") == [{"n": gpus}]
     assert trace.query("SELECT COUNT(*) AS n FROM thread WHERE name = 'communication'") == [{"n": gpus}]
-    assert trace.query("SELECT COUNT(*) AS n, MAX(depth) AS depth FROM slice") == [{"n": len(tl.op), "depth": 0}]
+    items = gpus * tl.passes * MB  # the micro-batches track's slices
+    assert trace.query("SELECT COUNT(*) AS n, MAX(depth) AS depth FROM slice") == [
+        {"n": len(tl.op) + items, "depth": 0}]
+    assert trace.query("SELECT COUNT(*) AS n FROM slice WHERE category = 'pipeline'") == [{"n": items}]
     assert trace.query("SELECT COUNT(*) AS n FROM flow") == [{"n": len(tl.flow_src)}]
     # every flow joins slices at one instant: a send and its receive, or two GPUs of one collective
     assert trace.query("SELECT COUNT(*) AS n FROM flow f JOIN slice o ON f.slice_out = o.id "

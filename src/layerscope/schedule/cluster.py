@@ -191,6 +191,8 @@ class ClusterTimeline:
     passes: int
     stage_times_ns: np.ndarray
     """int64 ``[passes, stages]``: each stage's makespan per micro-batch."""
+    item_start_ns: np.ndarray
+    """int64 ``[passes, micro_batches, stages]``: when each stage starts each micro-batch of each pass."""
     gpu: np.ndarray
     """int64 GPU rank of each slice."""
     track: np.ndarray
@@ -218,6 +220,14 @@ class ClusterTimeline:
 
     def lane_name(self, lane: int) -> str:
         return "communication" if lane == 0 else f"communication {lane + 1}"
+
+    def items(self, stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The (pass, micro-batch) items a GPU of ``stage`` runs, in order: ``(step, micro_batch, start_ns,
+        end_ns)``; the gaps before the first, between and after the last are its share of the bubble."""
+        starts = self.item_start_ns[:, :, stage]
+        steps, mbs = np.indices(starts.shape)
+        ends = starts + self.stage_times_ns[:, stage][:, None]
+        return steps.ravel(), mbs.ravel(), starts.ravel(), ends.ravel()
 
 
 @dataclass
@@ -397,7 +407,7 @@ def cluster_timeline(problem: ScheduleProblem, ops: ClusterOps, *, tensor_parall
             src.append(here + send)
             dst.append(first_slice[g.rank + per_stage] + recv)
     return ClusterTimeline(
-        ranks, engine_set, lanes, first.policy, m, passes, stage_ns, gpu, col["track"], col["op"], col["cls"],
+        ranks, engine_set, lanes, first.policy, m, passes, stage_ns, start, gpu, col["track"], col["op"], col["cls"],
         col["start"], col["end"], col["mb"], col["step"], np.concatenate(peer_col), group, group_gpus,
         np.concatenate(src), np.concatenate(dst), tuple(counters))
 

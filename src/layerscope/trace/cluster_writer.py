@@ -3,7 +3,8 @@ protobuf, chosen by the path's suffix as :func:`~layerscope.trace.writers.write_
 
 Layout: one process per GPU (pid :func:`~layerscope.trace.writers.sim_pid` of its rank, sort index the rank,
 named ``GPU r (stage s, tp t, dp d)``); its threads are the compute engines (``engine k``) and the
-communication lanes (``communication``, and ``communication 2`` … where transfers overlap on a GPU), thread
+communication lanes (``communication``, and ``communication 2`` … where transfers overlap on a GPU) and
+``micro-batches`` (one slice per micro-batch its stage runs: the gaps are its share of the pipeline bubble), thread
 ids ``pid·1000 + TID_BASE + track`` so no two GPUs share one (trace_processor keys threads by tid). Each op of
 each micro-batch is a slice on its GPU's engine, a collective or a pipeline send on the communication lane,
 with the op's args (shapes, FLOPs, bytes: :class:`~layerscope.trace.writers.TraceMetadata`) plus
@@ -54,8 +55,26 @@ def slice_names(timeline: ClusterTimeline, meta: TraceMetadata) -> list[str]:
     return out
 
 
+#: The track of each GPU that shows its micro-batches (one slice each, spanning its stage's work on it).
+PIPELINE_TRACK = "micro-batches"
+PIPELINE_CATEGORY = "pipeline"
+
+
 def _track_names(timeline: ClusterTimeline) -> list[str]:
-    return list(timeline.engines.names) + [timeline.lane_name(lane) for lane in range(timeline.lanes)]
+    return [*timeline.engines.names, *(timeline.lane_name(lane) for lane in range(timeline.lanes)), PIPELINE_TRACK]
+
+
+def _item_slices(timeline: ClusterTimeline) -> list[tuple[int, int, int, str, list[tuple[str, Any]]]]:
+    """Per GPU, per (pass, micro-batch) of its stage: ``(rank, start_ns, end_ns, name, args)`` on the
+    :data:`PIPELINE_TRACK` (the gaps between them are the GPU's bubble)."""
+    many = timeline.passes > 1
+    out: list[tuple[int, int, int, str, list[tuple[str, Any]]]] = []
+    for g in timeline.gpus:
+        for k, j, a, b in zip(*(x.tolist() for x in timeline.items(g.stage)), strict=True):
+            name = f"step {k} micro-batch {j}" if many else f"micro-batch {j}"
+            args: list[tuple[str, Any]] = [("micro_batch", j), ("stage", g.stage)] + ([("step", k)] if many else [])
+            out.append((g.rank, a, b, name, args))
+    return out
 
 
 def _slice_args(timeline: ClusterTimeline, meta: TraceMetadata) -> list[list[tuple[str, Any]]]:
@@ -151,6 +170,11 @@ def _write_json(timeline: ClusterTimeline, meta: TraceMetadata, out: IO[bytes] |
             f'{{"ph":"X","pid":{sim_pid(gpu[k])},"tid":{thread_id(gpu[k], track[k])},"ts":{_us(start[k])},'
             f'"dur":{_us(end[k] - start[k])},"name":{_dumps(names[k])},'
             f'"cat":{comm_cat if cls[k] == RECV else cats[t]},"args":{{{args}}}}}')
+    item_tid = len(tracks) - 1
+    for rank, a, b, name, item_args in _item_slices(timeline):
+        body = ",".join(f"{_dumps(key_)}:{_json_value(v)}" for key_, v in item_args)
+        events.append(f'{{"ph":"X","pid":{sim_pid(rank)},"tid":{thread_id(rank, item_tid)},"ts":{_us(a)},'
+                      f'"dur":{_us(b - a)},"name":{_dumps(name)},"cat":"{PIPELINE_CATEGORY}","args":{{{body}}}}}')
     # Flows (v1): "s" at the middle of the sender's slice, "f" bound to the enclosing slice at the receiver's.
     for f, (a, b, kind) in enumerate(zip(timeline.flow_src.tolist(), timeline.flow_dst.tolist(),
                                          _flow_kind(timeline), strict=True), 1):
@@ -255,10 +279,21 @@ def write_cluster_protobuf(timeline: ClusterTimeline, meta: TraceMetadata, out: 
                                                           strict=True)]
     op = timeline.op.tolist()
     cls = timeline.cls.tolist()
+    # The micro-batch slices follow the ops' (index n + i), their begin events encoded here.
+    items = _item_slices(timeline)
+    pipeline_cat = f_string(_TE_CATEGORIES, PIPELINE_CATEGORY)
+    item_begin = [b"".join((f_varint(_TE_TYPE, _TYPE_SLICE_BEGIN),
+                            f_varint(_TE_TRACK_UUID, _process_uuid(r) + n_tracks), f_string(_TE_NAME, name),
+                            pipeline_cat, *(_annotation(a, v) for a, v in args)))
+                  for r, _, _, name, args in items]
+    track_uuid += [_process_uuid(r) + n_tracks for r, *_ in items]
+    n_ops = n
+    n = n_ops + len(items)
 
     # Events in time order: counters first at an instant, then slice ends, then begins (an empty slice's end
     # right after its begin); a sender's begin before its receiver's (lower rank first).
-    start, end = timeline.start_ns, timeline.end_ns
+    start = np.concatenate([timeline.start_ns, np.array([it[1] for it in items], dtype=np.int64)])
+    end = np.concatenate([timeline.end_ns, np.array([it[2] for it in items], dtype=np.int64)])
     idx = np.arange(n, dtype=np.int64)
     empty = end == start
     c_t = [c.time_ns for c in timeline.counters]
@@ -287,6 +322,8 @@ def write_cluster_protobuf(timeline: ClusterTimeline, meta: TraceMetadata, out: 
             k = code - nc
             if k >= n:
                 ev = end_type + f_varint(_TE_TRACK_UUID, track_uuid[k - n])
+            elif k >= n_ops:
+                ev = item_begin[k - n_ops]
             else:
                 ev = b"".join((
                     begin, f_varint(_TE_TRACK_UUID, track_uuid[k]), f_string(_TE_NAME, names[k]),
