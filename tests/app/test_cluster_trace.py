@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from layerscope.app.requests import ParallelPlan, WorkloadRequest
-from layerscope.app.simulate import SimulateRequest, build_graph, run_simulation
+from layerscope.app.simulate import SimulateRequest, build_graph, result_of, run_simulation
 from layerscope.cost import time_graph
 from layerscope.cost.api import PipelineTimes
 from layerscope.errors import ScheduleError
@@ -240,8 +240,16 @@ def test_simulate_writes_the_cluster_trace_and_one_device_is_unchanged(tmp_path:
     assert sorted(e["args"]["name"] for e in events if e.get("name") == "process_name") == [
         "GPU 0 (stage 0, tp 0, dp 0)", "GPU 1 (stage 0, tp 1, dp 0)", "GPU 2 (stage 1, tp 0, dp 0)",
         "GPU 3 (stage 1, tp 1, dp 0)"]
+    summary = result_of(run).cluster
+    assert run.cluster is not None and summary is not None
+    assert (summary.gpus, summary.micro_batches, summary.slices) == (4, 2, len(run.cluster.op))
+    assert summary.makespan_ns == run.cluster.makespan_ns
+    # GPipe, 2 stages x 2 micro-batches: each stage idles while the other runs one micro-batch
+    stage_ns = run.cluster.stage_times_ns[0]
+    assert summary.stage_ns == stage_ns.tolist()
+    assert summary.bubble == pytest.approx([1 - 2 * t / summary.makespan_ns for t in stage_ns.tolist()], abs=1e-6)
     one = run_simulation(SimulateRequest(**common, out=tmp_path / "one.json"))  # type: ignore[arg-type]
-    assert one.trace_path is not None
+    assert one.trace_path is not None and result_of(one).cluster is None
     events = json.loads(one.trace_path.read_text())["traceEvents"]
     assert {e["pid"] for e in events} == {1}
     assert len([e for e in events if e["ph"] == "X"]) == one.problem.n
@@ -253,6 +261,7 @@ def test_cli_cluster_trace_and_bad_request(run_cli: Any, tmp_path: Path) -> None
                    "--batch", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2", "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert "4 GPUs, one process each" in done.stdout
+    assert "pipeline: 4 GPUs, 2 micro-batches, makespan" in done.stdout
     events = json.loads(out.read_text())["traceEvents"]
     assert len({e["pid"] for e in events}) == 4
     # 128 GPUs: over the cap, one line, exit 2, no file

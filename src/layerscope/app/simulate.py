@@ -34,11 +34,12 @@ if TYPE_CHECKING:
     from layerscope.cost.timed import TimedGraph
     from layerscope.graph import OpGraph
     from layerscope.model import ModelSpec
+    from layerscope.schedule.cluster import ClusterTimeline
     from layerscope.trace.writers import TraceMetadata
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SIMULATED_PHASES", "SimulateRequest", "SimulateResult", "SimulationRun", "build_graph",
+__all__ = ["SIMULATED_PHASES", "ClusterSummary", "SimulateRequest", "SimulateResult", "SimulationRun", "build_graph",
            "run_simulation", "simulate"]
 
 #: Phases one simulated graph is built for (``generate`` is a prefill and many decode steps: simulate
@@ -96,6 +97,8 @@ class SimulationRun:
     sweep: Sweep
     schedule: Schedule
     trace_path: Path | None
+    cluster: ClusterTimeline | None = None
+    """The plan's GPUs on one timeline, where a cluster trace was written (:func:`write_cluster`)."""
 
 
 class SweepRow(BaseModel):
@@ -142,6 +145,27 @@ class ScheduleSummary(BaseModel):
     """Busy time of each engine, nanoseconds."""
 
 
+class ClusterSummary(BaseModel):
+    """The plan's GPUs in the cluster trace: each stage's schedule, the micro-batches through the pipeline."""
+
+    model_config = _RESULT_CONFIG
+
+    gpus: int
+    """GPUs in the trace, one process each."""
+    micro_batches: int
+    """Micro-batches of each replica through the stages."""
+    makespan_ns: int
+    """First start to last end over every GPU, nanoseconds."""
+    stage_ns: list[int]
+    """Each stage's time per micro-batch (its schedule's makespan, summed over the passes), nanoseconds."""
+    bubble: list[float]
+    """Each stage's idle share of the makespan (the pipeline bubble), 0..1."""
+    slices: int
+    """Op slices in the trace (every GPU, every micro-batch; the micro-batches track not counted)."""
+    flows: int
+    """Flows: each send to its receive, and GPU to GPU along each collective's group."""
+
+
 class SimulateResult(BaseModel):
     """The answer of ``layerscope simulate``: its ``--json`` output."""
 
@@ -175,6 +199,8 @@ class SimulateResult(BaseModel):
     """The schedule written to the trace."""
     trace: str | None
     """The trace written, or ``null``."""
+    cluster: ClusterSummary | None = None
+    """The cluster trace's timeline (a plan of more than one GPU with a trace), else ``null``."""
 
 
 def build_graph(spec: ModelSpec, workload: WorkloadRequest, *, all_layers: bool = False, layer: int = 0,
@@ -233,20 +259,22 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
     sweep = sweep_engines(problem, counts, request.policy, request.share_bandwidth)
     chosen = sweep.schedules[counts.index(sweep.engines_used)]
     path = None
+    cluster = None
     if request.out is not None:
         from layerscope.trace.writers import TraceMetadata, write_schedule_trace
 
         meta = TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}")
         kept = tuple(p for p in inputs if Path(p).exists())
         if request.parallel.devices > 1:
-            path = write_cluster(timed, spec, request, chosen, meta, request.out, kept)
+            path, cluster = write_cluster(timed, spec, request, chosen, meta, request.out, kept)
         else:
             path = write_schedule_trace(chosen, meta, request.out, inputs=kept)
-    return SimulationRun(spec.name, hw.name, timed, problem, sweep, chosen, path)
+    return SimulationRun(spec.name, hw.name, timed, problem, sweep, chosen, path, cluster)
 
 
 def write_cluster(timed: TimedGraph, spec: ModelSpec, request: SimulateRequest, chosen: Schedule,
-                  meta: TraceMetadata, out: Path, inputs: tuple[str | os.PathLike[str], ...]) -> Path:
+                  meta: TraceMetadata, out: Path,
+                  inputs: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ClusterTimeline]:
     """The plan's GPUs as one trace (:mod:`layerscope.schedule.cluster`): each stage scheduled on the chosen
     engine count by the request's policy, the micro-batches through the pipeline, one process per GPU."""
     from layerscope.schedule.cluster import ClusterOps, cluster_timeline
@@ -261,7 +289,7 @@ def write_cluster(timed: TimedGraph, spec: ModelSpec, request: SimulateRequest, 
         share_bandwidth=request.share_bandwidth)
     log.info("cluster trace: %d GPUs, %d slices, %d flows", len(timeline.gpus), len(timeline.op),
              len(timeline.flow_src))
-    return write_cluster_trace(timeline, meta, out, inputs)
+    return write_cluster_trace(timeline, meta, out, inputs), timeline
 
 
 def result_of(run: SimulationRun) -> SimulateResult:
@@ -275,7 +303,17 @@ def result_of(run: SimulationRun) -> SimulateResult:
         sweep=[SweepRow.model_validate(row) for row in run.sweep.rows], engines_used=run.sweep.engines_used,
         schedule=ScheduleSummary.model_validate(summary),
         trace=str(run.trace_path) if run.trace_path else None,
+        cluster=None if run.cluster is None else _cluster_summary(run.cluster),
     )
+
+
+def _cluster_summary(timeline: ClusterTimeline) -> ClusterSummary:
+    from layerscope.schedule.cluster import stage_bubble
+
+    return ClusterSummary(
+        gpus=len(timeline.gpus), micro_batches=timeline.micro_batches, makespan_ns=timeline.makespan_ns,
+        stage_ns=timeline.stage_times_ns.sum(axis=0).tolist(), bubble=[round(b, 6) for b in stage_bubble(timeline)],
+        slices=len(timeline.op), flows=len(timeline.flow_src))
 
 
 def simulate(request: SimulateRequest) -> SimulateResult:

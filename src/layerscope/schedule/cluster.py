@@ -20,7 +20,9 @@ GPUs are numbered as the cost model places them (:func:`layerscope.cost.collecti
 stage ``s`` holds GPUs ``s·S … (s+1)·S − 1`` (``S = tp × dp``), tensor-parallel rank fastest, so GPU
 ``r = t + tp·(d + dp·s)``. A collective of ``g`` GPUs (``gpus`` or ``tp`` attr) spans ``g`` consecutive GPUs of
 a stage (``g = tp``: a replica's tensor-parallel group; ``g = ep``: the expert-parallel group); a pipeline send
-goes from GPU ``r`` to ``r + S``. No new timing: every time is the scheduler's, shifted by its item's start.
+goes from GPU ``r`` to ``r + S``. No new timing: every time is the scheduler's, shifted by its item's start; a
+communication op holds an engine in its stage's schedule, as ``simulate`` times it, and is drawn on the GPU's
+communication track.
 """
 
 from __future__ import annotations
@@ -273,7 +275,7 @@ def cluster_timeline(problem: ScheduleProblem, ops: ClusterOps, *, tensor_parall
     ranks = gpu_ranks(tp, pp, dp)
     if len(ranks) > MAX_CLUSTER_GPUS:
         raise ScheduleError(f"a cluster trace shows at most {MAX_CLUSTER_GPUS} GPUs; the plan has {len(ranks)} "
-                            f"(tp {tp} x pp {pp} x dp {dp}): lower --dp or --tp")
+                            f"(tp {tp} x pp {pp} x dp {dp}): lower --tp, --pp or --dp")
     if len(ops.stage) != problem.n:
         raise ScheduleError(f"cluster ops: {len(ops.stage)} for a problem of {problem.n}")
     passes = int(ops.step.max(initial=-1)) + 1
@@ -406,10 +408,13 @@ def cluster_timeline(problem: ScheduleProblem, ops: ClusterOps, *, tensor_parall
                 raise ScheduleError(f"stage {g.stage}: {len(send)} sends but {len(recv)} receives")
             src.append(here + send)
             dst.append(first_slice[g.rank + per_stage] + recv)
+    flow_src, flow_dst = np.concatenate(src), np.concatenate(dst)
+    # A flow binds to the slice around its midpoint: an empty slice has none.
+    bound = (col["end"][flow_src] > col["start"][flow_src]) & (col["end"][flow_dst] > col["start"][flow_dst])
     return ClusterTimeline(
         ranks, engine_set, lanes, first.policy, m, passes, stage_ns, start, gpu, col["track"], col["op"], col["cls"],
         col["start"], col["end"], col["mb"], col["step"], np.concatenate(peer_col), group, group_gpus,
-        np.concatenate(src), np.concatenate(dst), tuple(counters))
+        flow_src[bound], flow_dst[bound], tuple(counters))
 
 
 #: Counter tracks of each GPU, and their units.
