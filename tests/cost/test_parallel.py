@@ -192,3 +192,58 @@ def test_sequence_parallel_moves_the_all_reduce_bytes_as_reduce_scatter_plus_all
     assert all(o.outputs[0].shape[0] == 1024 // 4 for o in adds)
     with pytest.raises(WorkloadError, match="needs tensor_parallel > 1"):
         make_workload(phase="prefill", sequence_parallel=True)
+
+
+def test_two_batch_overlap_hand_computed(qwen_moe) -> None:
+    """Layer time 2·max(c, m) over one micro-batch's ops: with every compute op at 1 µs and every communication
+    op at 3 µs, a layer of C compute and K communication ops takes 2·max(C, 3K) µs; outside the layers twice."""
+    from dataclasses import replace as dc_replace
+
+    from layerscope.cost.api import overlapped_time_s
+
+    hw = load_hardware("dgx-h100")
+    w = make_workload(phase="prefill", batch=4, prompt_len=128, data_parallel=2, expert_parallel=2,
+                      two_batch_overlap=True)
+    est = estimate(qwen_moe, hw, w)
+    part = est.phases[0]
+    comm = np.array([op.kind == "communication" for op in part.graph.ops])
+    fake = dc_replace(part, time_s=np.where(comm, 3e-6, 1e-6))
+    expected = 0.0
+    for layer in range(qwen_moe.num_layers):
+        ops = [op for op in part.graph.ops if op.layer == layer]
+        c = sum(op.kind != "communication" for op in ops) * 1e-6
+        m = sum(op.kind == "communication" for op in ops) * 3e-6
+        expected += 2 * max(c, m)
+    expected += 2 * sum(op.layer is None for op in part.graph.ops) * 1e-6
+    assert overlapped_time_s(fake, first=True) == pytest.approx(expected)
+    # the estimate's prefill is that formula on the real times, and the graph is one micro-batch (a sequence)
+    assert est.phase_times_s["prefill"] == pytest.approx(overlapped_time_s(part, first=True))
+    assert next(op for op in part.graph.ops if op.kind == "norm").outputs[0].shape[0] == 128
+    with pytest.raises(WorkloadError, match="at least 2 sequences per replica"):
+        make_workload(phase="prefill", batch=2, data_parallel=2, two_batch_overlap=True)
+
+
+def test_two_batch_overlap_hides_communication_of_a_prefill() -> None:
+    spec = load_model_spec("deepseek-v3")
+    hw = load_hardware("hgx-h200")
+    times = {}
+    for tbo in (False, True):
+        w = make_workload(phase="prefill", batch=16, prompt_len=2048, weight_dtype="fp8", data_parallel=8,
+                          expert_parallel=8, two_batch_overlap=tbo)
+        times[tbo] = estimate(spec, hw, w).ttft_s
+    assert times[True] < times[False]
+
+
+def test_vocab_parallel_embedding_and_logits(llama8b) -> None:
+    # Megatron's VocabParallelEmbedding: vocab/tp rows per device, partial embeddings all-reduced;
+    # lm_head's vocab/tp logits all-gathered before sampling over the whole vocabulary
+    w = make_workload(phase="decode", batch=4, context=128, tensor_parallel=4)
+    g = build_model_graph(llama8b, w.passes()[0], w)
+    by_name = {o.name: o for o in g.ops}
+    emb = by_name["embed_tokens"]
+    assert emb.inputs[1].shape == (128256 // 4, 4096)
+    reduce = by_name["embed_tokens.all_reduce"]
+    assert reduce.attr("collective") == "all_reduce" and reduce.comm_bytes == 2 * 3 * (4 * 4096 * 2) // 4
+    gather = by_name["lm_head.all_gather"]
+    assert gather.attr("message_bytes") == 4 * 128256 * 2
+    assert by_name["sampling"].flops == 4 * 128256

@@ -159,6 +159,10 @@ class ParallelSummary(BaseModel):
     """Model replicas (attention replicas with expert parallelism)."""
     micro_batches: int
     """Micro-batches per replica through the pipeline."""
+    sequence_parallel: bool
+    """Sequence parallelism over the tensor-parallel devices."""
+    two_batch_overlap: bool
+    """Two micro-batches side by side, communication under computation (the op rows are one micro-batch's)."""
     output_tokens_per_s_per_device: float
     """``output_tokens_per_s`` over ``devices``."""
     phases: dict[str, PhaseParallel]
@@ -400,6 +404,7 @@ def _parallel(est: Estimate) -> ParallelSummary:
     return ParallelSummary(
         devices=w.devices, tensor_parallel=w.tensor_parallel, pipeline_parallel=w.pipeline_parallel,
         expert_parallel=w.expert_parallel, data_parallel=w.data_parallel, micro_batches=w.micro_batches,
+        sequence_parallel=w.sequence_parallel, two_batch_overlap=w.two_batch_overlap,
         output_tokens_per_s_per_device=est.output_tokens_per_s / w.devices, phases=phases)
 
 

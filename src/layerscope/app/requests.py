@@ -57,6 +57,8 @@ class ParallelPlan(BaseModel):
     """Micro-batches per replica through the pipeline."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism over the tensor-parallel devices (reduce-scatter + all-gather)."""
+    two_batch_overlap: bool = False
+    """Two micro-batches side by side, each layer's communication of one under the other's computation."""
 
     @property
     def devices(self) -> int:
@@ -68,8 +70,9 @@ class ParallelPlan(BaseModel):
         fields: dict[str, int | bool] = {
             name: value for name in ("tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel",
                                      "micro_batches") if (value := getattr(self, name)) != 1}
-        if self.sequence_parallel:
-            fields["sequence_parallel"] = True
+        for flag in ("sequence_parallel", "two_batch_overlap"):
+            if getattr(self, flag):
+                fields[flag] = True
         return fields
 
 

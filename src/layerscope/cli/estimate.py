@@ -39,6 +39,7 @@ def estimate_cmd(
     data_parallel: int = options.data_parallel(),
     micro_batches: int = options.micro_batches(),
     sequence_parallel: bool = options.sequence_parallel(),
+    two_batch_overlap: bool = options.two_batch_overlap(),
     cost_model: str | None = options.cost_model(None),
     attention: str = options.attention(),
     execution: str | None = options.execution(),
@@ -70,7 +71,8 @@ def estimate_cmd(
         workload=workload,
         parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
                                expert_parallel=expert_parallel, data_parallel=data_parallel,
-                               micro_batches=micro_batches, sequence_parallel=sequence_parallel),
+                               micro_batches=micro_batches, sequence_parallel=sequence_parallel,
+                               two_batch_overlap=two_batch_overlap),
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,
     )

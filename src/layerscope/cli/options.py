@@ -87,6 +87,11 @@ def sequence_parallel() -> Any:
                         "tokens, reduce-scatter + all-gather instead of all-reduce).")
 
 
+def two_batch_overlap() -> Any:
+    return typer.Option(False, "--two-batch-overlap", help="Two micro-batches side by side, each layer's "
+                        "communication of one under the other's computation (DeepSeek-V3, SGLang).")
+
+
 def micro_batches() -> Any:
     return typer.Option(1, "--micro-batches", help="Micro-batches per replica through the pipeline.")
 

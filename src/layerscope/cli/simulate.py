@@ -48,6 +48,7 @@ def simulate_cmd(
     data_parallel: int = options.data_parallel(),
     micro_batches: int = options.micro_batches(),
     sequence_parallel: bool = options.sequence_parallel(),
+    two_batch_overlap: bool = options.two_batch_overlap(),
     no_shared_bandwidth: bool = typer.Option(False, "--no-shared-bandwidth",
                                              help="Every engine sees the full memory bandwidth."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Trace to write: .json, .json.gz, .pftrace (with "
@@ -92,7 +93,8 @@ def simulate_cmd(
         attention=attention, all_layers=all_layers or layers is not None, layer=layer, out=out,
         parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
                                expert_parallel=expert_parallel, data_parallel=data_parallel,
-                               micro_batches=micro_batches, sequence_parallel=sequence_parallel),
+                               micro_batches=micro_batches, sequence_parallel=sequence_parallel,
+                               two_batch_overlap=two_batch_overlap),
     )
     result = result_of(run_simulation(request))
     if as_json:

@@ -435,6 +435,25 @@ class PipelineTimes:
         return 1.0 - self.micro_batches * float(self.stage_times_s.sum()) / (p * t) if t > 0 else 0.0
 
 
+def overlapped_time_s(part: PhaseOps, first: bool) -> float:
+    """One pass of two micro-batches run together (two-batch overlap), from one micro-batch's timed ops.
+
+    Each decoder layer's computation runs on the compute engines and its communication on the links, so while
+    one micro-batch computes layer ``l`` the other's collectives of that layer proceed: the layer takes
+    ``2·max(c_l, m_l)`` (both micro-batches' computation, or both's communication, whichever is longer; DeepSeek-V3,
+    arXiv 2412.19437 §3.4, overlaps attention and MoE of one micro-batch with the other's dispatch and combine).
+    Ops outside the layers run twice, unoverlapped. Per pass (a decode sum's passes averaged)."""
+    ops = part.graph.ops
+    t = np.asarray(part.time_s, dtype=np.float64) / (1 if first else max(part.passes, 1))
+    layer = np.fromiter((-1 if op.layer is None else op.layer for op in ops), dtype=np.int64, count=len(ops))
+    comm = np.fromiter((op.kind == "communication" for op in ops), dtype=bool, count=len(ops))
+    inside = layer >= 0
+    n = int(layer.max(initial=-1)) + 1
+    c = np.bincount(layer[inside & ~comm], weights=t[inside & ~comm], minlength=n)
+    m = np.bincount(layer[inside & comm], weights=t[inside & comm], minlength=n)
+    return float(2.0 * np.maximum(c, m).sum() + 2.0 * t[~inside].sum())
+
+
 def pipeline_times(part: PhaseOps, spec: ModelSpec, workload: Workload, first: bool) -> PipelineTimes:
     """:class:`PipelineTimes` of a timed phase."""
     stage = op_stages(part.graph, spec, workload.pipeline_parallel)
@@ -475,6 +494,7 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
     # A pipeline (or micro-batches) changes how the ops' times add up; a layer alone is no pipeline.
     piped = layer is None and (workload.pipeline_parallel > 1 or workload.micro_batches > 1)
     pipes: dict[str, PipelineTimes] = {}
+    tbo = layer is None and workload.two_batch_overlap
     if workload.phase == "generate":
         pre = _build(spec, workload.prefill_pass(), workload, attention, layer)
         feats = op_features(pre)
@@ -485,6 +505,8 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         if piped:
             pipes["prefill"] = pipeline_times(parts[-1], spec, workload, first=True)
             phase_times["prefill"] = pipes["prefill"].time_s
+        elif tbo:
+            phase_times["prefill"] = overlapped_time_s(parts[-1], first=True)
         ttft = float(step_time_s(phase_times["prefill"], host_step_s(terms, batch), terms, first=True)) \
             + terms.request_overhead_s
         decode_total = 0.0
@@ -497,6 +519,9 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
             if piped:
                 pipes["decode"] = pipeline_times(parts[-1], spec, workload, first=False)
                 step_times = step_times * pipes["decode"].factor
+            elif tbo:
+                per_pass = float(ds.step_times_s.mean()) if len(ds.step_times_s) else 0.0
+                step_times = step_times * (overlapped_time_s(parts[-1], first=False) / per_pass if per_pass else 1.0)
             steps_s = step_time_s(step_times, host_step_s(terms, batch), terms, first=False)
             decode_total = float(np.sum(steps_s))
             tpot = float(np.mean(steps_s))
@@ -515,6 +540,8 @@ def estimate(spec: ModelSpec, hardware: HardwareSpec, workload: Workload, *, cos
         if piped:
             pipes[workload.phase] = pipeline_times(parts[-1], spec, workload, first=first)
             phase_times[workload.phase] = pipes[workload.phase].time_s
+        elif tbo:
+            phase_times[workload.phase] = overlapped_time_s(parts[-1], first=True)
         e2e = float(step_time_s(phase_times[workload.phase],
                                 host_step_s(terms, -(-fwd.num_sequences // workload.data_parallel)), terms,
                                 first=first)) + (terms.request_overhead_s if first else 0.0)

@@ -59,13 +59,14 @@ def pass_context(spec: ModelSpec, fwd: ForwardPass, workload: Workload) -> Build
     """The build context of one forward pass on one device (tokens, groups, dtypes, per-device widths).
 
     With data parallelism or micro-batches the device runs its share: each group's sequences divided by
-    ``data_parallel`` and then by ``micro_batches``, rounded up (the busiest replica's micro-batch)."""
-    split = workload.data_parallel * workload.micro_batches
-    if split == 1:
+    ``data_parallel`` and then by ``micro_batches`` (twice as many under two-batch overlap), rounded up (the
+    busiest replica's micro-batch)."""
+    split = workload.micro_batches * (2 if workload.two_batch_overlap else 1)
+    if workload.data_parallel * split == 1:
         groups = tuple(Group(g.count, g.new_tokens, g.cached_tokens) for g in fwd.groups)
     else:
-        groups = tuple(Group(ceil_div(ceil_div(g.count, workload.data_parallel), workload.micro_batches),
-                             g.new_tokens, g.cached_tokens) for g in fwd.groups)
+        groups = tuple(Group(ceil_div(ceil_div(g.count, workload.data_parallel), split), g.new_tokens,
+                             g.cached_tokens) for g in fwd.groups)
     check_parallel(spec, workload)
     stages = pipeline_stages(spec.num_layers, workload.pipeline_parallel)
     return make_context(spec, groups, workload.weight_dtype, workload.act_dtype, workload.kv_dtype,

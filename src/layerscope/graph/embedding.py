@@ -5,17 +5,32 @@
   what serving engines do in prefill: only that token is sampled); ``logits="all"`` is the HF
   ``forward`` default (``logits_to_keep=0``), one row per token. With tied embeddings lm_head reads
   the embedding table (``attrs`` say so).
-* Under tensor parallelism the embedding is replicated and lm_head is vocab-parallel
-  (Megatron-LM, arXiv 1909.08053 §3: each device holds ``vocab/tp`` rows); the logits' gather is
-  not modelled.
+* Under tensor parallelism the embedding and lm_head are vocab-parallel (Megatron-LM, arXiv 1909.08053 §3:
+  each device holds ``vocab/tp`` rows). A device looks up the tokens of its own rows (``T/tp`` of them, on
+  average) and zeros the rest, and an all-reduce over the ``tp`` devices sums the partial embeddings
+  (``VocabParallelEmbedding``; a reduce-scatter under sequence parallelism); lm_head's logits are gathered
+  (an all-gather of ``rows × vocab/tp`` per device, vLLM's ``LogitsProcessor._gather_logits``) before sampling
+  over the whole vocabulary.
 * Sampling is greedy top-k selection over the vocabulary: 1 compare per logit (k = 1, argmax).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
-from layerscope.graph._common import INDEX_DTYPE, BuildContext, act, ceil_div, elementwise_add, linear, nbytes, weight
+from layerscope.graph._common import (
+    INDEX_DTYPE,
+    BuildContext,
+    act,
+    all_reduce,
+    ceil_div,
+    collective_op,
+    elementwise_add,
+    linear,
+    nbytes,
+    weight,
+)
 from layerscope.graph.naming import INPUT_IDS, POSITION_IDS
 from layerscope.graph.norms import norm_op
 from layerscope.graph.ops import Op
@@ -26,14 +41,16 @@ LogitsMode = Literal["last", "all"]
 SAMPLING_FLOPS_PER_LOGIT = 1
 
 
-def _lookup(ctx: BuildContext, name: str, ids: str, rows: int, dim: int) -> Op:
+def _lookup(ctx: BuildContext, name: str, ids: str, rows: int, dim: int, *, shards: int = 1) -> Op:
+    """A table lookup of ``T`` ids; with ``shards`` > 1 the device holds ``rows/shards`` of the table and reads
+    the rows of the ids that fall in it (``T/shards`` on average)."""
     t = ctx.tokens
     wdt = ctx.weight_dtype
     return Op(
         name=name, kind="embedding", module=name, layer=None,
-        inputs=(act(ids, (t,), INDEX_DTYPE), weight(f"{name}.weight", (rows, dim), wdt)),
+        inputs=(act(ids, (t,), INDEX_DTYPE), weight(f"{name}.weight", (ceil_div(rows, shards), dim), wdt)),
         outputs=(act(f"{name}:out", (t, dim), ctx.act_dtype),),
-        flops=0, weight_bytes=nbytes(t * dim, wdt.bits), act_read_bytes=t * 4,
+        flops=0, weight_bytes=nbytes(t * dim, wdt.bits) // shards, act_read_bytes=t * 4,
         act_write_bytes=nbytes(t * dim, ctx.abits), matrix_class="Lookup", definition=f"embedding_v{rows}_d{dim}",
     )
 
@@ -42,11 +59,16 @@ def build_embedding(ctx: BuildContext, ids: str = INPUT_IDS) -> tuple[list[Op], 
     """Token embedding (+ learned position embedding and their add, gpt2/opt); returns ops and output."""
     spec = ctx.spec
     mods = spec.modules
-    ops = [_lookup(ctx, mods.embed, ids, spec.vocab_size, spec.hidden_size)]
+    ops = [_lookup(ctx, mods.embed, ids, spec.vocab_size, spec.hidden_size, shards=ctx.tp)]
     out = ops[0].outputs[0].name
+    if ctx.tp > 1:  # the partial embeddings summed (a reduce-scatter under sequence parallelism)
+        reduce = all_reduce(ctx, f"{mods.embed}.all_reduce", mods.embed, None, out, spec.hidden_size)
+        ops.append(reduce)
+        out = reduce.outputs[0].name
     if spec.position == "learned" and mods.pos_embed:
         pos = _lookup(ctx, mods.pos_embed, POSITION_IDS, spec.max_position_embeddings, spec.hidden_size)
-        add = elementwise_add(ctx, f"{mods.pos_embed}.add", mods.pos_embed, None, (out, pos.outputs[0].name),
+        sctx = replace(ctx, tokens=ctx.sp_tokens) if ctx.sp else ctx
+        add = elementwise_add(sctx, f"{mods.pos_embed}.add", mods.pos_embed, None, (out, pos.outputs[0].name),
                               spec.hidden_size)
         ops += (pos, add)
         out = add.outputs[0].name
@@ -67,11 +89,23 @@ def build_head(ctx: BuildContext, x: str, logits: LogitsMode = "last") -> tuple[
         attrs += (("tied_to", mods.embed),)
     head = linear(ctx, mods.lm_head, mods.lm_head, None, norm.outputs[0].name, hidden, vocab, m=rows,
                   in_rows=ctx.tokens, weight_name=f"{mods.embed}.weight" if tied else None, attrs=attrs)
+    ops = [norm, head]
+    scores = head.outputs[0]
+    if ctx.tp > 1:  # vocab-parallel logits gathered before sampling
+        full = act("lm_head.all_gather:out", (rows, spec.vocab_size), ctx.act_dtype)
+        gather = collective_op("lm_head.all_gather", mods.lm_head, None, scores, full, collective="all_gather",
+                               gpus=ctx.tp, message_bytes=full.nbytes,
+                               comm_bytes=(ctx.tp - 1) * full.nbytes // ctx.tp,
+                               definition=f"all_gather_h{spec.vocab_size}", attrs=(("tp", ctx.tp),))
+        ops.append(gather)
+        scores = full
+    width = scores.shape[-1]
     sample = Op(
-        name="sampling", kind="sampling", module="sampling", layer=None, inputs=head.outputs,
+        name="sampling", kind="sampling", module="sampling", layer=None, inputs=(scores,),
         outputs=(act("sampling:out", (rows,), INDEX_DTYPE),),
-        flops=SAMPLING_FLOPS_PER_LOGIT * rows * vocab, act_read_bytes=nbytes(rows * vocab, ctx.abits),
-        act_write_bytes=rows * 4, matrix_class="Reduction", definition=f"topk_d{vocab}_k1",
+        flops=SAMPLING_FLOPS_PER_LOGIT * rows * width, act_read_bytes=nbytes(rows * width, ctx.abits),
+        act_write_bytes=rows * 4, matrix_class="Reduction", definition=f"topk_d{width}_k1",
         attrs=(("method", "greedy top-k (k=1)"),),
     )
-    return [norm, head, sample], sample.outputs[0].name
+    ops.append(sample)
+    return ops, sample.outputs[0].name

@@ -121,6 +121,10 @@ class Workload(BaseModel):
     """Megatron-LM sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198 §4.2.2): the norms and
     residual adds run on ``1/tensor_parallel`` of the tokens, each all-reduce becomes a reduce-scatter after the
     row-parallel linear and an all-gather before the next column-parallel one. Needs ``tensor_parallel > 1``."""
+    two_batch_overlap: bool = False
+    """A replica's sequences in two micro-batches run together, each layer's communication of one overlapping the
+    computation of the other (DeepSeek-V3's inference, arXiv 2412.19437 §3.4; SGLang's two-batch overlap). The
+    graph is one micro-batch's; needs two sequences per replica and no pipeline."""
     micro_batches: int = Field(default=1, gt=0, le=MAX_BATCH)
     """Micro-batches a replica's sequences are cut into for the pipeline (GPipe): more fill the stages,
     each smaller. 1 without pipeline parallelism."""
@@ -137,8 +141,9 @@ class Workload(BaseModel):
 
     @property
     def micro_batch(self) -> int:
-        """Sequences per micro-batch of a replica: ``ceil(replica_batch / micro_batches)``."""
-        return -(-self.replica_batch // self.micro_batches)
+        """Sequences per micro-batch of a replica: ``ceil(replica_batch / micro_batches)`` (halved again under
+        two-batch overlap)."""
+        return -(-self.replica_batch // (self.micro_batches * (2 if self.two_batch_overlap else 1)))
 
     @model_validator(mode="before")
     @classmethod
@@ -184,6 +189,12 @@ class Workload(BaseModel):
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise ValueError("sequence_parallel splits the tokens over the tensor-parallel devices: it needs "
                              "tensor_parallel > 1")
+        if self.two_batch_overlap and (self.pipeline_parallel > 1 or self.micro_batches > 1):
+            raise ValueError("two_batch_overlap runs two micro-batches side by side on one stage: not with "
+                             "pipeline_parallel or micro_batches")
+        if self.two_batch_overlap and self.replica_batch < 2:
+            raise ValueError(f"two_batch_overlap needs at least 2 sequences per replica; a replica has "
+                             f"{self.replica_batch}")
         if self.micro_batches > self.replica_batch:
             raise ValueError(f"micro_batches={self.micro_batches} exceeds the {self.replica_batch} sequences of a "
                              f"replica (batch {self.batch} / data_parallel {self.data_parallel})")
