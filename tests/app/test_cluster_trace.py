@@ -215,6 +215,32 @@ def test_written_trace_read_back(case: Any, tmp_path: Path, suffix: str) -> None
     assert stage_start[0] == {0} and min(stage_start[1]) == int(tl.stage_times_ns[0, 0])
 
 
+def _slices_with_args(path: Path) -> dict[tuple[str, str, int, int], dict[str, Any]]:
+    """(process, thread, ts, dur) -> (name, category, args) of every slice, as our reader reads ``path``."""
+    t = read_trace(path)
+    process = {r["upid"]: r["name"] for r in t.process.to_pylist()}
+    thread = {r["utid"]: (process[r["upid"]], r["name"]) for r in t.thread.to_pylist()}
+    track = {r["id"]: thread[r["utid"]] for r in t.track.to_pylist() if r["utid"] is not None}
+    # our Perfetto reader spells a dotted annotation name ("attr.tp", a nested key to trace_processor) "attr_tp"
+    args = {r["arg_set_id"]: {k.replace(".", "_"): v for k, v in next(iter(json.loads(r["json"]).values())).items()}
+            for r in t.arg_sets.to_pylist()}
+    return {(*track[r["track_id"]], r["ts"], r["dur"]): {"name": r["name"], "category": r["category"],
+                                                         "args": args[r["arg_set_id"]]}
+            for r in t.slice.to_pylist()}
+
+
+def test_json_and_protobuf_hold_the_same_slices(case: Any, tmp_path: Path) -> None:
+    _, _, tl, meta = case
+    from_json = _slices_with_args(write_cluster_trace(tl, meta, tmp_path / "c.json"))
+    from_proto = _slices_with_args(write_cluster_trace(tl, meta, tmp_path / "c.pftrace"))
+    assert len(from_json) == len(tl.op) + len(tl.gpus) * tl.passes * MB
+    assert from_json == from_proto
+    recv = next(v for v in from_json.values() if v["name"].endswith("pp_recv"))
+    assert recv["category"] == "communication" and recv["args"]["peer"] == 0 and recv["args"]["stage"] == 1
+    reduce = next(v for v in from_json.values() if v["name"].endswith("all_reduce"))
+    assert reduce["args"]["group"] in ("0,1", "2,3", "4,5", "6,7") and reduce["args"]["attr_collective"] == "all_reduce"
+
+
 def test_gpu_cap_and_empty_stage_are_refused() -> None:
     spec = load_model_spec("llama-3.2-1b")
     timed = time_graph(build_graph(spec, WorkloadRequest(phase="decode", batch=4, context=64),

@@ -202,15 +202,18 @@ def _write_json(timeline: ClusterTimeline, meta: TraceMetadata, out: IO[bytes] |
 
 # Field numbers of perfetto's trace_packet.proto, track_event.proto, track_descriptor.proto, debug_annotation.proto.
 _TRACE_PACKET = 1
-_TP_TIMESTAMP, _TP_SEQUENCE_ID, _TP_TRACK_EVENT, _TP_SEQUENCE_FLAGS, _TP_TRACK_DESCRIPTOR = 8, 10, 11, 13, 60
-_SEQ_INCREMENTAL_STATE_CLEARED = 1
+_TP_TIMESTAMP, _TP_SEQUENCE_ID, _TP_TRACK_EVENT, _TP_INTERNED_DATA, _TP_SEQUENCE_FLAGS = 8, 10, 11, 12, 13
+_TP_TRACK_DESCRIPTOR = 60
+_SEQ_INCREMENTAL_STATE_CLEARED, _SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
+# InternedData: event_categories, event_names, debug_annotation_names, debug_annotation_string_values
+_ID_CATEGORIES, _ID_NAMES, _ID_ANNOTATION_NAMES, _ID_STRING_VALUES = 1, 2, 3, 29
 _TD_UUID, _TD_NAME, _TD_PROCESS, _TD_THREAD, _TD_PARENT_UUID, _TD_COUNTER = 1, 2, 3, 4, 5, 8
 _PD_PID, _PD_PROCESS_NAME = 1, 6
 _THD_PID, _THD_TID, _THD_THREAD_NAME = 1, 2, 5
-_TE_DEBUG_ANNOTATIONS, _TE_TYPE, _TE_TRACK_UUID, _TE_CATEGORIES, _TE_NAME = 4, 9, 11, 22, 23
+_TE_CATEGORY_IIDS, _TE_DEBUG_ANNOTATIONS, _TE_TYPE, _TE_NAME_IID, _TE_TRACK_UUID = 3, 4, 9, 10, 11
 _TE_DOUBLE_COUNTER_VALUE, _TE_FLOW_IDS, _TE_TERMINATING_FLOW_IDS = 44, 47, 48
 _TYPE_SLICE_BEGIN, _TYPE_SLICE_END, _TYPE_COUNTER = 1, 2, 4
-_DA_BOOL, _DA_INT, _DA_DOUBLE, _DA_STRING, _DA_NAME = 2, 4, 5, 6, 10
+_DA_NAME_IID, _DA_BOOL, _DA_INT, _DA_DOUBLE, _DA_STRING, _DA_STRING_IID = 1, 2, 4, 5, 6, 17
 _SEQUENCE_ID = 1
 _SEQ = f_varint(_TP_SEQUENCE_ID, _SEQUENCE_ID)
 _pack_q = struct.Struct("<Q").pack
@@ -220,20 +223,45 @@ def _process_uuid(rank: int) -> int:
     return (rank + 1) << 16
 
 
-def _annotation(name: str, value: Any) -> bytes:
-    if isinstance(value, bool):
-        body = f_varint(_DA_BOOL, int(value))
-    elif isinstance(value, (int, np.integer)):
-        body = f_varint(_DA_INT, int(value))
-    elif isinstance(value, (float, np.floating)):
-        body = f_double(_DA_DOUBLE, float(value)) if np.isfinite(value) else f_string(_DA_STRING, str(value))
-    else:
-        body = f_string(_DA_STRING, str(value))
-    return f_bytes(_TE_DEBUG_ANNOTATIONS, f_string(_DA_NAME, name) + body)
+class _Interned:
+    """The sequence's interned strings: each table's iids from 1, the entries not yet emitted pending (they ride
+    on the packet that first uses them)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[int, str], int] = {}
+        self.count: dict[int, int] = {}
+        self.pending: dict[int, list[bytes]] = {}
+
+    def iid(self, table: int, text: str) -> int:
+        i = self.ids.get((table, text))
+        if i is None:
+            i = self.ids[table, text] = self.count[table] = self.count.get(table, 0) + 1
+            self.pending.setdefault(table, []).append(f_bytes(table, f_varint(1, i) + f_string(2, text)))
+        return i
+
+    def take(self) -> bytes:
+        out = b"".join(b"".join(entries) for _, entries in sorted(self.pending.items()))
+        self.pending.clear()
+        return out
+
+    def annotation(self, name: str, value: Any) -> bytes:
+        if isinstance(value, bool):
+            body = f_varint(_DA_BOOL, int(value))
+        elif isinstance(value, (int, np.integer)):
+            body = f_varint(_DA_INT, int(value))
+        elif isinstance(value, (float, np.floating)):
+            body = f_double(_DA_DOUBLE, float(value)) if np.isfinite(value) else f_string(_DA_STRING, str(value))
+        else:
+            body = f_varint(_DA_STRING_IID, self.iid(_ID_STRING_VALUES, str(value)))
+        return f_bytes(_TE_DEBUG_ANNOTATIONS, f_varint(_DA_NAME_IID, self.iid(_ID_ANNOTATION_NAMES, name)) + body)
 
 
-def _packet(ts: int, body: bytes) -> bytes:
-    inner = f_varint(_TP_TIMESTAMP, ts) + _SEQ + body
+_NEEDS = f_varint(_TP_SEQUENCE_FLAGS, _SEQ_NEEDS_INCREMENTAL_STATE)
+
+
+def _packet(ts: int, body: bytes, interned: bytes = b"") -> bytes:
+    data = f_bytes(_TP_INTERNED_DATA, interned) if interned else b""
+    inner = f_varint(_TP_TIMESTAMP, ts) + _SEQ + _NEEDS + data + body
     return key(_TRACE_PACKET, 2) + varint(len(inner)) + inner
 
 
@@ -262,9 +290,12 @@ def write_cluster_protobuf(timeline: ClusterTimeline, meta: TraceMetadata, out: 
     out.write(b"".join(buf))
     buf.clear()
 
-    template_cat = [f_string(_TE_CATEGORIES, str(t["kind"])) for t in meta.templates]
-    template_ann = [b"".join(_annotation(k, v) for k, v in t.items() if k != "kind") for t in meta.templates]
-    recv_cat = f_string(_TE_CATEGORIES, "communication")
+    strings = _Interned()
+    iid = strings.iid
+    annotation = strings.annotation
+    template_cat = [f_varint(_TE_CATEGORY_IIDS, iid(_ID_CATEGORIES, str(t["kind"]))) for t in meta.templates]
+    template_ann = [b"".join(annotation(k, v) for k, v in t.items() if k != "kind") for t in meta.templates]
+    recv_cat = f_varint(_TE_CATEGORY_IIDS, iid(_ID_CATEGORIES, "communication"))
     template = meta.template.tolist()
     names = slice_names(timeline, meta)
     extra = _slice_args(timeline, meta)
@@ -281,10 +312,11 @@ def write_cluster_protobuf(timeline: ClusterTimeline, meta: TraceMetadata, out: 
     cls = timeline.cls.tolist()
     # The micro-batch slices follow the ops' (index n + i), their begin events encoded here.
     items = _item_slices(timeline)
-    pipeline_cat = f_string(_TE_CATEGORIES, PIPELINE_CATEGORY)
+    pipeline_cat = f_varint(_TE_CATEGORY_IIDS, iid(_ID_CATEGORIES, PIPELINE_CATEGORY))
     item_begin = [b"".join((f_varint(_TE_TYPE, _TYPE_SLICE_BEGIN),
-                            f_varint(_TE_TRACK_UUID, _process_uuid(r) + n_tracks), f_string(_TE_NAME, name),
-                            pipeline_cat, *(_annotation(a, v) for a, v in args)))
+                            f_varint(_TE_TRACK_UUID, _process_uuid(r) + n_tracks),
+                            f_varint(_TE_NAME_IID, iid(_ID_NAMES, name)), pipeline_cat,
+                            *(annotation(a, v) for a, v in args)))
                   for r, _, _, name, args in items]
     track_uuid += [_process_uuid(r) + n_tracks for r, *_ in items]
     n_ops = n
@@ -326,13 +358,13 @@ def write_cluster_protobuf(timeline: ClusterTimeline, meta: TraceMetadata, out: 
                 ev = item_begin[k - n_ops]
             else:
                 ev = b"".join((
-                    begin, f_varint(_TE_TRACK_UUID, track_uuid[k]), f_string(_TE_NAME, names[k]),
+                    begin, f_varint(_TE_TRACK_UUID, track_uuid[k]), f_varint(_TE_NAME_IID, iid(_ID_NAMES, names[k])),
                     recv_cat if cls[k] == RECV else template_cat[template[op[k]]], template_ann[template[op[k]]],
-                    b"".join(_annotation(a, v) for a, v in extra[k]),
+                    b"".join(annotation(a, v) for a, v in extra[k]),
                     b"".join(flow_key + _pack_q(f) for f in out_ids[k]),
                     b"".join(tflow_key + _pack_q(f) for f in in_ids[k]),
                 ))
-        buf.append(_packet(t, ev_key + varint(len(ev)) + ev))
+        buf.append(_packet(t, ev_key + varint(len(ev)) + ev, strings.take() if strings.pending else b""))
         if len(buf) >= 50_000:
             out.write(b"".join(buf))
             buf.clear()
