@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from layerscope.model import ModelSpec
     from layerscope.workload import Workload
 
-__all__ = ["PlanFailure", "PlanRequest", "PlanResult", "PlanRow", "enumerate_plans", "plan"]
+__all__ = ["PlanFailure", "PlanRequest", "PlanResult", "PlanRow", "PlanShape", "enumerate_plans", "plan"]
 
 Objective = Literal["latency", "throughput"]
 #: The largest GPU count a plan request may span.
@@ -61,8 +61,8 @@ class PlanRequest(BaseModel):
     """Pipelines try 1, p, 2p … micro-batches up to this many."""
 
 
-class PlanRow(BaseModel):
-    """One valid plan."""
+class PlanShape(BaseModel):
+    """How a plan splits the model: its GPUs and degrees of parallelism."""
 
     model_config = MODEL_CONFIG
 
@@ -78,6 +78,11 @@ class PlanRow(BaseModel):
     """Replicas, each with its share of the batch."""
     micro_batches: int
     """Micro-batches per replica through the pipeline."""
+
+
+class PlanRow(PlanShape):
+    """One valid plan."""
+
     latency_s: float
     """TTFT (prefill), TPOT (decode, chunked) or end to end (generate)."""
     output_tokens_per_s: float
@@ -98,23 +103,9 @@ class PlanRow(BaseModel):
     """The pipeline's idle share (the first phase's); ``null`` without a pipeline or micro-batches."""
 
 
-class PlanFailure(BaseModel):
+class PlanFailure(PlanShape):
     """A plan left out, and why."""
 
-    model_config = MODEL_CONFIG
-
-    gpus: int
-    """GPUs the plan would occupy."""
-    tensor_parallel: int
-    """Devices each layer's heads and FFN columns are split across."""
-    pipeline_parallel: int
-    """Pipeline stages."""
-    expert_parallel: int
-    """Devices the routed experts are spread over (1: split like the dense MLP)."""
-    data_parallel: int
-    """Replicas, each with its share of the batch."""
-    micro_batches: int
-    """Micro-batches per replica through the pipeline."""
     reason: str
     """The broken constraint: heads, KV heads, experts, layers per stage, GPUs available, memory per GPU, a
     collective beyond the NVLink domain with no network."""
@@ -154,6 +145,11 @@ class Candidate:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    def shape(self) -> dict[str, int]:
+        """The :class:`PlanShape` fields of this candidate."""
+        return {"gpus": self.gpus, "tensor_parallel": self.tp, "pipeline_parallel": self.pp,
+                "expert_parallel": self.ep, "data_parallel": self.dp, "micro_batches": self.m}
 
     def parallel(self) -> ParallelPlan:
         return ParallelPlan(tensor_parallel=self.tp, pipeline_parallel=self.pp, expert_parallel=self.ep,
@@ -228,8 +224,7 @@ def plan(request: PlanRequest) -> PlanResult:
     failures: list[PlanFailure] = []
     for c in candidates:
         def fail(reason: str, c: Candidate = c) -> None:
-            failures.append(PlanFailure(gpus=c.gpus, tensor_parallel=c.tp, pipeline_parallel=c.pp,
-                                        expert_parallel=c.ep, data_parallel=c.dp, micro_batches=c.m, reason=reason))
+            failures.append(PlanFailure(**c.shape(), reason=reason))
 
         if available is not None and c.gpus > available:
             fail(f"needs {c.gpus} GPUs; {hw.name} has {available}")
@@ -444,8 +439,7 @@ class _PlanTimer:
         memory = memory_footprint(self.spec, workload, dev.graphs)
         tps = tokens / e2e
         return PlanRow(
-            gpus=c.gpus, tensor_parallel=c.tp, pipeline_parallel=c.pp, expert_parallel=c.ep, data_parallel=c.dp,
-            micro_batches=c.m, latency_s=e2e, output_tokens_per_s=tps, output_tokens_per_s_per_gpu=tps / c.gpus,
+            **c.shape(), latency_s=e2e, output_tokens_per_s=tps, output_tokens_per_s_per_gpu=tps / c.gpus,
             memory_per_gpu_bytes=memory.total, weights_per_gpu_bytes=memory.weights,
             kv_cache_per_gpu_bytes=memory.kv_cache, memory_capacity_bytes=dev.capacity_bytes,
             communication_share=comm / total if total > 0 else 0.0,

@@ -66,6 +66,30 @@ def busiest_rank_assignments(tokens_per_rank: int, top_k: int, ranks: int, exper
     return min(busiest, float(tokens_per_rank * ranks * min(top_k, experts_per_rank)))
 
 
+def _route(ctx: BuildContext, mlp: str, layer: int, x: str, *, in_rows: int | None = None) -> tuple[Op, Op]:
+    """The router's linear and its top-k over ``ctx.tokens`` tokens of ``x`` (``in_rows``: the rows ``x`` has when
+    the device routes only a slice of them)."""
+    spec = ctx.spec
+    moe = spec.moe
+    assert moe is not None
+    t, e, k, adt = ctx.tokens, moe.num_experts, moe.num_experts_per_tok, ctx.act_dtype
+    router_name = f"{mlp}.{spec.modules.router}"
+    router = linear(ctx, router_name, router_name, layer, x, spec.hidden_size, e, bias=moe.router_bias,
+                    kind="router", weight_dtype=moe.router_weight_dtype, in_rows=in_rows)
+    topk_name = f"{mlp}.topk"
+    # transformers 5 routes inside the router module (``Qwen3MoeTopKRouter``, ``MixtralTopKRouter``,
+    # ``DeepseekV3TopkRouter``, gpt-oss, Llama 4: logits, softmax/sigmoid, top-k, renormalization in its
+    # forward), so the top-k runs in the router's module range.
+    topk = Op(
+        name=topk_name, kind="topk", module=router_name, layer=layer, inputs=router.outputs,
+        outputs=(act(f"{topk_name}:weights", (t, k), adt), act(f"{topk_name}:ids", (t, k), INDEX_DTYPE)),
+        flops=(SOFTMAX_FLOPS_PER_SCORE + TOPK_SELECT_FLOPS) * t * e,
+        act_read_bytes=nbytes(t * e, adt.bits), act_write_bytes=nbytes(t * k, adt.bits) + t * k * 4,
+        matrix_class="Reduction", definition=f"topk_d{e}_k{k}",
+    )
+    return router, topk
+
+
 def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple[list[Op], str]:
     """The MoE block of one layer reading ``x[T, hidden]``; returns its ops and output tensor."""
     if ctx.ep > 1:
@@ -81,23 +105,8 @@ def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple
     wdt = ctx.weight_dtype
     e = moe.num_experts
     k = moe.num_experts_per_tok
-    ops: list[Op] = []
-    router_name = f"{mlp}.{mods.router}"
-    router = linear(ctx, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router",
-                    weight_dtype=moe.router_weight_dtype)
-    ops.append(router)
-    topk_name = f"{mlp}.topk"
-    # transformers 5 routes inside the router module (``Qwen3MoeTopKRouter``, ``MixtralTopKRouter``,
-    # ``DeepseekV3TopkRouter``, gpt-oss, Llama 4: logits, softmax/sigmoid, top-k, renormalization in its
-    # forward), so the top-k runs in the router's module range.
-    topk = Op(
-        name=topk_name, kind="topk", module=router_name, layer=layer, inputs=router.outputs,
-        outputs=(act(f"{topk_name}:weights", (t, k), adt), act(f"{topk_name}:ids", (t, k), INDEX_DTYPE)),
-        flops=(SOFTMAX_FLOPS_PER_SCORE + TOPK_SELECT_FLOPS) * t * e,
-        act_read_bytes=nbytes(t * e, adt.bits), act_write_bytes=nbytes(t * k, adt.bits) + t * k * 4,
-        matrix_class="Reduction", definition=f"topk_d{e}_k{k}",
-    )
-    ops.append(topk)
+    router, topk = _route(ctx, mlp, layer, x)
+    ops: list[Op] = [router, topk]
     width = ceil_div(moe.expert_intermediate_size, ctx.tp)
     pairs = t * k
     touched = expected_experts_touched(t, k, e)
@@ -165,20 +174,8 @@ def _build_moe_ep(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> t
     local = e // ep
     own = ceil_div(ctx.tokens, ctx.tp)
     sub = replace(ctx, tokens=own)
-    ops: list[Op] = []
-    router_name = f"{mlp}.{mods.router}"
-    router = linear(sub, router_name, router_name, layer, x, hidden, e, bias=moe.router_bias, kind="router",
-                    weight_dtype=moe.router_weight_dtype, in_rows=own if ctx.sp else ctx.tokens)
-    ops.append(router)
-    topk_name = f"{mlp}.topk"
-    topk = Op(
-        name=topk_name, kind="topk", module=router_name, layer=layer, inputs=router.outputs,
-        outputs=(act(f"{topk_name}:weights", (own, k), adt), act(f"{topk_name}:ids", (own, k), INDEX_DTYPE)),
-        flops=(SOFTMAX_FLOPS_PER_SCORE + TOPK_SELECT_FLOPS) * own * e,
-        act_read_bytes=nbytes(own * e, adt.bits), act_write_bytes=nbytes(own * k, adt.bits) + own * k * 4,
-        matrix_class="Reduction", definition=f"topk_d{e}_k{k}",
-    )
-    ops.append(topk)
+    router, topk = _route(sub, mlp, layer, x, in_rows=own if ctx.sp else ctx.tokens)
+    ops: list[Op] = [router, topk]
     sent = nbytes(own * k * hidden, adt.bits)
     pairs = busiest_rank_assignments(own, k, ep, local)
     pairs_int = max(1, round(pairs))
