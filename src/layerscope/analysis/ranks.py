@@ -217,8 +217,8 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 def read_ranks(directory: str | os.PathLike[str], *, use_cache: bool = True, include_last_step: bool = False,
                keep_tables: bool = False, workers: int | None = None) -> list[RankTrace]:
     """Every rank's trace in ``directory`` (:func:`trace_files`), read and broken down in parallel processes (at
-    most ``workers``; by default one per CPU, or none below :data:`PARALLEL_MIN_BYTES` of files; one file or one
-    worker: in this process), sorted by rank. Two files of one rank are an :class:`AnalysisError` naming both."""
+    most ``workers``; by default one per two CPUs, or none below :data:`PARALLEL_MIN_BYTES` of files; one file or
+    one worker: in this process), sorted by rank. Two files of one rank are an :class:`AnalysisError` naming both."""
     if workers is not None and workers < 1:
         raise AnalysisError(f"workers: {workers!r} is not allowed; give at least 1")
     files = trace_files(directory)
@@ -227,7 +227,8 @@ def read_ranks(directory: str | os.PathLike[str], *, use_cache: bool = True, inc
         note_input(path)
     if workers is None:
         small = sum(p.stat().st_size for p in files) < PARALLEL_MIN_BYTES
-        workers = 1 if small else os.cpu_count() or 1
+        # the JSON reader parses each file on two threads: one worker per two CPUs keeps them busy
+        workers = 1 if small else max(1, (os.cpu_count() or 1) // 2)
     count = min(len(files), workers)
     if count == 1:
         parts = [_ingest(p, use_cache, include_last_step, keep_tables) for p in files]

@@ -40,7 +40,8 @@ class RanksRequest(BaseModel):
     use_cache: bool = True
     """Read and write the Parquet cache of each trace's tables."""
     workers: int | None = None
-    """Processes reading the ranks; ``None``: one per CPU (at most one per file)."""
+    """Processes reading the ranks; ``None``: one per two CPUs (at most one per file; none below 4 MiB of
+    files)."""
 
 
 class RankBreakdown(BaseModel):

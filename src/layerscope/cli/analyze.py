@@ -142,7 +142,8 @@ def _check_rows(rows: int) -> None:
 def analyze_cmd(
     trace: Path = typer.Argument(..., help="Trace file: Kineto/Chrome JSON (.json, .json.gz) or .pftrace; or a "
                                  "directory of per-rank traces (one row per rank)."),
-    as_json: bool = options.as_json("Print one JSON object: report name → rows (docs/schema/analyze.json)."),
+    as_json: bool = options.as_json(
+        "Print one JSON object: report name → rows (docs/schema/analyze.json; a directory: analyze-ranks.json)."),
     csv_dir: Path | None = typer.Option(None, "--csv", help="Also write each report as DIR/<report>.csv."),
     threshold_ms: float = typer.Option(100.0, "--threshold-ms", help="Major events: slices longer than this."),
     rows: int = typer.Option(15, "--rows", help="Rows shown per table."),
