@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from layerscope.app.requests import ParallelPlan, WorkloadRequest
 from layerscope.app.simulate import SimulateRequest, build_graph, result_of, run_simulation
@@ -30,6 +32,7 @@ from layerscope.schedule.cluster import (
     WIRE_BANDWIDTH,
     ClusterOps,
     ClusterTimeline,
+    _lanes,
     cluster_timeline,
     gpu_ranks,
     sub_problem,
@@ -60,6 +63,28 @@ def test_gpu_ranks_place_stages_on_consecutive_gpus_tp_fastest() -> None:
     assert [(g.rank, g.stage, g.tp, g.dp) for g in ranks] == [
         (0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 0, 1), (3, 0, 1, 1), (4, 1, 0, 0), (5, 1, 1, 0), (6, 1, 0, 1), (7, 1, 1, 1)]
     assert ranks[5].name == "GPU 5 (stage 1, tp 1, dp 0)"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=40))
+def test_lanes_are_an_interval_partitioning(spans: list[tuple[int, int]]) -> None:
+    start = np.array([a for a, _ in spans], dtype=np.int64)
+    end = start + np.array([d for _, d in spans], dtype=np.int64)
+    lane = _lanes(start, end)
+    for ln in set(lane.tolist()):
+        s, e = start[lane == ln], end[lane == ln]
+        order = np.lexsort((e, s))
+        assert np.all(s[order][1:] >= e[order][:-1])  # one lane never holds two transfers at once
+    # as few lanes as the most transfers in flight at one instant (greedy by start is optimal)
+    depth = max((int(((start <= t) & (end > t)).sum()) for t in start.tolist()), default=0)
+    assert len(set(lane.tolist())) == max(depth, 1 if spans else 0)
+
+
+def test_sub_problem_keeps_the_edges_inside() -> None:
+    deps = [[], [0], [0, 1], [2], [1, 3]]
+    problem = ScheduleProblem.from_dependencies(deps, [1.0] * 5, [0.0] * 5, [0.0] * 5, 1.0)
+    sub = sub_problem(problem, np.array([1, 3, 4]))
+    assert [sub.dependencies(i).tolist() for i in range(3)] == [[], [], [0, 1]]
 
 
 def test_every_gpu_runs_its_stage_every_micro_batch(case: Any) -> None:

@@ -71,6 +71,12 @@ MAX_CLUSTER_SLICES = 4_000_000
 #: Slice classes: an op on a compute engine, a collective, the pipeline send, and its receive on the next stage.
 COMPUTE, COLLECTIVE, SEND, RECV = 0, 1, 2, 3
 
+#: Counter tracks of each GPU, their unit last: engines running an op, main-memory bandwidth in use, bytes the GPU
+#: puts on the interconnect per second.
+ENGINES_BUSY = "engines busy"
+MEMORY_BANDWIDTH = "memory bandwidth GB/s"
+WIRE_BANDWIDTH = "interconnect sent GB/s"
+
 
 @dataclass(frozen=True)
 class GpuRank:
@@ -250,16 +256,16 @@ class _Stage:
 def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Interval partitioning: each interval on the lowest lane free at its start (intervals by start)."""
     lane = np.zeros(len(start), dtype=np.int64)
-    free: list[tuple[int, int]] = []  # (lane, end) heap by lane of lanes free at some time
+    free: list[int] = []  # lanes free again, lowest first
     busy: list[tuple[int, int]] = []  # (end, lane) of lanes in use
     count = 0
     for i in np.lexsort((end, start)).tolist():
         s = int(start[i])
         while busy and busy[0][0] <= s:
             _, ln = heapq.heappop(busy)
-            heapq.heappush(free, (ln, 0))
+            heapq.heappush(free, ln)
         if free:
-            ln, _ = heapq.heappop(free)
+            ln = heapq.heappop(free)
         else:
             ln, count = count, count + 1
         lane[i] = ln
@@ -416,11 +422,6 @@ def cluster_timeline(problem: ScheduleProblem, ops: ClusterOps, *, tensor_parall
         col["start"], col["end"], col["mb"], col["step"], np.concatenate(peer_col), group, group_gpus,
         flow_src[bound], flow_dst[bound], tuple(counters))
 
-
-#: Counter tracks of each GPU, and their units.
-ENGINES_BUSY = "engines busy"
-MEMORY_BANDWIDTH = "memory bandwidth GB/s"
-WIRE_BANDWIDTH = "interconnect sent GB/s"
 
 
 def _counters(b: dict[str, np.ndarray], st: _Stage, ops: ClusterOps) -> list[tuple[str, np.ndarray, np.ndarray]]:
