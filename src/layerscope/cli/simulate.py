@@ -177,8 +177,9 @@ def _render(result: SimulateResult, gpus: int = 1) -> None:
     con.print(f"engines used: {result.engines_used} (smallest count within 2% of the best makespan)")
     if result.cluster is not None:
         c = result.cluster
-        con.print(f"pipeline: {c.gpus} GPUs, {c.micro_batches} micro-batches, makespan "
-                  f"{fmt_time_s(c.makespan_ns / 1e9)}, bubble by stage " + ", ".join(f"{b:.1%}" for b in c.bubble))
+        batches = f"{c.micro_batches} micro-batch{'es' if c.micro_batches > 1 else ''}"
+        con.print(f"pipeline: {c.gpus} GPUs, {batches}, makespan {fmt_time_s(c.makespan_ns / 1e9)}, bubble by stage "
+                  + ", ".join(f"{b:.1%}" for b in c.bubble))
     if result.trace is not None:
         con.print(f"trace: {esc(result.trace)} ({s.engines} engines)" if gpus == 1 else
                   f"trace: {esc(result.trace)} ({gpus} GPUs, one process each, {s.engines} engines each)")
