@@ -196,3 +196,56 @@ def test_cli_estimate_times_tp8_on_the_cluster_s_nvlink(run_cli: Run):
     reduces = [op for op in ops if op["bound"] == "network"]
     assert reduces and all(np.isfinite(op["time_s"]) and op["time_s"] > 0 for op in reduces)
     assert json.loads(done.stdout)["hardware"] == "dgx-h100"
+
+
+def _dgx_h100_sheet(tmp_path, suffix: str = ".csv"):
+    """The dgx-h100 preset written as a field-per-row sheet (units in the cells, a source column)."""
+    import csv
+
+    rows = [["field", "my-dgx", "source"],
+            ["name", "my-dgx", ""], ["gpu", "h100-sxm", "the preset"], ["nodes", "2", "two systems"],
+            ["gpus_per_node", "8", "DGX H100 user guide"], ["topology", "switch", ""],
+            ["fabric.name", "nvlink4", ""], ["fabric.bandwidth_bytes_per_s", "450 GB/s", "S19 / 2"],
+            ["fabric.latency_s", "1 us", "assumption"], ["fabric.domain_gpus", "8", ""],
+            ["fabric.in_switch_reduction", "true", ""], ["fabric.in_switch_bandwidth_bytes_per_s", "450 GB/s", ""],
+            ["fabric.in_switch_min_gpus", "5", ""],
+            ["network.name", "connectx7-ndr400", ""], ["network.bandwidth_bytes_per_s", "50 GB/s", "CX-7"],
+            ["network.latency_s", "3 us", "assumption"]]
+    path = tmp_path / f"my-dgx{suffix}"
+    if suffix == ".csv":
+        with path.open("w", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+    else:
+        import openpyxl
+
+        book = openpyxl.Workbook()
+        for row in rows:
+            book.active.append(row)
+        book.save(path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx"])
+def test_a_cluster_loads_from_a_spreadsheet_like_a_device(tmp_path, suffix) -> None:
+    from layerscope.hardware import load_hardware
+    from layerscope.hardware.cluster import cluster_of
+
+    path = _dgx_h100_sheet(tmp_path, suffix)
+    sheet = cluster_of(str(path))
+    preset = load_cluster("dgx-h100").with_nodes(2)
+    assert sheet is not None and sheet.total_gpus == 16
+    assert sheet.fabric.bandwidth_bytes_per_s == preset.fabric.bandwidth_bytes_per_s == 450e9
+    assert sheet.network is not None and sheet.network.bandwidth_bytes_per_s == 50e9
+    assert sheet.fabric.in_switch_reduction is True
+    assert sheet.sources["network.bandwidth_bytes_per_s"] == "CX-7"
+    assert load_hardware(str(path)).interconnect == sheet.device_spec().interconnect
+
+
+def test_a_cluster_sheet_through_the_cli(tmp_path, run_cli) -> None:
+    path = _dgx_h100_sheet(tmp_path)
+    ok = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", str(path), "--tp", "16", "--json")
+    assert ok.returncode == 0, ok.stderr
+    bad = path.with_name("bad.csv")
+    bad.write_text(path.read_text().replace("nodes,2,", "nodes,0,"))
+    res = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", str(bad))
+    assert res.returncode == 2 and "nodes" in res.stderr and "Traceback" not in res.stderr

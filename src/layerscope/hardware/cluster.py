@@ -305,13 +305,14 @@ def _load_preset(key: str) -> ClusterSpec:
 
 
 def load_cluster_file(path: str | Path) -> ClusterSpec:
-    """A cluster from a YAML/JSON file (numbers may carry units, as in hardware files). A ``gpu`` naming a file is
-    read relative to the cluster file."""
-    from layerscope.hardware.loaders import read_mapping
+    """A cluster from a YAML/JSON file, or a CSV/XLSX sheet of one column with a dotted field per row
+    (:func:`~layerscope.hardware.loaders.sheet_mapping`); numbers may carry units, as in hardware files. A ``gpu``
+    naming a file is read relative to the cluster file."""
+    from layerscope.hardware.loaders import SHEET_READERS, read_mapping, sheet_mapping
 
     file = Path(path)
     note_input(file)
-    data = read_mapping(file)
+    data = sheet_mapping(file) if file.suffix.lower() in SHEET_READERS else read_mapping(file)
     if not is_cluster_mapping(data):
         raise HardwareSpecError(f"{file}: not a cluster (no top-level 'cluster:' mapping, nodes or gpus_per_node)")
     return cluster_from_mapping(data, file)
@@ -345,13 +346,17 @@ def load_cluster(source: str | Path) -> ClusterSpec:
 
 def cluster_of(source: str | Path) -> ClusterSpec | None:
     """The cluster ``source`` stands for where ``load_hardware`` reads it as one (a cluster preset name that is not
-    a chip preset's, or a YAML/JSON file holding a cluster), else None."""
-    from layerscope.hardware.loaders import LOADERS, MAPPING_READERS, read_mapping
+    a chip preset's, or a YAML/JSON/CSV/XLSX file holding a cluster), else None."""
+    from layerscope.hardware.loaders import LOADERS, MAPPING_READERS, SHEET_READERS, is_cluster_sheet, read_mapping
     from layerscope.hardware.presets import find_preset
 
     path = Path(source)
     if path.suffix.lower() in LOADERS or path.exists():
-        if path.suffix.lower() in MAPPING_READERS and path.is_file() and is_cluster_mapping(read_mapping(path)):
+        suffix = path.suffix.lower()
+        if not path.is_file():
+            return None
+        if (suffix in MAPPING_READERS and is_cluster_mapping(read_mapping(path))) or (
+                suffix in SHEET_READERS and is_cluster_sheet(path)):
             return load_cluster_file(path)
         return None
     if find_preset(str(source)) is not None or find_cluster(str(source)) is None:

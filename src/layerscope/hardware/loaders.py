@@ -574,13 +574,21 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _csv_sheet(path: Path) -> Sheet:
+Grid = tuple[list[list[Any]], Callable[[int, int], str]]
+"""A spreadsheet's cell values (row-major) and the name of a cell by its 0-based (row, column)."""
+
+
+def _csv_grid(path: Path) -> Grid:
     text = _read_text(path)
     try:
         grid = list(csv.reader(io.StringIO(text)))
     except csv.Error as exc:
         raise HardwareSpecError(f"{path}: not a readable CSV sheet: {exc}") from None
-    return sheet_from_grid(grid, str(path), lambda r, c: f"line {r + 1}, column {c + 1}")
+    return grid, lambda r, c: f"line {r + 1}, column {c + 1}"
+
+
+def _csv_sheet(path: Path) -> Sheet:
+    return sheet_from_grid(*_read_grid(path))
 
 
 def _check_xlsx_package(path: Path) -> None:
@@ -605,7 +613,7 @@ _XLSX_ERRORS = (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, In
                 ParseError, zlib.error, EOFError)
 
 
-def _xlsx_sheet(path: Path) -> Sheet:
+def _xlsx_grid(path: Path) -> Grid:
     import openpyxl  # deferred: openpyxl is slow to import and only spreadsheets need it
     from openpyxl.utils import get_column_letter
     from openpyxl.utils.exceptions import InvalidFileException
@@ -626,9 +634,98 @@ def _xlsx_sheet(path: Path) -> Sheet:
             workbook.close()
     except (InvalidFileException, *_XLSX_ERRORS) as exc:
         raise HardwareSpecError(f"{path}: cannot read as XLSX: {quote(str(exc))}") from None
-    return sheet_from_grid(
-        grid, str(path), lambda r, c: f"sheet {quote(title)} cell {get_column_letter(c + 1)}{r + 1}"
-    )
+    return grid, lambda r, c: f"sheet {quote(title)} cell {get_column_letter(c + 1)}{r + 1}"
+
+
+def _xlsx_sheet(path: Path) -> Sheet:
+    return sheet_from_grid(*_read_grid(path))
+
+
+def _read_grid(path: Path) -> tuple[list[list[Any]], str, Callable[[int, int], str]]:
+    """(cells, origin, cell namer) of a CSV or XLSX file."""
+    grid, ref = _xlsx_grid(path) if path.suffix.lower() in (".xlsx", ".xlsm") else _csv_grid(path)
+    return grid, str(path), ref
+
+
+#: First-column labels that make a spreadsheet a cluster's (its rows are the dotted fields of a cluster mapping:
+#: ``nodes``, ``gpus_per_node``, ``gpu``, ``fabric.bandwidth_bytes_per_s`` …) rather than a chip's.
+CLUSTER_SHEET_KEYS = frozenset({"nodes", "gpus_per_node"})
+
+
+def _sheet_rows(grid: list[list[Any]]) -> list[list[Any]]:
+    return [list(r) for r in grid if any(_text(v) for v in r)]
+
+
+def is_cluster_sheet(path: Path) -> bool:
+    """A CSV/XLSX whose first column names ``nodes`` or ``gpus_per_node``: a cluster (``hardware.cluster``)."""
+    grid, _, _ = _read_grid(path)
+    return any(_text(r[0]) in CLUSTER_SHEET_KEYS for r in _sheet_rows(grid)[1:] if r)
+
+
+def sheet_mapping(path: Path, column: str | None = None) -> dict[str, Any]:
+    """The nested mapping of one column of a field-per-row spreadsheet (a cluster's): the first column holds dotted
+    field names (``fabric.latency_s``), the header row the column names, a ``source`` column a citation per row
+    (into ``sources``); ``column`` picks a column (default: the only one). Cells with units convert as in YAML
+    files; ``true``/``false`` and numbers are read as such."""
+    grid, origin, ref = _read_grid(path)
+    rows = _sheet_rows(grid)
+    if len(rows) < 2:
+        raise HardwareSpecError(f"{origin}: the sheet has no field rows under its header")
+    if len(rows) > MAX_SHEET_ROWS:
+        raise HardwareSpecError(f"{origin}: {len(rows)} rows, more than the {MAX_SHEET_ROWS} a hardware sheet may have")
+    header = rows[0]
+    columns = {i: _text(v) for i, v in enumerate(header) if i > 0 and _text(v)}
+    source_col = next((i for i, name in columns.items() if name.lower() in _SOURCE_HEADERS), None)
+    named = {i: name for i, name in columns.items() if i != source_col and name.lower() not in _UNIT_HEADERS}
+    if not named:
+        raise HardwareSpecError(f"{origin}: no value column in the header row {quote([_text(v) for v in header])}")
+    if column is None:
+        if len(named) > 1:
+            raise HardwareSpecError(f"{origin}: {len(named)} columns ({', '.join(named.values())}); pick one")
+        col = next(iter(named))
+    else:
+        found = [i for i, name in named.items() if _norm(name) == _norm(column)]
+        if not found:
+            raise HardwareSpecError(f"{origin}: no column {quote(column)}; columns: {', '.join(named.values())}")
+        col = found[0]
+    data: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for index, values in enumerate(rows[1:], start=1):
+        key = _text(values[0])
+        value = values[col] if col < len(values) else None
+        if not key or _text(value) == "":
+            continue
+        parts = key.split(".")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise HardwareSpecError(f"{origin}: {ref(index, 0)}: field {quote(key)} nests under a value")
+            node = child
+        if parts[-1] in node:
+            raise HardwareSpecError(f"{origin}: {ref(index, 0)}: field {quote(key)} appears twice")
+        node[parts[-1]] = _cell_value(value)
+        if source_col is not None and source_col < len(values) and _text(values[source_col]):
+            sources[key] = _text(values[source_col])
+    if sources:
+        data.setdefault("sources", {}).update(sources)
+    converted: dict[str, Any] = _with_units(data, "", origin, "")
+    return converted
+
+
+def _cell_value(value: Any) -> Any:
+    """A cell as YAML would read it: booleans, integers and floats from their text, other text as it is."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 _SUFFIXES = ("_hz", "_bytes", "_bytes_per_s", "_flops_per_s", "_s")
@@ -766,12 +863,13 @@ def _sheet_spec(sheet: Sheet, device: str | None) -> HardwareSpec:
     return spec
 
 
-def _load_csv(path: Path, device: str | None) -> HardwareSpec:
-    return _sheet_spec(_csv_sheet(path), device)
+def _load_sheet(path: Path, device: str | None) -> HardwareSpec:
+    """A chip's column of a spreadsheet, or a cluster sheet's column (its GPU, the cluster's links merged in)."""
+    if is_cluster_sheet(path):
+        from layerscope.hardware.cluster import cluster_from_mapping
 
-
-def _load_xlsx(path: Path, device: str | None) -> HardwareSpec:
-    return _sheet_spec(_xlsx_sheet(path), device)
+        return cluster_from_mapping(sheet_mapping(path, device), path).device_spec()
+    return _sheet_spec(sheet_from_grid(*_read_grid(path)), device)
 
 
 def _refuse_device(source: str | Path, device: str | None) -> None:
@@ -789,9 +887,9 @@ LOADERS: Registry[Loader] = Registry("hardware file type", HardwareSpecError, {
     ".yaml": _load_yaml,
     ".yml": _load_yaml,
     ".json": _load_json,
-    ".csv": _load_csv,
-    ".xlsx": _load_xlsx,
-    ".xlsm": _load_xlsx,
+    ".csv": _load_sheet,
+    ".xlsx": _load_sheet,
+    ".xlsm": _load_sheet,
 })
 """File suffix → loader ``(path, device) -> HardwareSpec``; ``device`` picks a spreadsheet column
 (and is refused for YAML/JSON)."""
