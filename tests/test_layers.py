@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 
 #: Layers, top (imported by everyone) to bottom (imports everyone).
 LAYERS = ("errors", "units", "registry", "model", "hardware", "workload", "graph", "records", "cost", "schedule",
+          "serving",
           "trace", "capture", "analysis", "app", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # errors, units and registry are one layer.

@@ -1,0 +1,690 @@
+"""The serving simulation: requests arrive, engines batch them step by step, every step timed by the cost model
+(``serving.timer``), the KV cache paged in blocks (``serving.kv``).
+
+An event loop in simulated time, like ``schedule``'s: the next event is the earliest of an engine finishing its
+step, a KV transfer landing (disaggregated) and a request arriving; after the events of one instant, every idle
+engine with work forms its next step through its scheduler policy (``serving.schedulers``). A step's tokens all
+appear at its end.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layerscope.cost.collectives import collective_time_s
+from layerscope.errors import LayerscopeError
+from layerscope.hardware import HardwareSpec, load_hardware
+from layerscope.model import ModelSpec, load_model_spec
+from layerscope.serving.kv import kv_capacity
+from layerscope.serving.schedulers import SCHEDULERS, SchedulerPolicy
+from layerscope.serving.spec import ServingError, ServingRequest
+from layerscope.serving.timer import StepTimer
+from layerscope.serving.traffic import Request, generate_requests
+from layerscope.workload import Workload, make_workload
+from layerscope.workload.workload import check_parallel
+
+__all__ = ["ServingRun", "run_serving", "simulate_requests"]
+
+#: Most decode steps taken at once by one leap (bounds its arrays: batch × steps).
+_MAX_LEAP = 256
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """What a simulation produced. Per request (one row per request, sorted by id): times in seconds from the
+    first arrival. Per iteration (one row per engine step, in order of start): what the step ran and the state
+    of its engine when it started. Tokens: every token's time, grouped by request (``token_offsets``)."""
+
+    request: ServingRequest
+    id: np.ndarray
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    prefix_hit_tokens: np.ndarray
+    queued_s: np.ndarray
+    """From arrival to the first step that ran any of the request's tokens."""
+    preemptions: np.ndarray
+    replica: np.ndarray
+    """The engine that produced the request's last token."""
+    token_s: np.ndarray
+    """Every token's time, request after request, in order within each."""
+    token_offsets: np.ndarray
+    """Request i's tokens are ``token_s[token_offsets[i]:token_offsets[i + 1]]`` ([requests + 1])."""
+    start_s: np.ndarray
+    end_s: np.ndarray
+    iteration_replica: np.ndarray
+    prefill_tokens: np.ndarray
+    """Prompt tokens computed in the step (chunks and recomputations)."""
+    decode_seqs: np.ndarray
+    batch_seqs: np.ndarray
+    """Sequences in the step: decodes and prompt chunks."""
+    kv_blocks_used: np.ndarray
+    """Blocks held on the engine while the step runs."""
+    queue_len: np.ndarray
+    """Requests waiting (or swapped out) on the engine when the step started."""
+    running: np.ndarray
+    """Requests admitted on the engine (holding a slot) when the step started, those in the step included."""
+    kv_capacity_blocks: int
+    """Blocks per engine."""
+    block_tokens: int
+    roles: tuple[str, ...]
+    """Each engine's role: ``mixed``, ``prefill`` or ``decode``."""
+    kv_bytes_per_token: float
+    graph_builds: int = 0
+    """Graphs the step timer built."""
+    wall_s: float = 0.0
+    """Seconds the simulation took on this machine."""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_capacity_blocks * self.block_tokens
+
+    @property
+    def kv_usage(self) -> np.ndarray:
+        """Per iteration, the share of its engine's blocks in use."""
+        return self.kv_blocks_used / self.kv_capacity_blocks
+
+    def itl_s(self, i: int | None = None) -> np.ndarray:
+        """Inter-token latencies: of request ``i`` (its gaps between successive tokens), or of every request."""
+        if i is not None:
+            return np.diff(self.token_s[self.token_offsets[i]:self.token_offsets[i + 1]])
+        gaps = np.diff(self.token_s)
+        starts = self.token_offsets[1:-1] - 1  # the gap from a request's last token to the next one's first
+        keep = np.ones(len(gaps), dtype=bool)
+        keep[starts[(starts >= 0) & (starts < len(gaps))]] = False
+        return gaps[keep]
+
+
+class _Engine:
+    """One engine's state: waiting and swapped queues, running slots as arrays, free KV blocks."""
+
+    def __init__(self, index: int, role: str, slots: int, blocks: int) -> None:
+        self.index = index
+        self.role = role
+        self.free = blocks
+        self.waiting: deque[int] = deque()
+        self.swapped: deque[int] = deque()
+        self.order: list[int] = []  # running slots, oldest admission first
+        self.prefilling: list[int] = []  # running slots still computing their prompt, oldest first
+        self.s_active = np.zeros(slots, dtype=bool)
+        self.s_dec = np.zeros(slots, dtype=bool)  # running slots whose prompt is in the KV cache
+        self.s_req = np.full(slots, -1, dtype=np.int64)
+        self.s_ctx = np.zeros(slots, dtype=np.int64)
+        self.s_target = np.zeros(slots, dtype=np.int64)
+        self.s_gen = np.zeros(slots, dtype=np.int64)
+        self.s_out = np.zeros(slots, dtype=np.int64)
+        self.s_blocks = np.zeros(slots, dtype=np.int64)
+        self.free_slots = list(range(slots - 1, -1, -1))
+        self.busy = False
+        self.inbound = 0  # transfers on their way here
+        self.step: tuple[np.ndarray, list[tuple[int, int]], int] | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.swapped) + len(self.order) + self.inbound
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.swapped or self.order)
+
+
+def _resolve(request: ServingRequest) -> tuple[ModelSpec, HardwareSpec]:
+    spec = request.model if isinstance(request.model, ModelSpec) else load_model_spec(os.fspath(request.model))
+    hw = request.hardware if isinstance(request.hardware, HardwareSpec) else load_hardware(
+        os.fspath(request.hardware))
+    if request.execution is not None:
+        from layerscope.cost.execution import with_profile
+
+        hw = with_profile(hw, request.execution)
+    return spec, hw
+
+
+def _template(spec: ModelSpec, request: ServingRequest) -> Workload:
+    plan = request.plan
+    fields: dict[str, object] = {"phase": "decode", "batch": 1, "context": 1, "weight_dtype": request.weight_dtype,
+                                 "act_dtype": request.act_dtype, "kv_dtype": request.kv_dtype}
+    for name in ("tensor_parallel", "pipeline_parallel", "expert_parallel"):
+        if getattr(plan, name) != 1:
+            fields[name] = getattr(plan, name)
+    if plan.sequence_parallel:
+        fields["sequence_parallel"] = True
+    try:
+        workload = make_workload(**fields)
+    except LayerscopeError as exc:
+        raise ServingError(f"serving plan: {exc}") from None
+    check_parallel(spec, workload)
+    return workload
+
+
+#: Step timers of recent runs, by what their tables depend on: runs of one model, hardware and plan (a rate
+#: search, a grid) share their tables.
+_TIMERS: dict[tuple[str, str, str, str, str], StepTimer] = {}
+
+
+def _timer(spec: ModelSpec, hw: HardwareSpec, template: Workload, cost_model: str, mode: str) -> StepTimer:
+    key = (spec.model_dump_json(), hw.model_dump_json(), template.model_dump_json(), cost_model, mode)
+    timer = _TIMERS.get(key)
+    if timer is None:
+        if len(_TIMERS) >= 8:
+            _TIMERS.pop(next(iter(_TIMERS)))
+        timer = _TIMERS[key] = StepTimer(spec, hw, template, cost_model, mode)
+    return timer
+
+
+def run_serving(request: ServingRequest, progress: Callable[[float], None] | None = None) -> ServingRun:
+    """Simulate ``request``: its traffic (``generate_requests``) served by its engines. ``progress`` is called with
+    the share of requests finished (0 … 1) as they finish. Deterministic: the same request gives the same arrays."""
+    return simulate_requests(request, generate_requests(request.traffic), progress)
+
+
+def simulate_requests(request: ServingRequest, requests: list[Request],
+                      progress: Callable[[float], None] | None = None) -> ServingRun:
+    """Simulate ``requests`` (ids 0 … n−1 in order; NaN arrivals: a closed loop of ``traffic.users``) on the engines
+    ``request`` describes."""
+    wall0 = time.perf_counter()
+    spec, hw = _resolve(request)
+    template = _template(spec, request)
+    sched = request.scheduler
+    if sched.max_num_batched_tokens < sched.max_num_seqs and sched.name != "static":
+        raise ServingError(f"scheduler: max_num_batched_tokens ({sched.max_num_batched_tokens}) must be at least "
+                           f"max_num_seqs ({sched.max_num_seqs}), so every running decode fits a step")
+    policy: SchedulerPolicy = SCHEDULERS.lookup(sched.name)(sched)
+    cap = kv_capacity(spec, hw, template, max_batched_tokens=sched.max_num_batched_tokens,
+                      block_tokens=sched.block_tokens, utilization=request.gpu_memory_utilization,
+                      override_tokens=request.kv_capacity_tokens)
+    timer = _timer(spec, hw, template, request.cost_model, request.timer)
+    roles = policy.roles(request.replicas * request.plan.data_parallel)
+    sim = _Simulation(request, requests, policy, timer, roles, cap.blocks, cap.bytes_per_token, hw, progress)
+    sim.run()
+    return sim.result(time.perf_counter() - wall0, cap.bytes_per_token)
+
+
+class _Simulation:
+    def __init__(self, request: ServingRequest, requests: list[Request], policy: SchedulerPolicy,
+                 timer: StepTimer, roles: list[str], blocks: int, kv_bytes_per_token: float, hw: HardwareSpec,
+                 progress: Callable[[float], None] | None) -> None:
+        self.request = request
+        self.policy = policy
+        self.timer = timer
+        self.hw = hw
+        self.progress = progress
+        sched = request.scheduler
+        self.B = sched.block_tokens
+        self.blocks = blocks
+        self.block_bytes = kv_bytes_per_token * self.B
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.roles = tuple(roles)
+        n = len(requests)
+        self.n = n
+        if any(r.id != i for i, r in enumerate(requests)):
+            raise ServingError("requests must have ids 0 … n−1 in order")
+        self.arrival = np.array([r.arrival_s for r in requests], dtype=np.float64)
+        self.prompt = np.array([r.prompt_len for r in requests], dtype=np.int64)
+        self.output = np.array([r.output_len for r in requests], dtype=np.int64)
+        hits = np.array([r.prefix_hit_tokens for r in requests], dtype=np.int64)
+        if sched.prefix_hit_rate > 0:
+            # Whole blocks of the prompt, at least its last token computed (vLLM's automatic prefix caching).
+            cached = np.floor(sched.prefix_hit_rate * (self.prompt - 1) / self.B).astype(np.int64) * self.B
+            hits = np.maximum(hits, cached)
+        self.hit = np.minimum(hits, self.prompt - 1)
+        need = -(-(self.prompt + self.output) // self.B)
+        if n and int(need.max()) > blocks:
+            worst = int(np.argmax(need))
+            raise ServingError(f"request {worst} needs {int(need[worst])} KV blocks ({int(self.prompt[worst])} + "
+                               f"{int(self.output[worst])} tokens) but an engine holds {blocks} blocks of {self.B}")
+        self.r_ctx = np.zeros(n, dtype=np.int64)
+        self.r_gen = np.zeros(n, dtype=np.int64)
+        self.r_kv_ready = np.zeros(n, dtype=bool)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.first_sched = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        slots = policy.max_running()
+        self.engines = [_Engine(i, role, slots, blocks) for i, role in enumerate(roles)]
+        self.entry = [e for e in self.engines if e.role in ("mixed", "prefill")]
+        self.decoders = [e for e in self.engines if e.role == "decode"]
+        self.heap: list[tuple[float, int, int, int, int]] = []  # (time, kind, seq, engine, request)
+        self.seq = 0
+        self.tokens: list[tuple[np.ndarray, np.ndarray]] = []  # (requests, step end times): each made a token each
+        self.it: list[tuple[float, float, int, int, int, int, int, int, int]] = []
+        self.it_blocks: list[np.ndarray] = []  # leaps' iterations, [k, 9] each
+        self.done = 0
+        self.next_progress = 0.0
+        self.closed = bool(n) and bool(np.isnan(self.arrival).any())
+        self.next_id = 0
+        self.think = request.traffic.think_s
+        if self.closed:
+            users = request.traffic.users or 1
+            for _ in range(min(users, n)):
+                self._push(0.0, 2, -1, self.next_id)
+                self.next_id += 1
+        self.ptr = 0
+        self.order = np.argsort(self.arrival, kind="stable") if not self.closed else np.arange(n)
+
+    def _push(self, t: float, kind: int, engine: int, req: int) -> None:
+        heapq.heappush(self.heap, (t, kind, self.seq, engine, req))
+        self.seq += 1
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        dirty: set[int] = set()
+        while True:
+            t_heap = self.heap[0][0] if self.heap else math.inf
+            t_arr = float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n else math.inf
+            now = min(t_heap, t_arr)
+            if now == math.inf:
+                break
+            while self.heap and self.heap[0][0] <= now:
+                _, kind, _, engine, req = heapq.heappop(self.heap)
+                if kind == 0:
+                    self._end_step(self.engines[engine], now)
+                    dirty.add(engine)
+                elif kind == 1:
+                    eng = self.engines[engine]
+                    eng.inbound -= 1
+                    eng.waiting.append(req)
+                    dirty.add(engine)
+                else:
+                    self.arrival[req] = now
+                    dirty.add(self._dispatch(req))
+            while not self.closed and self.ptr < self.n and self.arrival[self.order[self.ptr]] <= now:
+                dirty.add(self._dispatch(int(self.order[self.ptr])))
+                self.ptr += 1
+            for index in sorted(dirty):
+                eng = self.engines[index]
+                if not eng.busy and eng.has_work():
+                    self._start_step(eng, now)
+            dirty.clear()
+        if self.done != self.n:
+            raise ServingError(f"the simulation stalled with {self.n - self.done} of {self.n} requests unfinished")
+
+    def _dispatch(self, req: int) -> int:
+        # Least loaded engine (fewest unfinished requests), ties to the lowest index.
+        eng = min(self.entry, key=lambda e: (e.load, e.index))
+        eng.waiting.append(req)
+        return eng.index
+
+    # -- forming a step ------------------------------------------------------------------------------------------
+
+    def _blocks_for(self, tokens: np.ndarray | int) -> np.ndarray | int:
+        return -(-tokens // self.B)
+
+    def _preempt(self, eng: _Engine, slot: int) -> float:
+        """Evict ``slot`` (the most recently admitted running request); seconds of swap-out copy it costs."""
+        req = int(eng.s_req[slot])
+        self.preemptions[req] += 1
+        blocks = int(eng.s_blocks[slot])
+        eng.free += blocks
+        self.r_gen[req] = eng.s_gen[slot]
+        seconds = 0.0
+        if self.request.scheduler.preemption == "swap":
+            self.r_ctx[req] = eng.s_ctx[slot]
+            self.r_kv_ready[req] = True
+            eng.swapped.append(req)
+            seconds = blocks * self.block_bytes / self.request.scheduler.swap_bytes_per_s
+        else:
+            self.r_ctx[req] = 0
+            self.r_kv_ready[req] = False
+            eng.waiting.appendleft(req)
+        self._release(eng, slot)
+        return seconds
+
+    def _release(self, eng: _Engine, slot: int) -> None:
+        eng.s_active[slot] = False
+        eng.s_dec[slot] = False
+        if eng.s_ctx[slot] < eng.s_target[slot]:
+            eng.prefilling.remove(slot)
+        eng.s_req[slot] = -1
+        eng.s_blocks[slot] = 0
+        eng.order.remove(slot)
+        eng.free_slots.append(slot)
+
+    def _admit(self, eng: _Engine, req: int, now: float) -> int:
+        slot = eng.free_slots.pop()
+        eng.s_active[slot] = True
+        eng.s_req[slot] = req
+        gen = int(self.r_gen[req])
+        if self.r_kv_ready[req]:
+            ctx = int(self.r_ctx[req])
+            target = ctx
+        else:
+            # A prompt (again, after a recompute preemption: prompt and the tokens generated so far).
+            ctx = int(self.hit[req])
+            target = int(self.prompt[req]) + gen
+        eng.s_ctx[slot] = ctx
+        eng.s_target[slot] = target
+        eng.s_gen[slot] = gen
+        eng.s_out[slot] = self.output[req]
+        eng.s_blocks[slot] = 0
+        eng.order.append(slot)
+        if ctx < target:
+            eng.prefilling.append(slot)
+        else:
+            eng.s_dec[slot] = True
+        if math.isnan(self.first_sched[req]):
+            self.first_sched[req] = now
+        return slot
+
+    def _decodes(self, eng: _Engine, limit: int | None) -> np.ndarray:
+        dec = np.flatnonzero(eng.s_dec)
+        if limit is not None and len(dec) > limit:
+            rank = {slot: i for i, slot in enumerate(eng.order)}
+            dec = np.array(sorted(dec.tolist(), key=rank.__getitem__)[:limit], dtype=np.int64)
+        return dec
+
+    def _start_step(self, eng: _Engine, now: float, carry_s: float = 0.0, again: bool = True) -> None:
+        policy = self.policy
+        running_before = len(eng.order)
+        if (carry_s == 0.0 and self.timer.mode == "fast" and not eng.prefilling and eng.order
+                and (not (eng.waiting or eng.swapped) or not policy.may_admit(len(eng.order))
+                     or len(eng.order) >= policy.max_running()) and self._leap(eng, now)):
+            return
+        budget = policy.token_budget()
+        left = budget if budget is not None else 1 << 62
+        chunked = policy.chunked()
+        reserve = policy.reserve_output()
+        max_running = policy.max_running()
+        swap_s = carry_s
+        chunks: list[tuple[int, int]] = []  # (slot, new tokens)
+        admitted = False
+        dec = np.empty(0, dtype=np.int64)
+        dec_blocks = 0
+
+        def plan_decodes(limit: int | None) -> tuple[np.ndarray, int]:
+            nonlocal swap_s
+            while True:
+                d = self._decodes(eng, limit)
+                if reserve or not len(d):
+                    return d, 0
+                grow = self._blocks_for(eng.s_ctx[d] + 1) - eng.s_blocks[d]
+                need = int(grow.sum())
+                if need <= eng.free or not eng.order:
+                    return d, need
+                swap_s += self._preempt(eng, eng.order[-1])
+
+        def plan_running_prompts() -> None:
+            nonlocal left, swap_s
+            taken = {slot for slot, _ in chunks}
+            for slot in list(eng.prefilling):
+                if left <= 0:
+                    break
+                if not eng.s_active[slot] or slot in taken:
+                    continue
+                rest = int(eng.s_target[slot] - eng.s_ctx[slot])
+                if rest <= 0:
+                    continue
+                c = min(rest, left) if chunked else rest
+                if c > left:
+                    continue
+                need = int(self._blocks_for(int(eng.s_ctx[slot]) + c)) - int(eng.s_blocks[slot])
+                while need > eng.free - dec_blocks and eng.order[-1] != slot:
+                    swap_s += self._preempt(eng, eng.order[-1])
+                if need > eng.free - dec_blocks:
+                    swap_s += self._preempt(eng, slot)
+                    break
+                chunks.append((slot, c))
+                left -= c
+
+        def admit_waiting() -> None:
+            nonlocal left, swap_s, admitted
+            if not policy.may_admit(len(eng.order)):
+                return
+            while len(eng.order) < max_running and left > 0:
+                if eng.swapped:
+                    req = eng.swapped[0]
+                    need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
+                    if need > eng.free - dec_blocks:
+                        return
+                    eng.swapped.popleft()
+                    slot = self._admit(eng, req, now)
+                    eng.s_blocks[slot] = need
+                    eng.free -= need
+                    swap_s += need * self.block_bytes / self.request.scheduler.swap_bytes_per_s
+                    continue
+                if not eng.waiting:
+                    return
+                req = eng.waiting[0]
+                if self.r_kv_ready[req]:  # a transferred request: its KV is here, it decodes next step
+                    need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
+                    if need > eng.free - dec_blocks:
+                        return
+                    eng.waiting.popleft()
+                    slot = self._admit(eng, req, now)
+                    eng.s_blocks[slot] = need
+                    eng.free -= need
+                    continue
+                gen = int(self.r_gen[req])
+                ctx = int(self.hit[req])
+                rest = int(self.prompt[req]) + gen - ctx
+                c = min(rest, left) if chunked else rest
+                if c > left and (chunks or len(dec)):
+                    return
+                total = int(self.prompt[req] + self.output[req]) if reserve else ctx + c
+                need = int(self._blocks_for(total))
+                if need > eng.free - dec_blocks:
+                    return
+                eng.waiting.popleft()
+                slot = self._admit(eng, req, now)
+                admitted = True
+                eng.s_blocks[slot] = need if reserve else 0
+                if reserve:
+                    eng.free -= need
+                chunks.append((slot, c))
+                left -= c
+
+        if policy.decode_first():
+            dec, dec_blocks = plan_decodes(None)
+            left -= len(dec)
+            plan_running_prompts()
+            admit_waiting()
+        else:
+            # Prompts first, with the blocks the running decodes need kept for them.
+            dec, dec_blocks = plan_decodes(None)
+            admit_waiting()
+            plan_running_prompts()
+            if admitted and policy.prompts_only_when_admitting():
+                dec, dec_blocks = np.empty(0, dtype=np.int64), 0
+            elif len(dec) > max(left, 0):
+                dec = self._decodes(eng, max(left, 0))
+                dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
+                    if not reserve and len(dec) else 0
+        # Take the blocks: decodes grow by one token, chunks by theirs.
+        if len(dec) and not reserve:
+            eng.s_blocks[dec] = self._blocks_for(eng.s_ctx[dec] + 1)
+            eng.free -= dec_blocks
+        step_chunks: list[tuple[int, int]] = []
+        for slot, c in chunks:
+            if not reserve:
+                want = int(self._blocks_for(int(eng.s_ctx[slot]) + c))
+                eng.free -= want - int(eng.s_blocks[slot])
+                eng.s_blocks[slot] = want
+            step_chunks.append((c, int(eng.s_ctx[slot])))
+        assert eng.free >= 0, "KV blocks over capacity"
+        if not len(dec) and not chunks:
+            if again and (len(eng.order) > running_before or swap_s > 0):
+                # Requests joined with their KV (swapped in, transferred): they decode in a step formed now.
+                self._start_step(eng, now, swap_s, again=False)
+                return
+            raise ServingError(f"engine {eng.index}: no step fits (blocks free {eng.free} of {self.blocks}, "
+                               f"{len(eng.waiting)} waiting, {len(eng.order)} running)")
+        forward = self.timer.forward_s(step_chunks, eng.s_ctx[dec])
+        seqs = len(dec) + len(chunks)
+        dt = self.timer.step_s(forward, seqs, first=bool(chunks), admitted=admitted) + swap_s
+        eng.busy = True
+        eng.step = (dec, chunks, 0)
+        self.it.append((now, now + dt, eng.index, sum(c for c, _ in step_chunks), len(dec), seqs,
+                        self.blocks - eng.free, len(eng.waiting) + len(eng.swapped), len(eng.order)))
+        self._push(now + dt, 0, eng.index, -1)
+
+    def _leap(self, eng: _Engine, now: float) -> bool:
+        """Run the next k decode-only steps at once where nothing can change the batch in between: no prompt in
+        progress, nobody admissible, k up to the first request's last token, the blocks free, and no step
+        starting at or after the next event (an arrival, a transfer, another engine's step end). Each step is
+        timed as the step-by-step path times it (the fast timer is affine in the cached tokens at a fixed batch,
+        evaluated at every step for sliding-window models). False: take one step the ordinary way."""
+        dec = np.flatnonzero(eng.s_dec)
+        d = len(dec)
+        if d == 0 or d != len(eng.order):
+            return False
+        ctx, blocks = eng.s_ctx[dec], eng.s_blocks[dec]
+        k = min(int((eng.s_out[dec] - eng.s_gen[dec]).min()), _MAX_LEAP)
+        if k < 2:
+            return False
+        t_event = min(self.heap[0][0] if self.heap else math.inf,
+                      float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n
+                      else math.inf)
+        timer = self.timer
+        ctx_sum = float(ctx.sum())
+        f0 = timer.fast_forward_s((), d, ctx_sum)
+        f1 = timer.fast_forward_s((), d, ctx_sum + d)
+        # Bound k by the next event first (at most k steps of at least the shorter of the first two start before it).
+        shortest = float(timer.steps_s(np.array([min(f0, f1)]), d)[0])
+        if shortest > 0 and math.isfinite(t_event):
+            k = min(k, int((t_event - now) / shortest) + 1)
+        if k < 2:
+            return False
+        j = np.arange(k)
+        if timer.linear_in_context:
+            forward = f0 + (f1 - f0) * j
+        else:
+            forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
+        dt = timer.steps_s(forward, d)
+        ends = now + np.cumsum(dt)
+        starts = ends - dt
+        k = min(k, int(np.searchsorted(starts, t_event, side="left")))
+        if k < 2:
+            return False
+        j = j[:k]
+        if self.policy.reserve_output():
+            held = np.full(k, int(blocks.sum()))
+        else:
+            held = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0)
+            k = min(k, int(np.searchsorted(held - int(blocks.sum()), eng.free, side="right")))
+            if k < 2:
+                return False
+        used_before = self.blocks - eng.free
+        grown_k = held[:k] - int(blocks.sum())
+        eng.s_ctx[dec] += k
+        eng.s_gen[dec] += k
+        if not self.policy.reserve_output():
+            eng.s_blocks[dec] = np.maximum(blocks, -(-eng.s_ctx[dec] // self.B))
+            eng.free -= int(grown_k[-1])
+        self.tokens.append((eng.s_req[dec].copy(), ends[:k].copy()))
+        rows = np.empty((k, 9))
+        rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3] = starts[:k], ends[:k], eng.index, 0
+        rows[:, 4] = rows[:, 5] = d
+        rows[:, 6] = used_before + grown_k
+        rows[:, 7] = len(eng.waiting) + len(eng.swapped)
+        rows[:, 8] = len(eng.order)
+        self.it_blocks.append(rows)
+        eng.busy = True
+        eng.step = (dec, [], k)
+        self._push(float(ends[k - 1]), 0, eng.index, -1)
+        return True
+
+    # -- ending a step -------------------------------------------------------------------------------------------
+
+    def _end_step(self, eng: _Engine, now: float) -> None:
+        assert eng.step is not None
+        dec, chunks, applied = eng.step
+        eng.step = None
+        eng.busy = False
+        emitted: list[int] = []
+        if len(dec) and not applied:
+            eng.s_ctx[dec] += 1
+            eng.s_gen[dec] += 1
+            self.tokens.append((eng.s_req[dec].copy(), np.array([now])))
+        for slot, c in chunks:
+            eng.s_ctx[slot] += c
+            if eng.s_ctx[slot] >= eng.s_target[slot]:
+                eng.prefilling.remove(slot)
+                eng.s_dec[slot] = True
+                eng.s_gen[slot] += 1
+                req = int(eng.s_req[slot])
+                emitted.append(req)
+                if math.isnan(self.first_token[req]):
+                    self.first_token[req] = now
+        if emitted:
+            self.tokens.append((np.array(emitted, dtype=np.int64), np.array([now])))
+        if len(dec):
+            done = dec[eng.s_gen[dec] >= eng.s_out[dec]]
+            for slot in done.tolist():
+                self._finish(eng, slot, now)
+        for slot, _ in chunks:
+            if not eng.s_active[slot]:
+                continue
+            if eng.s_gen[slot] >= eng.s_out[slot]:
+                self._finish(eng, slot, now)
+            elif eng.role == "prefill" and eng.s_ctx[slot] >= eng.s_target[slot]:
+                self._hand_off(eng, slot, now)
+
+    def _finish(self, eng: _Engine, slot: int, now: float) -> None:
+        req = int(eng.s_req[slot])
+        self.finish[req] = now
+        self.replica[req] = eng.index
+        eng.free += int(eng.s_blocks[slot])
+        self._release(eng, slot)
+        self.done += 1
+        if self.closed and self.next_id < self.n:
+            self._push(now + self.think, 2, -1, self.next_id)
+            self.next_id += 1
+        if self.progress is not None and self.done / self.n >= self.next_progress:
+            self.progress(self.done / self.n)
+            self.next_progress = self.done / self.n + 0.01
+
+    def _hand_off(self, eng: _Engine, slot: int, now: float) -> None:
+        """A prompt done on a prefill engine: its KV goes to the least loaded decode engine over the interconnect
+        (send/recv of the request's KV, every device of the plan sending its shard at once)."""
+        req = int(eng.s_req[slot])
+        ctx = int(eng.s_ctx[slot])
+        self.r_ctx[req] = ctx
+        self.r_gen[req] = eng.s_gen[slot]
+        self.r_kv_ready[req] = True
+        eng.free += int(eng.s_blocks[slot])
+        self._release(eng, slot)
+        target = min(self.decoders, key=lambda e: (e.load, e.index))
+        target.inbound += 1
+        self._push(now + self.transfer_s(ctx), 1, target.index, req)
+
+    def transfer_s(self, tokens: int) -> float:
+        interconnect = self.hw.interconnect
+        if interconnect is None:
+            raise ServingError(f"disaggregated serving sends the KV between engines: {self.hw.name} has no "
+                               f"interconnect")
+        return float(collective_time_s("send_recv", tokens * self.kv_bytes_per_token, 2, interconnect))
+
+    # -- the result ----------------------------------------------------------------------------------------------
+
+    def result(self, wall_s: float, kv_bytes_per_token: float) -> ServingRun:
+        reqs = np.concatenate([np.tile(r, len(t)) for r, t in self.tokens]) if self.tokens \
+            else np.empty(0, dtype=np.int64)
+        times = np.concatenate([np.repeat(t, len(r)) for r, t in self.tokens]) if self.tokens \
+            else np.empty(0, dtype=np.float64)
+        order = np.argsort(reqs, kind="stable")
+        counts = np.bincount(reqs, minlength=self.n) if self.n else np.zeros(0, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 9), *self.it_blocks])
+        it = it[np.lexsort((it[:, 2], it[:, 0]))]
+        ints = it[:, 2:].astype(np.int64)
+        return ServingRun(
+            request=self.request, id=np.arange(self.n, dtype=np.int64), arrival_s=self.arrival.copy(),
+            first_token_s=self.first_token, finish_s=self.finish, prompt_len=self.prompt, output_len=self.output,
+            prefix_hit_tokens=self.hit, queued_s=self.first_sched - self.arrival, preemptions=self.preemptions,
+            replica=self.replica, token_s=times[order], token_offsets=offsets,
+            start_s=it[:, 0].copy(), end_s=it[:, 1].copy(), iteration_replica=ints[:, 0].copy(),
+            prefill_tokens=ints[:, 1].copy(), decode_seqs=ints[:, 2].copy(), batch_seqs=ints[:, 3].copy(),
+            kv_blocks_used=ints[:, 4].copy(), queue_len=ints[:, 5].copy(), running=ints[:, 6].copy(),
+            kv_capacity_blocks=self.blocks, block_tokens=self.B, roles=self.roles,
+            kv_bytes_per_token=kv_bytes_per_token, graph_builds=self.timer.builds, wall_s=wall_s)

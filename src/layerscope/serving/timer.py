@@ -1,0 +1,269 @@
+"""The time of one engine step: the forward pass of a mixed batch (prompt chunks and decodes, each over its own
+cached tokens) by the cost model, plus the engine's host time per step (``cost.execution``).
+
+Two paths give it:
+
+* ``exact``: the step's :class:`~layerscope.workload.ForwardPass` (one group per chunk, one per distinct decode
+  context) built into a graph and timed op by op, memoized by the step's exact shape;
+* ``fast``: the step's time split by what each op's work depends on, every part read from small tables built
+  on demand from exact graphs and linearly interpolated:
+
+  t = tok(T) + seq(S) + Σ_attention-kind dec(d, k̄) + Σ_chunks pre(c, p)
+
+  with T the step's tokens, S its sequences, d its decodes at mean cached length k̄, and one (c new, p cached)
+  per prompt chunk. ``tok`` holds every op outside attention whose work follows the tokens (projections, norms,
+  MLP, collectives, KV writes), ``seq`` the ops that run one row per sequence (lm_head, sampling), ``dec`` and
+  ``pre`` the attention op of decodes and of one prompt chunk. Tables are exact at integers up to
+  :data:`EXACT_UP_TO` and at a geometric grid of ratio 2^(1/4) beyond, interpolated between; the attention parts
+  are linear in the cached length between two builds (exact for decode attention, whose work is affine in the
+  context; sliding-window layers capped at the window). What the split leaves out: one attention launch per
+  chunk instead of one per step, and a chunk's attention efficiency taken alone. ``tests/serving/test_timer.py``
+  holds the fast path within :data:`FAST_PATH_TOLERANCE` of the exact path over random mixed steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from layerscope.cost.execution import EngineTerms, engine_terms, host_step_s, step_time_s
+from layerscope.cost.features import op_features
+from layerscope.cost.models import get_cost_model
+from layerscope.graph import build_model_graph
+from layerscope.hardware.spec import HardwareSpec
+from layerscope.model.spec import ModelSpec
+from layerscope.workload import ForwardPass, SequenceGroup, Workload
+
+__all__ = ["EXACT_UP_TO", "FAST_PATH_TOLERANCE", "StepTimer", "grid_points"]
+
+#: Table entries are exact for every count up to this; a geometric grid beyond.
+EXACT_UP_TO = 16
+#: Grid ratio beyond :data:`EXACT_UP_TO`: 2^(1/4).
+_STEPS_PER_OCTAVE = 4
+#: The cached length of the second build of each attention entry (tokens).
+_REF_CONTEXT = 1024
+#: The largest relative error of the fast path against the exact one that the tests accept.
+FAST_PATH_TOLERANCE = 0.05
+
+
+def grid_points(x: float) -> tuple[int, int]:
+    """The grid points around ``x`` (≥ 1): equal when ``x`` is one."""
+    if x <= EXACT_UP_TO:
+        return max(1, math.floor(x)), max(1, math.ceil(x))
+    k = _STEPS_PER_OCTAVE * math.log2(x / EXACT_UP_TO)
+    lo_k, hi_k = math.floor(k + 1e-12), math.ceil(k - 1e-12)
+    lo = round(EXACT_UP_TO * 2 ** (lo_k / _STEPS_PER_OCTAVE))
+    hi = round(EXACT_UP_TO * 2 ** (hi_k / _STEPS_PER_OCTAVE))
+    return lo, max(hi, lo)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    tok_s: float
+    seq_s: float
+    attn_full_s: float
+    attn_slide_s: float
+
+
+class StepTimer:
+    """Seconds of engine steps of one model on one hardware spec under one plan (``template``: dtypes and plan)."""
+
+    def __init__(self, spec: ModelSpec, hardware: HardwareSpec, template: Workload, cost_model: str = "roofline",
+                 mode: str = "fast") -> None:
+        self.spec = spec
+        self.hardware = hardware
+        self.template = template
+        self.cost_fn = get_cost_model(cost_model)
+        self.mode = mode
+        self.terms: EngineTerms = engine_terms(hardware.execution)
+        self.builds = 0
+        window = spec.sliding_window
+        self._sliding = window is not None and any(spec.layer_is_sliding(i) for i in range(spec.num_layers))
+        self._window = int(window) if self._sliding and window is not None else None
+        self._ref_full = _REF_CONTEXT
+        self._ref_slide = min(_REF_CONTEXT, self._window - 1) if self._window is not None else _REF_CONTEXT
+        self._seq_names: frozenset[str] | None = None
+        self._exact: dict[tuple[object, ...], float] = {}
+        self._tok: dict[int, float] = {}
+        self._seq: dict[int, float] = {}
+        self._dec: dict[int, tuple[float, float, float, float]] = {}
+        self._pre: dict[int, tuple[float, float, float, float]] = {}
+        self._grid_cache: dict[float, tuple[int, int]] = {}
+
+    # -- exact graphs -------------------------------------------------------------------------------------------
+
+    def pass_time_s(self, fwd: ForwardPass) -> float:
+        """The forward time of ``fwd``: its graph timed op by op (the sum of the op times)."""
+        return sum(self._op_times(fwd)[1]).__float__()
+
+    def _op_times(self, fwd: ForwardPass) -> tuple[list[object], np.ndarray]:
+        graph = build_model_graph(self.spec, fwd, self.template)
+        self.builds += 1
+        return list(graph.ops), np.asarray(self.cost_fn(op_features(graph), self.hardware).time_s, dtype=float)
+
+    def _parts(self, fwd: ForwardPass) -> _Parts:
+        ops, times = self._op_times(fwd)
+        seq_names = self._seq_ops()
+        tok = seq = full = slide = 0.0
+        for op, t in zip(ops, times, strict=True):
+            name, kind, layer = op.name, op.kind, op.layer  # type: ignore[attr-defined]
+            if kind == "attention":
+                if self._sliding and layer is not None and self.spec.layer_is_sliding(layer):
+                    slide += float(t)
+                else:
+                    full += float(t)
+            elif name in seq_names:
+                seq += float(t)
+            else:
+                tok += float(t)
+        return _Parts(tok, seq, full, slide)
+
+    def _seq_ops(self) -> frozenset[str]:
+        """Names of the ops outside attention that run one row per sequence: those whose time differs between a
+        prompt of 64 tokens and 64 decodes (the same tokens, 1 against 64 sequences)."""
+        if self._seq_names is None:
+            probe = 64
+            a_ops, a = self._op_times(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=probe),)))
+            b_ops, b = self._op_times(ForwardPass(groups=(SequenceGroup(count=probe, new_tokens=1,
+                                                                        cached_tokens=1),)))
+            b_by_name = {op.name: t for op, t in zip(b_ops, b, strict=True)}  # type: ignore[attr-defined]
+            self._seq_names = frozenset(
+                op.name for op, t in zip(a_ops, a, strict=True)  # type: ignore[attr-defined]
+                if op.kind != "attention" and op.name in b_by_name  # type: ignore[attr-defined]
+                and not math.isclose(float(t), float(b_by_name[op.name]), rel_tol=1e-9))  # type: ignore[attr-defined]
+        return self._seq_names
+
+    # -- fast tables --------------------------------------------------------------------------------------------
+
+    def _decode_entry(self, g: int) -> tuple[float, float, float, float]:
+        entry = self._dec.get(g)
+        if entry is None:
+            at1 = self._parts(ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1, cached_tokens=1),)))
+            at_full = self._parts(ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1,
+                                                                    cached_tokens=self._ref_full),)))
+            at_slide = at_full if self._ref_slide == self._ref_full else self._parts(
+                ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1, cached_tokens=self._ref_slide),)))
+            self._tok.setdefault(g, at1.tok_s)
+            self._seq.setdefault(g, at1.seq_s)
+            entry = (at1.attn_full_s, at_full.attn_full_s, at1.attn_slide_s, at_slide.attn_slide_s)
+            self._dec[g] = entry
+        return entry
+
+    def _prefill_entry(self, c: int) -> tuple[float, float, float, float]:
+        entry = self._pre.get(c)
+        if entry is None:
+            at0 = self._parts(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c),)))
+            at_full = self._parts(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c,
+                                                                    cached_tokens=self._ref_full),)))
+            at_slide = at_full if self._ref_slide == self._ref_full else self._parts(
+                ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c, cached_tokens=self._ref_slide),)))
+            self._tok.setdefault(c, at0.tok_s)
+            self._seq.setdefault(1, at0.seq_s)
+            entry = (at0.attn_full_s, at_full.attn_full_s, at0.attn_slide_s, at_slide.attn_slide_s)
+            self._pre[c] = entry
+        return entry
+
+    def _tok_at(self, x: int) -> float:
+        value = self._tok.get(x)
+        if value is None:
+            self._prefill_entry(x)
+            value = self._tok[x]
+        return value
+
+    def _seq_at(self, x: int) -> float:
+        value = self._seq.get(x)
+        if value is None:
+            self._decode_entry(x)
+            value = self._seq[x]
+        return value
+
+    def _points(self, x: float) -> tuple[int, int]:
+        pts = self._grid_cache.get(x)
+        if pts is None:
+            pts = grid_points(x)
+            if len(self._grid_cache) < 1 << 16:
+                self._grid_cache[x] = pts
+        return pts
+
+    def _interp(self, x: float, table_at: object) -> float:
+        lo, hi = self._points(x)
+        f = table_at  # a callable int -> float
+        a = f(lo)  # type: ignore[operator]
+        if hi == lo:
+            return float(a)
+        b = f(hi)  # type: ignore[operator]
+        return float(a + (b - a) * (x - lo) / (hi - lo))
+
+    def _dec_attn(self, g: int, mean_ctx: float) -> float:
+        f1, fc, s1, sc = self._decode_entry(g)
+        full = f1 + (fc - f1) * (mean_ctx - 1) / (self._ref_full - 1)
+        if not self._sliding:
+            return full
+        capped = min(mean_ctx, float(self._ref_slide))
+        return full + s1 + (sc - s1) * (capped - 1) / (self._ref_slide - 1)
+
+    def _pre_attn(self, c: int, cached: float) -> float:
+        f0, fc, s0, sc = self._prefill_entry(c)
+        full = f0 + (fc - f0) * cached / self._ref_full
+        if not self._sliding:
+            return full
+        capped = min(cached, float(self._ref_slide))
+        return full + s0 + (sc - s0) * capped / self._ref_slide
+
+    def fast_forward_s(self, chunks: Sequence[tuple[int, int]], decodes: int, decode_ctx_sum: float) -> float:
+        """The fast path's forward seconds of a step of prompt ``chunks`` ((new, cached) each) and ``decodes``
+        decodes whose cached lengths sum to ``decode_ctx_sum``."""
+        tokens = decodes + sum(c for c, _ in chunks)
+        seqs = decodes + len(chunks)
+        if tokens == 0:
+            return 0.0
+        total = self._interp(tokens, self._tok_at) + self._interp(seqs, self._seq_at)
+        if decodes:
+            mean_ctx = decode_ctx_sum / decodes
+            total += self._interp(decodes, lambda g: self._dec_attn(g, mean_ctx))
+        for c, p in chunks:
+            total += self._interp(c, lambda x, p=p: self._pre_attn(x, p))
+        return max(total, 0.0)
+
+    def exact_forward_s(self, chunks: Sequence[tuple[int, int]], decode_ctx: np.ndarray) -> float:
+        """The exact forward seconds: the step's own graph (memoized by its shape)."""
+        ctx_values, ctx_counts = np.unique(np.asarray(decode_ctx, dtype=np.int64), return_counts=True)
+        key = (tuple(sorted(chunks)), tuple(ctx_values.tolist()), tuple(ctx_counts.tolist()))
+        value = self._exact.get(key)
+        if value is None:
+            groups = [SequenceGroup(count=n, new_tokens=c, cached_tokens=p)
+                      for (c, p), n in sorted(Counter(chunks).items())]
+            groups += [SequenceGroup(count=int(n), new_tokens=1, cached_tokens=int(k))
+                       for k, n in zip(ctx_values, ctx_counts, strict=True)]
+            value = self.pass_time_s(ForwardPass(groups=tuple(groups))) if groups else 0.0
+            self._exact[key] = value
+        return value
+
+    def forward_s(self, chunks: Sequence[tuple[int, int]], decode_ctx: np.ndarray) -> float:
+        """Forward seconds of a step by this timer's mode."""
+        if self.mode == "exact":
+            return self.exact_forward_s(chunks, decode_ctx)
+        return self.fast_forward_s(chunks, len(decode_ctx), float(np.sum(decode_ctx)) if len(decode_ctx) else 0.0)
+
+    @property
+    def linear_in_context(self) -> bool:
+        """Whether a decode-only step's fast time is affine in the cached tokens (no sliding-window layers)."""
+        return not self._sliding
+
+    def steps_s(self, forward_s: np.ndarray, sequences: int) -> np.ndarray:
+        """Wall seconds of decode-only steps of ``sequences`` sequences (no request starts in them)."""
+        host = host_step_s(self.terms, sequences)
+        return np.asarray(step_time_s(np.asarray(forward_s, dtype=float), host, self.terms, first=False),
+                          dtype=float) * np.ones(len(forward_s))
+
+    def step_s(self, forward_s: float, sequences: int, *, first: bool, admitted: bool) -> float:
+        """Wall seconds of a step: its forward and the engine's host time per step (overlapped with the forward
+        where the profile does and the step starts no request: ``cost.execution.step_time_s``), plus the
+        request overhead when it admits requests."""
+        host = float(host_step_s(self.terms, sequences))
+        total = float(step_time_s(forward_s, host, self.terms, first=first))
+        return total + (self.terms.request_overhead_s if admitted else 0.0)
