@@ -401,6 +401,7 @@ class _Simulation:
         admitted = False
         dec = np.empty(0, dtype=np.int64)
         dec_blocks = 0
+        pending = 0  # blocks promised to this step's prompt chunks
 
         def plan_decodes(limit: int | None) -> tuple[np.ndarray, int]:
             nonlocal swap_s
@@ -415,7 +416,7 @@ class _Simulation:
                 swap_s += self._preempt(eng, eng.order[-1])
 
         def plan_running_prompts() -> None:
-            nonlocal left, swap_s
+            nonlocal left, swap_s, pending
             taken = {slot for slot, _ in chunks}
             for slot in list(eng.prefilling):
                 if left <= 0:
@@ -429,23 +430,25 @@ class _Simulation:
                 if c > left:
                     continue
                 need = int(self._blocks_for(int(eng.s_ctx[slot]) + c)) - int(eng.s_blocks[slot])
-                while need > eng.free - dec_blocks and eng.order[-1] != slot:
+                while need > eng.free - dec_blocks - pending and eng.order[-1] != slot:
                     swap_s += self._preempt(eng, eng.order[-1])
-                if need > eng.free - dec_blocks:
+                if need > eng.free - dec_blocks - pending:
                     swap_s += self._preempt(eng, slot)
                     break
                 chunks.append((slot, c))
+                chunk_reqs[slot] = int(eng.s_req[slot])
+                pending += need
                 left -= c
 
         def admit_waiting() -> None:
-            nonlocal left, swap_s, admitted
+            nonlocal left, swap_s, admitted, pending
             if not policy.may_admit(len(eng.order)):
                 return
             while len(eng.order) < max_running and left > 0:
                 if eng.swapped:
                     req = eng.swapped[0]
                     need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
-                    if need > eng.free - dec_blocks:
+                    if need > eng.free - dec_blocks - pending:
                         return
                     eng.swapped.popleft()
                     slot = self._admit(eng, req, now)
@@ -458,7 +461,7 @@ class _Simulation:
                 req = eng.waiting[0]
                 if self.r_kv_ready[req]:  # a transferred request: its KV is here, it decodes next step
                     need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
-                    if need > eng.free - dec_blocks:
+                    if need > eng.free - dec_blocks - pending:
                         return
                     eng.waiting.popleft()
                     slot = self._admit(eng, req, now)
@@ -473,7 +476,7 @@ class _Simulation:
                     return
                 total = int(self.prompt[req] + self.output[req]) if reserve else ctx + c
                 need = int(self._blocks_for(total))
-                if need > eng.free - dec_blocks:
+                if need > eng.free - dec_blocks - pending:
                     return
                 eng.waiting.popleft()
                 slot = self._admit(eng, req, now)
@@ -481,25 +484,39 @@ class _Simulation:
                 eng.s_blocks[slot] = need if reserve else 0
                 if reserve:
                     eng.free -= need
+                else:
+                    pending += need
                 chunks.append((slot, c))
+                chunk_reqs[slot] = req
                 left -= c
 
+        chunk_reqs: dict[int, int] = {}
         if policy.decode_first():
             dec, dec_blocks = plan_decodes(None)
+            dec_reqs = eng.s_req[dec].copy()
             left -= len(dec)
             plan_running_prompts()
             admit_waiting()
         else:
             # Prompts first, with the blocks the running decodes need kept for them.
             dec, dec_blocks = plan_decodes(None)
+            dec_reqs = eng.s_req[dec].copy()
             admit_waiting()
             plan_running_prompts()
             if admitted and policy.prompts_only_when_admitting():
                 dec, dec_blocks = np.empty(0, dtype=np.int64), 0
             elif len(dec) > max(left, 0):
                 dec = self._decodes(eng, max(left, 0))
+                dec_reqs = eng.s_req[dec].copy()
                 dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                     if not reserve and len(dec) else 0
+        # Requests preempted while the step was formed leave it (their slots may hold others now).
+        if len(dec):
+            dec = dec[eng.s_dec[dec] & (eng.s_req[dec] == dec_reqs)] if len(dec_reqs) == len(dec) \
+                else dec[eng.s_dec[dec]]
+            dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
+                if not reserve and len(dec) else 0
+        chunks = [(slot, c) for slot, c in chunks if eng.s_req[slot] == chunk_reqs[slot]]
         # Take the blocks: decodes grow by one token, chunks by theirs.
         if len(dec) and not reserve:
             eng.s_blocks[dec] = self._blocks_for(eng.s_ctx[dec] + 1)
@@ -547,17 +564,21 @@ class _Simulation:
                       else math.inf)
         timer = self.timer
         ctx_sum = float(ctx.sum())
-        f0 = timer.fast_forward_s((), d, ctx_sum)
-        f1 = timer.fast_forward_s((), d, ctx_sum + d)
-        # Bound k by the next event first (at most k steps of at least the shorter of the first two start before it).
-        shortest = float(timer.steps_s(np.array([min(f0, f1)]), d)[0])
-        if shortest > 0 and math.isfinite(t_event):
+        if timer.linear_in_context:
+            a, b = timer.decode_line(d)
+            f0, step = a + b * ctx_sum, b * d
+        else:
+            f0 = timer.fast_forward_s((), d, ctx_sum)
+            step = timer.fast_forward_s((), d, ctx_sum + d) - f0
+        # Bound k by the next event first: no step is shorter than the shorter of the first two.
+        shortest = float(timer.steps_s(np.array([min(f0, f0 + step)]), d)[0])
+        if shortest > 0 and t_event != math.inf:
             k = min(k, int((t_event - now) / shortest) + 1)
         if k < 2:
             return False
         j = np.arange(k)
         if timer.linear_in_context:
-            forward = f0 + (f1 - f0) * j
+            forward = f0 + step * j
         else:
             forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
         dt = timer.steps_s(forward, d)

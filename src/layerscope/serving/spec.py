@@ -227,7 +227,7 @@ def parse_slo(text: str) -> SLO:
             raise ServingError(f"SLO part {part.strip()!r}: expected NAME=VALUE[ms|s] with NAME one of ttft, tpot, "
                                f"e2el (e.g. ttft=200ms,tpot=50ms)")
         name, number, unit = match.groups()
-        if name in values:
+        if f"{name}_ms" in values:
             raise ServingError(f"SLO part {part.strip()!r}: {name} given twice")
         value = float(number) * (1000.0 if unit == "s" else 1.0)
         if not math.isfinite(value) or value <= 0:

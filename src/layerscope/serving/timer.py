@@ -1,31 +1,33 @@
 """The time of one engine step: the forward pass of a mixed batch (prompt chunks and decodes, each over its own
 cached tokens) by the cost model, plus the engine's host time per step (``cost.execution``).
 
+A step's forward is three kinds of kernels, each timed by the cost model: every op but attention over the whole
+batch (T tokens, S sequences: projections, norms, MLP, collectives, KV writes, lm_head and sampling on one row per
+sequence); the decodes' attention, one kernel; and each prompt chunk's attention, one kernel per distinct chunk
+shape, as vLLM runs prefill and decode attention as separate kernels in a chunked-prefill step (its V0
+FlashAttention backend: ``flash_attn_varlen_func`` for the prompts, ``flash_attn_with_kvcache`` for the
+decodes).
+The cost model's own treatment of one attention op over groups of different query lengths (no single query
+length: the op at the peak) is not used.
+
 Two paths give it:
 
-* ``exact``: the step's :class:`~layerscope.workload.ForwardPass` (one group per chunk, one per distinct decode
-  context) built into a graph and timed op by op, memoized by the step's exact shape;
-* ``fast``: the step's time split by what each op's work depends on, every part read from small tables built
-  on demand from exact graphs and linearly interpolated:
-
-  t = tok(T) + seq(S) + Σ_attention-kind dec(d, k̄) + Σ_chunks pre(c, p)
-
-  with T the step's tokens, S its sequences, d its decodes at mean cached length k̄, and one (c new, p cached)
-  per prompt chunk. ``tok`` holds every op outside attention whose work follows the tokens (projections, norms,
-  MLP, collectives, KV writes), ``seq`` the ops that run one row per sequence (lm_head, sampling), ``dec`` and
-  ``pre`` the attention op of decodes and of one prompt chunk. Tables are exact at integers up to
-  :data:`EXACT_UP_TO` and at a geometric grid of ratio 2^(1/4) beyond, interpolated between; the attention parts
-  are linear in the cached length between two builds (exact for decode attention, whose work is affine in the
-  context; sliding-window layers capped at the window). What the split leaves out: one attention launch per
-  chunk instead of one per step, and a chunk's attention efficiency taken alone. ``tests/serving/test_timer.py``
-  holds the fast path within :data:`FAST_PATH_TOLERANCE` of the exact path over random mixed steps.
+* ``exact``: each of those kernels from a graph built for it, memoized by its shape;
+* ``fast``: t = tok(T) + seq(S) + dec(d, k̄) + Σ_chunks pre(c, p), with d decodes at mean cached length k̄ and
+  one (c new, p cached) per chunk (equal chunks together, exactly, as the exact path has them), every part
+  read from small tables built on demand from exact graphs: exact at integers up to :data:`EXACT_UP_TO` and at
+  a geometric grid of ratio 2^(1/4) beyond, linear in between; the attention parts linear in the cached length
+  between two builds (exact for decode attention, whose work is affine in the context; sliding-window layers
+  capped at the window). ``tests/serving/test_timer.py`` holds the fast path within :data:`FAST_PATH_TOLERANCE`
+  of the exact one over random mixed steps of a full-attention model.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +49,7 @@ _STEPS_PER_OCTAVE = 4
 #: The cached length of the second build of each attention entry (tokens).
 _REF_CONTEXT = 1024
 #: The largest relative error of the fast path against the exact one that the tests accept.
-FAST_PATH_TOLERANCE = 0.05
+FAST_PATH_TOLERANCE = 0.02
 
 
 def grid_points(x: float) -> tuple[int, int]:
@@ -93,6 +95,8 @@ class StepTimer:
         self._dec: dict[int, tuple[float, float, float, float]] = {}
         self._pre: dict[int, tuple[float, float, float, float]] = {}
         self._grid_cache: dict[float, tuple[int, int]] = {}
+        self._lines: dict[int, tuple[float, float]] = {}
+        self._host_free = not (self.terms.step_overhead_s or self.terms.step_overhead_per_request_s)
 
     # -- exact graphs -------------------------------------------------------------------------------------------
 
@@ -189,13 +193,12 @@ class StepTimer:
                 self._grid_cache[x] = pts
         return pts
 
-    def _interp(self, x: float, table_at: object) -> float:
+    def _interp(self, x: float, table_at: Callable[[int], float]) -> float:
         lo, hi = self._points(x)
-        f = table_at  # a callable int -> float
-        a = f(lo)  # type: ignore[operator]
+        a = table_at(lo)
         if hi == lo:
             return float(a)
-        b = f(hi)  # type: ignore[operator]
+        b = table_at(hi)
         return float(a + (b - a) * (x - lo) / (hi - lo))
 
     def _dec_attn(self, g: int, mean_ctx: float) -> float:
@@ -205,6 +208,9 @@ class StepTimer:
             return full
         capped = min(mean_ctx, float(self._ref_slide))
         return full + s1 + (sc - s1) * (capped - 1) / (self._ref_slide - 1)
+
+    def _pre_attn_at(self, c: int, *, cached: float) -> float:
+        return self._pre_attn(c, cached)
 
     def _pre_attn(self, c: int, cached: float) -> float:
         f0, fc, s0, sc = self._prefill_entry(c)
@@ -225,29 +231,72 @@ class StepTimer:
         if decodes:
             mean_ctx = decode_ctx_sum / decodes
             total += self._interp(decodes, lambda g: self._dec_attn(g, mean_ctx))
-        for c, p in chunks:
-            total += self._interp(c, lambda x, p=p: self._pre_attn(x, p))
+        groups = Counter(chunks).items() if len(chunks) > 1 else ((chunk, 1) for chunk in chunks)
+        for (c, p), n in groups:
+            if n == 1:
+                total += self._interp(c, functools.partial(self._pre_attn_at, cached=p))
+            else:  # equal chunks share one kernel: its exact time (few shapes repeat)
+                total += self._chunks_attention_s(c, p, n)
         return max(total, 0.0)
 
     def exact_forward_s(self, chunks: Sequence[tuple[int, int]], decode_ctx: np.ndarray) -> float:
-        """The exact forward seconds: the step's own graph (memoized by its shape)."""
+        """The exact forward seconds of a step: every op but attention from the step's own graph, the decodes'
+        attention from a graph of the decodes alone, and each distinct prompt chunk's attention (equal chunks
+        together) from a graph of that chunk alone; each memoized by its shape."""
         ctx_values, ctx_counts = np.unique(np.asarray(decode_ctx, dtype=np.int64), return_counts=True)
-        key = (tuple(sorted(chunks)), tuple(ctx_values.tolist()), tuple(ctx_counts.tolist()))
+        decodes = tuple(zip(ctx_values.tolist(), ctx_counts.tolist(), strict=True))
+        prompt_groups = tuple(sorted(Counter(chunks).items()))
+        if not decodes and not prompt_groups:
+            return 0.0
+        total = self._memo(("all", prompt_groups, decodes), lambda: self._rest_s(
+            [SequenceGroup(count=n, new_tokens=c, cached_tokens=p) for (c, p), n in prompt_groups]
+            + [SequenceGroup(count=n, new_tokens=1, cached_tokens=k) for k, n in decodes]))
+        if decodes:
+            total += self._memo(("dec", decodes), lambda: self._attention_s(
+                [SequenceGroup(count=n, new_tokens=1, cached_tokens=k) for k, n in decodes]))
+        for (c, p), n in prompt_groups:
+            total += self._chunks_attention_s(c, p, n)
+        return total
+
+    def _chunks_attention_s(self, new: int, cached: int, count: int) -> float:
+        """The attention kernel of ``count`` equal prompt chunks (memoized)."""
+        key = ("pre", new, cached, count)
         value = self._exact.get(key)
         if value is None:
-            groups = [SequenceGroup(count=n, new_tokens=c, cached_tokens=p)
-                      for (c, p), n in sorted(Counter(chunks).items())]
-            groups += [SequenceGroup(count=int(n), new_tokens=1, cached_tokens=int(k))
-                       for k, n in zip(ctx_values, ctx_counts, strict=True)]
-            value = self.pass_time_s(ForwardPass(groups=tuple(groups))) if groups else 0.0
-            self._exact[key] = value
+            value = self._exact[key] = self._attention_s(
+                [SequenceGroup(count=count, new_tokens=new, cached_tokens=cached)])
         return value
+
+    def _memo(self, key: tuple[object, ...], compute: Callable[[], float]) -> float:
+        value = self._exact.get(key)
+        if value is None:
+            value = self._exact[key] = compute()
+        return value
+
+    def _rest_s(self, groups: list[SequenceGroup]) -> float:
+        parts = self._parts(ForwardPass(groups=tuple(groups)))
+        return parts.tok_s + parts.seq_s
+
+    def _attention_s(self, groups: list[SequenceGroup]) -> float:
+        parts = self._parts(ForwardPass(groups=tuple(groups)))
+        return parts.attn_full_s + parts.attn_slide_s
 
     def forward_s(self, chunks: Sequence[tuple[int, int]], decode_ctx: np.ndarray) -> float:
         """Forward seconds of a step by this timer's mode."""
         if self.mode == "exact":
             return self.exact_forward_s(chunks, decode_ctx)
         return self.fast_forward_s(chunks, len(decode_ctx), float(np.sum(decode_ctx)) if len(decode_ctx) else 0.0)
+
+    def decode_line(self, decodes: int) -> tuple[float, float]:
+        """(a, b): the fast path's forward seconds of ``decodes`` decodes alone as a + b · (their cached tokens'
+        sum), exact where :attr:`linear_in_context`."""
+        line = self._lines.get(decodes)
+        if line is None:
+            f0 = self.fast_forward_s((), decodes, float(decodes))
+            f1 = self.fast_forward_s((), decodes, float(decodes) * (1 + _REF_CONTEXT))
+            slope = (f1 - f0) / (decodes * _REF_CONTEXT)
+            line = self._lines[decodes] = (f0 - slope * decodes, slope)
+        return line
 
     @property
     def linear_in_context(self) -> bool:
@@ -256,6 +305,8 @@ class StepTimer:
 
     def steps_s(self, forward_s: np.ndarray, sequences: int) -> np.ndarray:
         """Wall seconds of decode-only steps of ``sequences`` sequences (no request starts in them)."""
+        if self._host_free:
+            return np.asarray(forward_s, dtype=float)
         host = host_step_s(self.terms, sequences)
         return np.asarray(step_time_s(np.asarray(forward_s, dtype=float), host, self.terms, first=False),
                           dtype=float) * np.ones(len(forward_s))
