@@ -260,6 +260,7 @@ class _Simulation:
         self.it: list[tuple[float, float, int, int, int, int, int, int, int]] = []
         self.it_blocks: list[np.ndarray] = []  # leaps' iterations, [k, 9] each
         self.done = 0
+        self.preempted = 0
         self.next_progress = 0.0
         self.closed = bool(n) and bool(np.isnan(self.arrival).any())
         self.next_id = 0
@@ -325,6 +326,7 @@ class _Simulation:
         """Evict ``slot`` (the most recently admitted running request); seconds of swap-out copy it costs."""
         req = int(eng.s_req[slot])
         self.preemptions[req] += 1
+        self.preempted += 1
         blocks = int(eng.s_blocks[slot])
         eng.free += blocks
         self.r_gen[req] = eng.s_gen[slot]
@@ -387,6 +389,7 @@ class _Simulation:
     def _start_step(self, eng: _Engine, now: float, carry_s: float = 0.0, again: bool = True) -> None:
         policy = self.policy
         running_before = len(eng.order)
+        preempted_before = self.preempted
         if (carry_s == 0.0 and self.timer.mode == "fast" and not eng.prefilling and eng.order
                 and (not (eng.waiting or eng.swapped) or not policy.may_admit(len(eng.order))
                      or len(eng.order) >= policy.max_running()) and self._leap(eng, now)):
@@ -511,12 +514,13 @@ class _Simulation:
                 dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                     if not reserve and len(dec) else 0
         # Requests preempted while the step was formed leave it (their slots may hold others now).
-        if len(dec):
+        if len(dec) and self.preempted != preempted_before:
             dec = dec[eng.s_dec[dec] & (eng.s_req[dec] == dec_reqs)] if len(dec_reqs) == len(dec) \
                 else dec[eng.s_dec[dec]]
             dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                 if not reserve and len(dec) else 0
-        chunks = [(slot, c) for slot, c in chunks if eng.s_req[slot] == chunk_reqs[slot]]
+        if self.preempted != preempted_before:
+            chunks = [(slot, c) for slot, c in chunks if eng.s_req[slot] == chunk_reqs[slot]]
         # Take the blocks: decodes grow by one token, chunks by theirs.
         if len(dec) and not reserve:
             eng.s_blocks[dec] = self._blocks_for(eng.s_ctx[dec] + 1)
