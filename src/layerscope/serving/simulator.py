@@ -258,7 +258,8 @@ class _Simulation:
         self.seq = 0
         self.tokens: list[tuple[np.ndarray, np.ndarray]] = []  # (requests, step end times): each made a token each
         self.it: list[tuple[float, float, int, int, int, int, int, int, int]] = []
-        self.it_blocks: list[np.ndarray] = []  # leaps' iterations, [k, 9] each
+        # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running.
+        self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray, int, int]] = []
         self.done = 0
         self.preempted = 0
         self.next_progress = 0.0
@@ -555,33 +556,36 @@ class _Simulation:
         starting at or after the next event (an arrival, a transfer, another engine's step end). Each step is
         timed as the step-by-step path times it (the fast timer is affine in the cached tokens at a fixed batch,
         evaluated at every step for sliding-window models). False: take one step the ordinary way."""
+        d = len(eng.order)  # no prompt in progress: every running request decodes
+        timer = self.timer
+        t_event = min(self.heap[0][0] if self.heap else math.inf,
+                      float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n
+                      else math.inf)
+        linear = timer.linear_in_context
+        if linear:
+            a, b = timer.decode_line(d)
+            # Each decode holds at least one token: no step is shorter than this; two must start before the event.
+            shortest = timer.step_s(a + b * d, d, first=False, admitted=False)
+            if shortest > 0 and t_event != math.inf and t_event - now < 2 * shortest:
+                return False
         dec = np.flatnonzero(eng.s_dec)
-        d = len(dec)
-        if d == 0 or d != len(eng.order):
-            return False
         ctx, blocks = eng.s_ctx[dec], eng.s_blocks[dec]
         k = min(int((eng.s_out[dec] - eng.s_gen[dec]).min()), _MAX_LEAP)
         if k < 2:
             return False
-        t_event = min(self.heap[0][0] if self.heap else math.inf,
-                      float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n
-                      else math.inf)
-        timer = self.timer
         ctx_sum = float(ctx.sum())
-        if timer.linear_in_context:
-            a, b = timer.decode_line(d)
+        if linear:
             f0, step = a + b * ctx_sum, b * d
         else:
             f0 = timer.fast_forward_s((), d, ctx_sum)
             step = timer.fast_forward_s((), d, ctx_sum + d) - f0
-        # Bound k by the next event first: no step is shorter than the shorter of the first two.
-        shortest = float(timer.steps_s(np.array([min(f0, f0 + step)]), d)[0])
+        shortest = timer.step_s(min(f0, f0 + step), d, first=False, admitted=False)
         if shortest > 0 and t_event != math.inf:
             k = min(k, int((t_event - now) / shortest) + 1)
         if k < 2:
             return False
         j = np.arange(k)
-        if timer.linear_in_context:
+        if linear:
             forward = f0 + step * j
         else:
             forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
@@ -592,27 +596,25 @@ class _Simulation:
         if k < 2:
             return False
         j = j[:k]
+        held_before = int(blocks.sum())
         if self.policy.reserve_output():
-            held = np.full(k, int(blocks.sum()))
+            grown_k = np.zeros(k, dtype=np.int64)
         else:
-            held = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0)
-            k = min(k, int(np.searchsorted(held - int(blocks.sum()), eng.free, side="right")))
+            grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0) \
+                - held_before
+            k = min(k, int(np.searchsorted(grown, eng.free, side="right")))
             if k < 2:
                 return False
+            grown_k = grown[:k]
         used_before = self.blocks - eng.free
-        grown_k = held[:k] - int(blocks.sum())
         eng.s_ctx[dec] += k
         eng.s_gen[dec] += k
         if not self.policy.reserve_output():
-            eng.s_blocks[dec] = np.maximum(blocks, -(-eng.s_ctx[dec] // self.B))
+            eng.s_blocks[dec] = np.maximum(blocks, -(-(ctx + k) // self.B))
             eng.free -= int(grown_k[-1])
-        self.tokens.append((eng.s_req[dec].copy(), ends[:k].copy()))
-        rows = np.empty((k, 9))
-        rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3] = starts[:k], ends[:k], eng.index, 0
-        rows[:, 4] = rows[:, 5] = d
-        rows[:, 6] = used_before + grown_k
-        rows[:, 7] = len(eng.waiting) + len(eng.swapped)
-        rows[:, 8] = len(eng.order)
+        self.tokens.append((eng.s_req[dec].copy(), ends[:k]))
+        rows = (starts[:k], ends[:k], eng.index, d, used_before + grown_k, len(eng.waiting) + len(eng.swapped),
+                len(eng.order))
         self.it_blocks.append(rows)
         eng.busy = True
         eng.step = (dec, [], k)
@@ -692,15 +694,38 @@ class _Simulation:
 
     # -- the result ----------------------------------------------------------------------------------------------
 
+    def _token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every token as (request, time), records in the order they were made (each request's in time order):
+        record i made a token for each of its requests at each of its times, request-major."""
+        if not self.tokens:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        rec_reqs = np.concatenate([r for r, _ in self.tokens])
+        rec_times = np.concatenate([t for _, t in self.tokens])
+        d = np.array([len(r) for r, _ in self.tokens], dtype=np.int64)
+        k = np.array([len(t) for _, t in self.tokens], dtype=np.int64)
+        k_each = np.repeat(k, d)  # per (record, request): its record's times
+        reqs = np.repeat(rec_reqs, k_each)
+        block = np.cumsum(k_each) - k_each
+        within = np.arange(len(reqs)) - np.repeat(block, k_each)
+        first_time = np.repeat(np.repeat(np.cumsum(k) - k, d), k_each)
+        return reqs, rec_times[first_time + within]
+
     def result(self, wall_s: float, kv_bytes_per_token: float) -> ServingRun:
-        reqs = np.concatenate([np.tile(r, len(t)) for r, t in self.tokens]) if self.tokens \
-            else np.empty(0, dtype=np.int64)
-        times = np.concatenate([np.repeat(t, len(r)) for r, t in self.tokens]) if self.tokens \
-            else np.empty(0, dtype=np.float64)
+        reqs, times = self._token_arrays()
         order = np.argsort(reqs, kind="stable")
         counts = np.bincount(reqs, minlength=self.n) if self.n else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 9), *self.it_blocks])
+        leaps = np.empty((0, 9))
+        if self.it_blocks:
+            lens = np.array([len(b[0]) for b in self.it_blocks])
+            leaps = np.empty((int(lens.sum()), 9))
+            leaps[:, 0] = np.concatenate([b[0] for b in self.it_blocks])
+            leaps[:, 1] = np.concatenate([b[1] for b in self.it_blocks])
+            leaps[:, 6] = np.concatenate([b[4] for b in self.it_blocks])
+            leaps[:, 3] = 0
+            for col, field in ((2, 2), (4, 3), (5, 3), (7, 5), (8, 6)):
+                leaps[:, col] = np.repeat(np.array([b[field] for b in self.it_blocks], dtype=np.float64), lens)
+        it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 9), leaps])
         it = it[np.lexsort((it[:, 2], it[:, 0]))]
         ints = it[:, 2:].astype(np.int64)
         return ServingRun(

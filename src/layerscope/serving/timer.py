@@ -35,7 +35,7 @@ import numpy as np
 from layerscope.cost.execution import EngineTerms, engine_terms, host_step_s, step_time_s
 from layerscope.cost.features import op_features
 from layerscope.cost.models import get_cost_model
-from layerscope.graph import build_model_graph
+from layerscope.graph import build_layer_graph, build_model_graph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
 from layerscope.workload import ForwardPass, SequenceGroup, Workload
@@ -89,6 +89,11 @@ class StepTimer:
         self._ref_full = _REF_CONTEXT
         self._ref_slide = min(_REF_CONTEXT, self._window - 1) if self._window is not None else _REF_CONTEXT
         self._seq_names: frozenset[str] | None = None
+        self._layer_ok: bool | None = None
+        kinds: dict[str, list[int]] = {"full": [], "slide": []}
+        for i in range(spec.num_layers):
+            kinds["slide" if self._sliding and spec.layer_is_sliding(i) else "full"].append(i)
+        self._layer_kinds = kinds
         self._exact: dict[tuple[object, ...], float] = {}
         self._tok: dict[int, float] = {}
         self._seq: dict[int, float] = {}
@@ -126,6 +131,28 @@ class StepTimer:
                 tok += float(t)
         return _Parts(tok, seq, full, slide)
 
+    def _attn_parts(self, fwd: ForwardPass) -> tuple[float, float]:
+        """The attention seconds of ``fwd`` on full-attention and on sliding-window layers: one layer of each kind
+        built and multiplied by its layers, where that was checked to equal the whole model's graph (on the first
+        call); else from the whole graph."""
+        if self._layer_ok is not False:
+            reps = [(kind, layers[0], len(layers)) for kind, layers in self._layer_kinds.items() if layers]
+            by_layers = {"full": 0.0, "slide": 0.0}
+            for kind, layer, count in reps:
+                graph = build_layer_graph(self.spec, fwd, self.template, layer=layer)
+                self.builds += 1
+                times = self.cost_fn(op_features(graph), self.hardware).time_s
+                by_layers[kind] += count * float(sum(t for op, t in zip(graph.ops, times, strict=True)
+                                                     if op.kind == "attention"))
+            if self._layer_ok:
+                return by_layers["full"], by_layers["slide"]
+            whole = self._parts(fwd)
+            self._layer_ok = (math.isclose(whole.attn_full_s, by_layers["full"], rel_tol=1e-9)
+                              and math.isclose(whole.attn_slide_s, by_layers["slide"], rel_tol=1e-9))
+            return whole.attn_full_s, whole.attn_slide_s
+        whole = self._parts(fwd)
+        return whole.attn_full_s, whole.attn_slide_s
+
     def _seq_ops(self) -> frozenset[str]:
         """Names of the ops outside attention that run one row per sequence: those whose time differs between a
         prompt of 64 tokens and 64 decodes (the same tokens, 1 against 64 sequences)."""
@@ -146,29 +173,37 @@ class StepTimer:
     def _decode_entry(self, g: int) -> tuple[float, float, float, float]:
         entry = self._dec.get(g)
         if entry is None:
-            at1 = self._parts(ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1, cached_tokens=1),)))
-            at_full = self._parts(ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1,
-                                                                    cached_tokens=self._ref_full),)))
-            at_slide = at_full if self._ref_slide == self._ref_full else self._parts(
-                ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1, cached_tokens=self._ref_slide),)))
-            self._tok.setdefault(g, at1.tok_s)
-            self._seq.setdefault(g, at1.seq_s)
-            entry = (at1.attn_full_s, at_full.attn_full_s, at1.attn_slide_s, at_slide.attn_slide_s)
-            self._dec[g] = entry
+            def fwd(cached: int) -> ForwardPass:
+                return ForwardPass(groups=(SequenceGroup(count=g, new_tokens=1, cached_tokens=cached),))
+
+            if g in self._tok and g in self._seq:
+                at1 = self._attn_parts(fwd(1))
+            else:
+                whole = self._parts(fwd(1))
+                self._tok.setdefault(g, whole.tok_s)
+                self._seq.setdefault(g, whole.seq_s)
+                at1 = (whole.attn_full_s, whole.attn_slide_s)
+            at_full = self._attn_parts(fwd(self._ref_full))
+            at_slide = at_full if self._ref_slide == self._ref_full else self._attn_parts(fwd(self._ref_slide))
+            entry = self._dec[g] = (at1[0], at_full[0], at1[1], at_slide[1])
         return entry
 
     def _prefill_entry(self, c: int) -> tuple[float, float, float, float]:
         entry = self._pre.get(c)
         if entry is None:
-            at0 = self._parts(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c),)))
-            at_full = self._parts(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c,
-                                                                    cached_tokens=self._ref_full),)))
-            at_slide = at_full if self._ref_slide == self._ref_full else self._parts(
-                ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c, cached_tokens=self._ref_slide),)))
-            self._tok.setdefault(c, at0.tok_s)
-            self._seq.setdefault(1, at0.seq_s)
-            entry = (at0.attn_full_s, at_full.attn_full_s, at0.attn_slide_s, at_slide.attn_slide_s)
-            self._pre[c] = entry
+            def fwd(cached: int) -> ForwardPass:
+                return ForwardPass(groups=(SequenceGroup(count=1, new_tokens=c, cached_tokens=cached),))
+
+            if c in self._tok and 1 in self._seq:
+                at0 = self._attn_parts(fwd(0))
+            else:
+                whole = self._parts(fwd(0))
+                self._tok.setdefault(c, whole.tok_s)
+                self._seq.setdefault(1, whole.seq_s)
+                at0 = (whole.attn_full_s, whole.attn_slide_s)
+            at_full = self._attn_parts(fwd(self._ref_full))
+            at_slide = at_full if self._ref_slide == self._ref_full else self._attn_parts(fwd(self._ref_slide))
+            entry = self._pre[c] = (at0[0], at_full[0], at0[1], at_slide[1])
         return entry
 
     def _tok_at(self, x: int) -> float:
@@ -278,8 +313,8 @@ class StepTimer:
         return parts.tok_s + parts.seq_s
 
     def _attention_s(self, groups: list[SequenceGroup]) -> float:
-        parts = self._parts(ForwardPass(groups=tuple(groups)))
-        return parts.attn_full_s + parts.attn_slide_s
+        full, slide = self._attn_parts(ForwardPass(groups=tuple(groups)))
+        return full + slide
 
     def forward_s(self, chunks: Sequence[tuple[int, int]], decode_ctx: np.ndarray) -> float:
         """Forward seconds of a step by this timer's mode."""
