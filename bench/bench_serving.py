@@ -18,7 +18,7 @@ SCENARIOS = {
                                                   output=LengthSpec(mean=128)),
     "poisson 60/s, 512 in / 128 out": TrafficSpec(rate_per_s=60, prompt=LengthSpec(mean=512),
                                                   output=LengthSpec(mean=128)),
-    "poisson 10/s, chat mix": TrafficSpec(rate_per_s=10, mix="chat"),
+    "poisson 4/s, chat mix": TrafficSpec(rate_per_s=4, mix="chat"),
 }
 
 

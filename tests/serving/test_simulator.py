@@ -170,7 +170,7 @@ def test_unknown_scheduler_lists_the_known_ones():
 SCHEDULER_NAMES = ["static", "vllm", "sarathi", "disaggregated"]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(SCHEDULER_NAMES),
        lengths=st.lists(st.tuples(st.integers(1, 600), st.integers(1, 40)), min_size=1, max_size=12),
        gaps=st.lists(st.floats(0, 0.05), min_size=12, max_size=12),
@@ -187,3 +187,18 @@ def test_random_traffic_keeps_every_invariant(name, lengths, gaps, chunked, deco
     run = simulate_requests(request, requests)
     _check_invariants(run)
     assert summarize(run).completed == len(requests)
+
+
+def test_progress_reports_the_finished_share():
+    seen: list[float] = []
+    run_serving(_request(traffic=TrafficSpec(rate_per_s=50, requests=300)), progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 1.0 and len(seen) > 10
+
+
+def test_chunked_prefill_respects_the_token_budget():
+    run = run_serving(_request(traffic=TrafficSpec(rate_per_s=math.inf, requests=20, prompt=LengthSpec(mean=3000),
+                                                   output=LengthSpec(mean=4)),
+                               scheduler=SchedulerSpec(max_num_batched_tokens=1024, max_num_seqs=16)))
+    _check_invariants(run)
+    assert int((run.prefill_tokens + run.decode_seqs).max()) <= 1024
+    assert int(run.prefill_tokens.sum()) == 20 * 3000

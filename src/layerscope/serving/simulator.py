@@ -245,6 +245,7 @@ class _Simulation:
         self.r_ctx = np.zeros(n, dtype=np.int64)
         self.r_gen = np.zeros(n, dtype=np.int64)
         self.r_kv_ready = np.zeros(n, dtype=bool)
+        self.r_target = np.zeros(n, dtype=np.int64)  # where a request with its KV kept resumes its prompt
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.first_sched = np.full(n, np.nan)
@@ -334,6 +335,7 @@ class _Simulation:
         seconds = 0.0
         if self.request.scheduler.preemption == "swap":
             self.r_ctx[req] = eng.s_ctx[slot]
+            self.r_target[req] = eng.s_target[slot]
             self.r_kv_ready[req] = True
             eng.swapped.append(req)
             seconds = blocks * self.block_bytes / self.request.scheduler.swap_bytes_per_s
@@ -361,7 +363,7 @@ class _Simulation:
         gen = int(self.r_gen[req])
         if self.r_kv_ready[req]:
             ctx = int(self.r_ctx[req])
-            target = ctx
+            target = max(ctx, int(self.r_target[req]))
         else:
             # A prompt (again, after a recompute preemption: prompt and the tokens generated so far).
             ctx = int(self.hit[req])
@@ -667,7 +669,7 @@ class _Simulation:
         if self.closed and self.next_id < self.n:
             self._push(now + self.think, 2, -1, self.next_id)
             self.next_id += 1
-        if self.progress is not None and self.done / self.n >= self.next_progress:
+        if self.progress is not None and (self.done / self.n >= self.next_progress or self.done == self.n):
             self.progress(self.done / self.n)
             self.next_progress = self.done / self.n + 0.01
 
@@ -677,6 +679,7 @@ class _Simulation:
         req = int(eng.s_req[slot])
         ctx = int(eng.s_ctx[slot])
         self.r_ctx[req] = ctx
+        self.r_target[req] = ctx
         self.r_gen[req] = eng.s_gen[slot]
         self.r_kv_ready[req] = True
         eng.free += int(eng.s_blocks[slot])
