@@ -273,6 +273,15 @@ def check_estimate_fp8(ran: Ran) -> None:
     assert _row(ran, "fits in memory") == "no"  # one 180 GB B200
 
 
+def check_estimate_plan(ran: Ran) -> None:
+    _has("meta-llama/Llama-3.1-70B on dgx-h100 · decode", "8 GPUs: tp 4 · pp 2")(ran)
+    assert _row(ran, "fits in memory") == "yes"
+
+
+def check_plan(ran: Ran) -> None:
+    _has("meta-llama/Llama-3.1-70B on dgx-h100 (16 GPUs) · decode", "best 10 plans", "plans left out")(ran)
+
+
 def check_estimate_sheet(ran: Ran) -> None:
     _has("meta-llama/Llama-3.2-1B on NVL-AX · decode", "cost model tiling")(ran)
     assert _row(ran, "weights") == "2.47 GB"  # 1.24 G parameters x 2 bytes
@@ -462,6 +471,10 @@ STEPS: dict[str, Step] = {
     "layerscope estimate --model llama-3.2-1b --hardware "
     "examples/my_chips.xlsx --device-column NVL-AX --cost-model tiling":
         Step(check_estimate_sheet),
+    "layerscope estimate --model llama-3.1-70b --hardware dgx-h100 --phase decode --batch 64 --tp 4 --pp 2 "
+    "--micro-batches 2": Step(check_estimate_plan),
+    "layerscope plan --model llama-3.1-70b --hardware dgx-h100 --nodes 2 --gpus 8..16 --phase decode --batch 64 "
+    "--context 4096": Step(check_plan),
     "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --engines 1..8 --out layer.json.gz":
         Step(check_simulate_sweep),
     "layerscope simulate --model llama-3.1-8b --hardware h100-sxm "
