@@ -282,6 +282,12 @@ def check_plan(ran: Ran) -> None:
     _has("meta-llama/Llama-3.1-70B on dgx-h100 (16 GPUs) · decode", "best 10 plans", "plans left out")(ran)
 
 
+def check_serving(ran: Ran) -> None:
+    _has("llama-3.1-8b on h100-sxm · scheduler vllm", "Successful requests", "Request goodput (req/s)",
+         "P99 TTFT (ms)")(ran)
+    assert _row(ran, "Successful requests") == "500"
+
+
 def check_estimate_sheet(ran: Ran) -> None:
     _has("meta-llama/Llama-3.2-1B on NVL-AX · decode", "cost model tiling")(ran)
     assert _row(ran, "weights") == "2.47 GB"  # 1.24 G parameters x 2 bytes
@@ -475,6 +481,8 @@ STEPS: dict[str, Step] = {
     "--micro-batches 2": Step(check_estimate_plan),
     "layerscope plan --model llama-3.1-70b --hardware dgx-h100 --nodes 2 --gpus 8..16 --phase decode --batch 64 "
     "--context 4096": Step(check_plan),
+    "layerscope serving --model llama-3.1-8b --hardware h100-sxm --rate 10 --requests 500 "
+    "--slo ttft=200ms,tpot=50ms": Step(check_serving),
     "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --engines 1..8 --out layer.json.gz":
         Step(check_simulate_sweep),
     "layerscope simulate --model llama-3.1-8b --hardware h100-sxm "

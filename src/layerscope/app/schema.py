@@ -23,6 +23,8 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "estimate": "layerscope.app.estimate:EstimateResult",
     "simulate": "layerscope.app.simulate:SimulateResult",
     "plan": "layerscope.app.plan:PlanResult",
+    "serving": "layerscope.app.serving:ServeResult",
+    "serving-max-rate": "layerscope.app.serving:MaxRateResult",
     "capture": "layerscope.app.capture:CaptureResult",
     "workloads": "layerscope.app.records:WorkloadsResult",
     "verify": "layerscope.app.records:VerifyResult",

@@ -21,6 +21,7 @@ from layerscope.units import reading_inputs
 COMMAND_MODULES: tuple[str, ...] = (
     "estimate",
     "plan",
+    "serving",
     "catalogs",
     "simulate",
     "capture",

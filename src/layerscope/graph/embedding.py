@@ -51,7 +51,8 @@ def _lookup(ctx: BuildContext, name: str, ids: str, rows: int, dim: int, *, shar
         inputs=(act(ids, (t,), INDEX_DTYPE), weight(f"{name}.weight", (ceil_div(rows, shards), dim), wdt)),
         outputs=(act(f"{name}:out", (t, dim), ctx.act_dtype),),
         flops=0, weight_bytes=nbytes(t * dim, wdt.bits) // shards, act_read_bytes=t * 4,
-        act_write_bytes=nbytes(t * dim, ctx.abits), matrix_class="Lookup", definition=f"embedding_v{ceil_div(rows, shards)}_d{dim}",
+        act_write_bytes=nbytes(t * dim, ctx.abits), matrix_class="Lookup",
+        definition=f"embedding_v{ceil_div(rows, shards)}_d{dim}",
     )
 
 

@@ -1,0 +1,102 @@
+"""``layerscope serving`` through the entry point, its trace in the real trace processor, the per-request table,
+and ``--find-max-rate``."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from layerscope.app.serving import find_max_rate, serve
+from layerscope.serving import LengthSpec, ServingRequest, TrafficSpec, parse_slo, summarize
+from layerscope.trace.serving_writer import request_lanes, serving_events
+
+SMALL = ["--model", "llama-3.2-1b", "--hardware", "h100-sxm"]
+
+
+def _request(rate: float = 20.0, n: int = 60, **kw: Any) -> ServingRequest:
+    return ServingRequest(model="llama-3.2-1b", hardware="h100-sxm",
+                          traffic=TrafficSpec(rate_per_s=rate, requests=n, prompt=LengthSpec(mean=256),
+                                              output=LengthSpec(mean=32), seed=3), **kw)
+
+
+def test_json_reports_vllm_metrics_and_writes_its_files(run_cli, tmp_path: Path) -> None:
+    trace, table = tmp_path / "s.json.gz", tmp_path / "r.csv"
+    res = run_cli("serving", *SMALL, "--rate", "20", "-n", "80", "--prompt-len", "256", "--output-len", "32",
+                  "--slo", "ttft=200ms,tpot=50ms", "-o", str(trace), "--requests-out", str(table), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    m = out["metrics"]
+    assert m["completed"] == 80 and m["total_output_tokens"] == 80 * 32
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        assert 0 < m[f"median_{name}_ms"] <= m[f"p99_{name}_ms"]
+    assert out["slo"] == {"ttft_ms": 200.0, "tpot_ms": 50.0, "e2el_ms": None}
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 80 and {"id", "ttft_s", "tpot_s", "e2el_s", "queued_s", "max_itl_s"} <= set(rows[0])
+    ttft = np.array([float(r["ttft_s"]) for r in rows])
+    assert np.median(ttft) * 1e3 == pytest.approx(m["median_ttft_ms"], rel=1e-6)
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    names = {e.get("name") for e in doc["traceEvents"]}
+    assert {"step", "prefill", "decode", "engine"} <= names
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--rate", "-1"], "rate_per_s"),
+    (["--arrival", "poisson"], "need rate_per_s"),
+    (["--scheduler", "fifo", "--rate", "1"], "fifo"),
+    (["--rate", "1", "--slo", "ttft=fast"], "ttft=fast"),
+    (["--rate", "1", "--find-max-rate"], "needs --slo"),
+    (["--rate", "1", "-o", "x.pftrace"], ".json"),
+])
+def test_bad_input_exits_2(run_cli, tmp_path: Path, args: list[str], words: str) -> None:
+    res = run_cli("serving", *SMALL, "-n", "5", *args, cwd=tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert words in res.stderr and "Traceback" not in res.stderr
+
+
+def test_trace_layout_and_lanes() -> None:
+    run, result = serve(_request())
+    events = serving_events(run)
+    steps = [e for e in events if e.get("name") == "step"]
+    assert len(steps) == len(run.start_s)
+    phases = [e for e in events if e.get("cat") == "request"]
+    # a lane never holds two requests at once
+    by_lane: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in phases:
+        by_lane.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_lane.values():
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-3 for a, b in itertools.pairwise(spans))
+    flows = [e for e in events if e.get("ph") == "s"]
+    assert 0 < len(flows) <= result.requests
+    lanes = request_lanes(np.array([0.0, 1.0, 0.5, 2.0]), np.array([1.5, 2.0, 0.9, 3.0]))
+    assert lanes.tolist() == [0, 1, 1, 0]  # greedy: as many lanes as intervals alive at once (2)
+
+
+def test_trace_loads_in_the_real_trace_processor(perfetto_oracle: Any, tmp_path: Path) -> None:
+    run, _ = serve(_request(n=30), trace=tmp_path / "s.json")
+    trace = perfetto_oracle.load(tmp_path / "s.json")
+    assert trace.errors() == []
+    assert trace.query("SELECT COUNT(*) AS n FROM slice WHERE name = 'step'") == [{"n": len(run.start_s)}]
+    assert trace.query("SELECT COUNT(DISTINCT name) AS n FROM counter_track WHERE name IN ('engine kv blocks', "
+                       "'engine queue length', 'engine batch sequences', 'engine running')") == [{"n": 4}]
+    assert trace.query("SELECT COUNT(*) AS n FROM flow")[0]["n"] > 0
+
+
+def test_find_max_rate_brackets_the_slo() -> None:
+    slo = parse_slo("ttft=100ms,tpot=20ms")
+    found = find_max_rate(_request(rate=8.0, n=60), slo, target=0.9, tolerance=0.1, max_runs=8)
+    assert found.max_rate_per_s is not None
+    meets = [p.rate_per_s for p in found.probes if p.meets]
+    misses = [p.rate_per_s for p in found.probes if not p.meets]
+    assert found.max_rate_per_s == max(meets)
+    assert not misses or min(misses) > found.max_rate_per_s
+    # the answer's own run meets the target
+    run, _ = serve(_request(rate=found.max_rate_per_s, n=60))
+    assert summarize(run, slo).goodput_share >= 0.9
