@@ -100,3 +100,48 @@ def test_find_max_rate_brackets_the_slo() -> None:
     # the answer's own run meets the target
     run, _ = serve(_request(rate=found.max_rate_per_s, n=60))
     assert summarize(run, slo).goodput_share >= 0.9
+
+
+def _grid_base() -> ServingRequest:
+    return _request(rate=5.0, n=30)
+
+
+def test_grid_local_processes_equal_in_process_byte_for_byte() -> None:
+    from layerscope.app.serving import grid_cells, run_grid
+
+    cells = grid_cells(_grid_base(), ["h100-sxm", "a100-sxm"], [(1, 1), (2, 1)], ["vllm", "sarathi"], [5.0, 15.0])
+    assert len(cells) == 16
+    slo = parse_slo("ttft=100ms,tpot=30ms")
+    pooled = run_grid(cells, slo, workers=2)
+    alone = run_grid(cells, slo, workers=1)
+    assert pooled.model_dump_json(exclude={"executor"}) == alone.model_dump_json(exclude={"executor"})
+    first = pooled.cells[0]
+    assert (first.hardware, first.tensor_parallel, first.scheduler, first.rate_per_s) == ("h100-sxm", 1, "vllm", 5.0)
+    assert all(c.metrics is not None and c.metrics["completed"] == 30 for c in pooled.cells)
+    # an H100 beats an A100 on the same point
+    by_key = {(c.hardware, c.tensor_parallel, c.scheduler, c.rate_per_s): c.metrics for c in pooled.cells}
+    assert by_key[("h100-sxm", 1, "vllm", 15.0)]["median_tpot_ms"] < by_key[("a100-sxm", 1, "vllm", 15.0)][
+        "median_tpot_ms"]
+
+
+def test_grid_on_a_local_ray_instance_gives_the_same_bytes() -> None:
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray); the grid runs locally without it")
+    from layerscope.app.serving import grid_cells, run_grid
+
+    cells = grid_cells(_grid_base(), ["h100-sxm"], [(1, 1)], ["vllm"], [5.0, 10.0])
+    on_ray = run_grid(cells, None, ray_address="local")
+    local = run_grid(cells, None, workers=1)
+    assert on_ray.model_dump_json(exclude={"executor"}) == local.model_dump_json(exclude={"executor"})
+
+
+def test_grid_cli(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "grid.csv"
+    res = run_cli("serving-grid", "--model", "llama-3.2-1b", "--hardware", "h100-sxm", "--tp", "1,3", "--rate", "5",
+                  "-n", "20", "--workers", "1", "--csv", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    cells = json.loads(res.stdout)["cells"]
+    assert [c["tensor_parallel"] for c in cells] == [1, 3]
+    assert cells[0]["error"] is None and "does not divide" in cells[1]["error"]  # tp 3 cannot split 32 heads
+    assert len(list(csv.DictReader(out.open()))) == 2
+    bad = run_cli("serving-grid", "--model", "llama-3.2-1b", "--tp", "x", "-n", "5")
+    assert bad.returncode == 2 and "--tp" in bad.stderr and "Traceback" not in bad.stderr

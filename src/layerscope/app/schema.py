@@ -25,6 +25,7 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "plan": "layerscope.app.plan:PlanResult",
     "serving": "layerscope.app.serving:ServeResult",
     "serving-max-rate": "layerscope.app.serving:MaxRateResult",
+    "serving-grid": "layerscope.app.serving:GridResult",
     "capture": "layerscope.app.capture:CaptureResult",
     "workloads": "layerscope.app.records:WorkloadsResult",
     "verify": "layerscope.app.records:VerifyResult",

@@ -22,8 +22,8 @@ from layerscope.app.requests import MODEL_CONFIG
 if TYPE_CHECKING:
     from layerscope.serving import SLO, ServingRequest, ServingRun
 
-__all__ = ["MaxRateResult", "RateProbe", "ServeResult", "find_max_rate", "result_of", "serve",
-           "write_requests_table"]
+__all__ = ["GridCell", "GridResult", "MaxRateResult", "RateProbe", "ServeResult", "find_max_rate", "grid_cells",
+           "result_of", "run_grid", "serve", "write_requests_table"]
 
 
 class ServeResult(BaseModel):
@@ -236,3 +236,147 @@ def _max_rate(rate: float | None, target: float, slo: SLO, probes: list[RateProb
     return MaxRateResult(max_rate_per_s=rate, target=target, slo=slo.model_dump(), probes=probes,
                          per_gpu_rate_per_s=None if rate is None else rate / gpus)
 
+
+
+class GridCell(BaseModel):
+    """One point of a serving grid: its coordinates and the run's metrics."""
+
+    model_config = MODEL_CONFIG
+
+    hardware: str
+    """The hardware spec or cluster name."""
+    tensor_parallel: int
+    """Tensor-parallel devices of each engine."""
+    pipeline_parallel: int
+    """Pipeline stages of each engine."""
+    scheduler: str
+    """The batching policy."""
+    rate_per_s: float
+    """Arrival rate."""
+    gpus: int
+    """GPUs the engines use."""
+    metrics: dict[str, Any] | None
+    """The run's metrics (as ``serving --json``); ``null`` where the point cannot run (``error`` says why)."""
+    error: str | None
+    """Why the point did not run (a plan the model cannot split, a model that leaves no KV cache), or ``null``."""
+
+
+class GridResult(BaseModel):
+    """The answer of ``layerscope serving-grid``: every point of hardware × plan × scheduler × rate, in the
+    grid's order, whatever ran it (local processes or Ray) and in whatever order they finished."""
+
+    model_config = MODEL_CONFIG
+
+    cells: list[GridCell]
+    """One per point, hardware slowest, rate fastest."""
+    slo: dict[str, float | None] | None
+    """The SLO the goodput counts against, in ms."""
+    executor: str
+    """``local`` (N worker processes) or ``ray`` (the address)."""
+
+
+def grid_cells(base: ServingRequest, hardware: list[str], plans: list[tuple[int, int]], schedulers: list[str],
+               rates: list[float]) -> list[ServingRequest]:
+    """The requests of the grid, hardware slowest and rate fastest (each a copy of ``base``)."""
+    out = []
+    for hw in hardware:
+        for tp, pp in plans:
+            for name in schedulers:
+                for rate in rates:
+                    out.append(base.model_copy(update={
+                        "hardware": hw,
+                        "plan": base.plan.model_copy(update={"tensor_parallel": tp, "pipeline_parallel": pp}),
+                        "scheduler": base.scheduler.model_copy(update={"name": name}),
+                        "traffic": base.traffic.model_copy(update={"rate_per_s": rate})}))
+    return out
+
+
+def run_grid_cell(payload: str) -> str:
+    """One grid point from its JSON (the request and the SLO), its :class:`GridCell` as JSON: a pure function of
+    its input, so any executor gives the same bytes."""
+    import json
+
+    from layerscope.errors import LayerscopeError
+    from layerscope.serving import SLO, ServingRequest, run_serving, summarize
+
+    data = json.loads(payload)
+    request = ServingRequest.model_validate(data["request"])
+    slo = SLO.model_validate(data["slo"]) if data["slo"] is not None else None
+    plan = request.plan
+    gpus = request.replicas * plan.data_parallel * plan.tensor_parallel * plan.pipeline_parallel
+    if request.scheduler.name == "disaggregated":
+        gpus = ((request.scheduler.prefill_replicas + request.scheduler.decode_replicas)
+                * plan.tensor_parallel * plan.pipeline_parallel)
+    cell: dict[str, Any] = {"hardware": str(request.hardware), "tensor_parallel": plan.tensor_parallel,
+                            "pipeline_parallel": plan.pipeline_parallel, "scheduler": request.scheduler.name,
+                            "rate_per_s": float(request.traffic.rate_per_s or 0.0), "gpus": gpus}
+    try:
+        run = run_serving(request)
+        metrics = summarize(run, slo).model_dump()
+        metrics.pop("wall_s", None)
+        cell.update(metrics=metrics, error=None)
+    except LayerscopeError as exc:
+        cell.update(metrics=None, error=str(exc))
+    return GridCell.model_validate(cell).model_dump_json()
+
+
+def run_grid(requests: list[ServingRequest], slo: SLO | None = None, *, workers: int | None = None,
+             ray_address: str | None = None, progress: Callable[[float], None] | None = None) -> GridResult:
+    """Run every request of a grid (:func:`grid_cells`) in local worker processes (``workers``, default the CPU
+    count; 1: in this process) or on a Ray cluster (``ray_address``: ``auto``, ``local`` or ``ray://host:port``;
+    Ray is an optional extra). Each point is :func:`run_grid_cell` of its JSON, so the result is the same, byte
+    for byte, whoever ran it."""
+    import json
+
+    from layerscope.serving import ServingError
+
+    if not requests:
+        raise ServingError("the grid is empty: give at least one hardware, plan, scheduler and rate")
+    payloads = [json.dumps({"request": r.model_dump(mode="json"), "slo": None if slo is None else slo.model_dump()},
+                           sort_keys=True) for r in requests]
+    for r in requests:
+        if not isinstance(r.hardware, str) or not isinstance(r.model, str):
+            raise ServingError("a grid runs in other processes: give the model and hardware by name or file")
+    results: list[str | None] = [None] * len(payloads)
+    if ray_address is not None:
+        try:
+            import ray
+        except ImportError:
+            raise ServingError("--ray needs Ray: pip install 'layerscope[ray]' (or ray)") from None
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=None if ray_address == "local" else ray_address, include_dashboard=False,
+                     log_to_driver=False)
+        try:
+            remote = ray.remote(run_grid_cell)
+            refs = [remote.remote(p) for p in payloads]
+            for i, ref in enumerate(refs):
+                results[i] = ray.get(ref)
+                if progress is not None:
+                    progress((i + 1) / len(refs))
+        finally:
+            if started:
+                ray.shutdown()
+        executor = f"ray ({ray_address})"
+    else:
+        count = workers or (os.cpu_count() or 1)
+        if count <= 1 or len(payloads) == 1:
+            for i, p in enumerate(payloads):
+                results[i] = run_grid_cell(p)
+                if progress is not None:
+                    progress((i + 1) / len(payloads))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                                  else "spawn")
+            with ProcessPoolExecutor(max_workers=min(count, len(payloads)), mp_context=context) as pool:
+                futures = {pool.submit(run_grid_cell, p): i for i, p in enumerate(payloads)}
+                for done, future in enumerate(as_completed(futures), start=1):
+                    results[futures[future]] = future.result()
+                    if progress is not None:
+                        progress(done / len(payloads))
+        executor = f"local ({count} processes)" if count > 1 else "local (in process)"
+    cells = [GridCell.model_validate_json(r) for r in results if r is not None]
+    return GridResult(cells=cells, slo=None if slo is None else slo.model_dump(), executor=executor)

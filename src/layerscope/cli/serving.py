@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     app.command("serving")(serving_cmd)
+    app.command("serving-grid")(grid_cmd)
 
 
 def serving_cmd(
@@ -203,3 +204,135 @@ def _render_max_rate(result: MaxRateResult) -> None:
         t.add_row(f"{p.rate_per_s:.4g}", "yes" if p.meets else "no", f"{p.attainment:.1%}", f"{p.p99_ttft_ms:.1f}",
                   f"{p.p99_tpot_ms:.1f}")
     con.print(t)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    from layerscope.serving import ServingError
+
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ServingError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise ServingError(f"{flag}: {text!r}: give positive integers, e.g. 1,2,4")
+    return values
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    from layerscope.serving import ServingError
+
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ServingError(f"{flag}: {text!r} is not a comma-separated list of numbers") from None
+    if not values or any(not v > 0 for v in values):
+        raise ServingError(f"{flag}: {text!r}: give positive rates, e.g. 2,4,8")
+    return values
+
+
+def grid_cmd(
+    model: str = options.model("llama-3.1-8b"),
+    hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Comma-separated presets, clusters or files."),
+    tp: str = typer.Option("1", "--tp", help="Comma-separated tensor-parallel degrees."),
+    pp: str = typer.Option("1", "--pp", help="Comma-separated pipeline depths."),
+    scheduler: str = typer.Option("vllm", "--scheduler", help="Comma-separated: static, vllm, sarathi, disaggregated."),
+    rates: str = typer.Option("5,10,20", "--rate", help="Comma-separated arrival rates (req/s)."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma"),
+    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma gaps."),
+    requests: int = typer.Option(1000, "--requests", "-n", help="Requests per point."),
+    prompt_len: float = typer.Option(512, "--prompt-len", help="Prompt tokens per request."),
+    output_len: float = typer.Option(128, "--output-len", help="Output tokens per request."),
+    mix: str | None = typer.Option(None, "--mix", help="chat | summarization | long-context."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random draw (the same at every point)."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Most requests running per engine."),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Token budget of a step."),
+    replicas: int = typer.Option(1, "--replicas", help="Engines, each a copy of the plan."),
+    weight_dtype: str = options.weight_dtype(),
+    kv_dtype: str = options.kv_dtype(),
+    slo: str | None = typer.Option(None, "--slo", help="Goodput limits, e.g. ttft=200ms,tpot=50ms."),
+    workers: int | None = typer.Option(None, "--workers", help="Local worker processes (default: the CPUs)."),
+    ray: str | None = typer.Option(None, "--ray", help="Run on a Ray cluster: auto, local or ray://host:port."),
+    csv_out: Path | None = typer.Option(None, "--csv", help="Write one row per point as CSV."),
+    as_json: bool = options.as_json("Print one JSON object (docs/schema/serving-grid.json)."),
+) -> None:
+    """Serving over a grid of hardware × plan × scheduler × rate, in local processes or on Ray."""
+    from layerscope.app.requests import build_request
+    from layerscope.app.serving import grid_cells, run_grid
+    from layerscope.serving import LengthSpec, SchedulerSpec, ServingError, ServingRequest, TrafficSpec, parse_slo
+
+    plans = [(t, p) for t in _ints(tp, "--tp") for p in _ints(pp, "--pp")]
+    names = [n.strip() for n in scheduler.split(",") if n.strip()]
+    hws = [h.strip() for h in hardware.split(",") if h.strip()]
+    base = build_request(
+        ServingRequest, ServingError, model=model, hardware=hws[0] if hws else "",
+        replicas=replicas, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        traffic=build_request(TrafficSpec, ServingError, arrival=arrival, cv=cv, rate_per_s=1.0, requests=requests,
+                              prompt=LengthSpec(mean=prompt_len), output=LengthSpec(mean=output_len), mix=mix,
+                              seed=seed),
+        scheduler=build_request(SchedulerSpec, ServingError, max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens))
+    from layerscope.serving import SCHEDULERS
+
+    for name in names:
+        SCHEDULERS.lookup(name)
+    cells = grid_cells(base, hws, plans, names, _floats(rates, "--rate"))
+    limits = parse_slo(slo) if slo is not None else None
+    if csv_out is not None:
+        from layerscope.units import check_output
+
+        check_output(csv_out)
+    with _progress(not as_json) as progress:
+        result = run_grid(cells, limits, workers=workers, ray_address=ray, progress=progress)
+    if csv_out is not None:
+        _write_grid_csv(result, csv_out)
+    if as_json:
+        from layerscope.cli.common import print_json
+
+        print_json(result)
+        return
+    _render_grid(result)
+
+
+_GRID_METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                 "p99_tpot_ms", "goodput_share")
+
+
+def _write_grid_csv(result: Any, path: Path) -> None:
+    import csv
+    import io
+
+    from layerscope.units import atomic_write
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["hardware", "tensor_parallel", "pipeline_parallel", "scheduler", "rate_per_s", "gpus", *_GRID_METRICS,
+                "error"])
+    for c in result.cells:
+        m = c.metrics or {}
+        w.writerow([c.hardware, c.tensor_parallel, c.pipeline_parallel, c.scheduler, c.rate_per_s, c.gpus,
+                    *(m.get(k) for k in _GRID_METRICS), c.error or ""])
+    with atomic_write(path, "w") as fh:
+        fh.write(buf.getvalue())
+
+
+def _render_grid(result: Any) -> None:
+    from rich.table import Table
+
+    from layerscope.cli.common import console, esc
+
+    t = Table(title=f"serving grid ({len(result.cells)} points, {esc(result.executor)})")
+    for col in ("hardware", "tp", "pp", "scheduler", "rate", "GPUs", "req/s", "tok/s", "TTFT p50/p99 ms",
+                "TPOT p50/p99 ms", "SLO met"):
+        t.add_column(col, justify="right")
+    for c in result.cells:
+        m = c.metrics
+        if m is None:
+            t.add_row(esc(c.hardware), str(c.tensor_parallel), str(c.pipeline_parallel), esc(c.scheduler),
+                      f"{c.rate_per_s:g}", str(c.gpus), "-", "-", "-", "-", esc((c.error or "")[:60]))
+            continue
+        met = "-" if m.get("goodput_share") is None else f"{m['goodput_share']:.0%}"
+        t.add_row(esc(c.hardware), str(c.tensor_parallel), str(c.pipeline_parallel), esc(c.scheduler),
+                  f"{c.rate_per_s:g}", str(c.gpus), f"{m['request_throughput']:.2f}", f"{m['output_throughput']:.0f}",
+                  f"{m['median_ttft_ms']:.1f} / {m['p99_ttft_ms']:.1f}",
+                  f"{m['median_tpot_ms']:.2f} / {m['p99_tpot_ms']:.2f}", met)
+    console().print(t)
