@@ -122,11 +122,11 @@ def _lognormal(median: float, p90: float, high: int) -> LengthSpec:
 MIXES: Registry[Mix] = Registry("workload mix", ServingError, {
     "chat": Mix(
         prompt=_lognormal(1730, 5696, 32768), output=_lognormal(415, 834, 8192),
-        source="openchat_sharegpt4 as Sarathi-Serve describes it (Agrawal et al., OSDI 2024, Table 3): prompt "
+        source="openchat_sharegpt4 as Sarathi-Serve describes it (Agrawal et al., OSDI 2024, Table 2): prompt "
                "median 1730 / P90 5696 tokens, output median 415 / P90 834; a lognormal through median and P90"),
     "summarization": Mix(
         prompt=_lognormal(7059, 12985, 32768), output=_lognormal(208, 371, 4096),
-        source="arxiv_summarization as Sarathi-Serve describes it (Agrawal et al., OSDI 2024, Table 3): prompt "
+        source="arxiv_summarization as Sarathi-Serve describes it (Agrawal et al., OSDI 2024, Table 2): prompt "
                "median 7059 / P90 12985 tokens, output median 208 / P90 371; a lognormal through median and P90"),
     "long-context": Mix(
         prompt=LengthSpec(dist="lognormal", mean=7590, sigma=1.0, high=131072),
