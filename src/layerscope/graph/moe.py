@@ -38,6 +38,7 @@ from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
 from layerscope.graph.mlp import activation_flops, build_dense_mlp
 from layerscope.graph.naming import LayerNames
 from layerscope.graph.ops import GemmShape, Op
+from layerscope.model.spec import ModelSpec
 
 #: Compares per router logit for the top-k selection.
 TOPK_SELECT_FLOPS = 1
@@ -64,6 +65,22 @@ def busiest_rank_assignments(tokens_per_rank: int, top_k: int, ranks: int, exper
         return mean
     busiest = mean + math.sqrt(2.0 * mean * math.log(ranks))
     return min(busiest, float(tokens_per_rank * ranks * min(top_k, experts_per_rank)))
+
+
+def _expert_costs(spec: ModelSpec, width: int, *, combine: bool) -> tuple[int, int]:
+    """(weights of one routed expert, FLOPs of one (token, expert) pair): a gated MLP of width ``width``, 3·H·I
+    weights and 2·3·H·I FLOPs for its projections, ``(act + 1)·I`` for the activation and gate multiply (+ 2·I + H
+    bias adds with expert biases, gpt-oss), and with ``combine`` 2·H to scale by the routing weight and accumulate
+    (module docstring)."""
+    moe = spec.moe
+    assert moe is not None
+    hidden = spec.hidden_size
+    per_expert_w = 3 * hidden * width
+    per_pair_flops = 2 * per_expert_w + (activation_flops(spec.activation) + 1) * width + (2 * hidden if combine else 0)
+    if moe.expert_bias:
+        per_expert_w += 2 * width + hidden
+        per_pair_flops += 2 * width + hidden
+    return per_expert_w, per_pair_flops
 
 
 def _route(ctx: BuildContext, mlp: str, layer: int, x: str, *, in_rows: int | None = None) -> tuple[Op, Op]:
@@ -110,11 +127,7 @@ def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple
     width = ceil_div(moe.expert_intermediate_size, ctx.tp)
     pairs = t * k
     touched = expected_experts_touched(t, k, e)
-    per_expert_w = 3 * hidden * width
-    per_pair_flops = 2 * per_expert_w + (activation_flops(spec.activation) + 1) * width + 2 * hidden
-    if moe.expert_bias:
-        per_expert_w += 2 * width + hidden
-        per_pair_flops += 2 * width + hidden
+    per_expert_w, per_pair_flops = _expert_costs(spec, width, combine=True)
     touched_int = max(1, round(touched))
     experts_name = f"{mlp}.{mods.experts}"
     experts = Op(
@@ -188,11 +201,7 @@ def _build_moe_ep(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> t
     ops.append(dispatch)
     width = moe.expert_intermediate_size
     touched = expected_experts_touched(pairs_int, 1, local)
-    per_expert_w = 3 * hidden * width
-    per_pair_flops = 2 * per_expert_w + (activation_flops(spec.activation) + 1) * width
-    if moe.expert_bias:
-        per_expert_w += 2 * width + hidden
-        per_pair_flops += 2 * width + hidden
+    per_expert_w, per_pair_flops = _expert_costs(spec, width, combine=False)  # the combine op weighs and sums
     touched_int = max(1, round(touched))
     experts_name = f"{mlp}.{mods.experts}"
     experts = Op(
