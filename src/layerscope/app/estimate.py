@@ -345,17 +345,20 @@ def estimate_raw(request: EstimateRequest) -> Estimate:
     """The cost layer's :class:`~layerscope.cost.api.Estimate` of ``request`` (arrays, for callers that
     go on computing: sweeps, validation)."""
     from layerscope.app.requests import check_devices
-    from layerscope.cost.api import estimate as time_workload
-    from layerscope.hardware import HardwareSpec, load_hardware
     from layerscope.model import ModelSpec, load_model_spec
 
+    # The inputs first, the cost layer after: a bad model, hardware or plan is refused before numpy-heavy code loads.
     model = request.model
     spec = model if isinstance(model, ModelSpec) else load_model_spec(os.fspath(model))
+    from layerscope.hardware import HardwareSpec, load_hardware
+
     hardware = request.hardware
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(os.fspath(hardware),
                                                                           device=request.device_column)
     check_devices(request.hardware, request.parallel)
     workload = request.workload.to_workload(request.parallel)
+    from layerscope.cost.api import estimate as time_workload
+
     return time_workload(spec, hw, workload, cost_model=request.cost_model, attention=request.attention,
                          layer=request.layer)
 
