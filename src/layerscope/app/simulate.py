@@ -228,7 +228,6 @@ def build_graph(spec: ModelSpec, workload: WorkloadRequest, *, all_layers: bool 
 
 def run_simulation(request: SimulateRequest) -> SimulationRun:
     """Build the graph of ``request``, time it, schedule it on each engine count, and write the trace."""
-    from layerscope.cost import time_graph
     from layerscope.hardware import HardwareSpec, load_hardware
     from layerscope.model import ModelSpec, load_model_spec
 
@@ -253,6 +252,8 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
         counts = [hw.engines.count]
     op_graph = build_graph(spec, request.workload, all_layers=request.all_layers, layer=request.layer,
                            attention=request.attention, plan=request.parallel)
+    from layerscope.cost import time_graph  # after the inputs are checked: a bad one exits before it loads
+
     timed = time_graph(op_graph, hw, request.cost_model)
     problem = ScheduleProblem.from_timed(timed)
     log.info("scheduling %d ops on %s engines (%s)", problem.n, counts, request.policy)
