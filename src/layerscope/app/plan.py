@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -188,8 +189,9 @@ def enumerate_plans(gpus: tuple[int, int], *, num_layers: int, num_experts: int 
     return out
 
 
-def plan(request: PlanRequest) -> PlanResult:
-    """Enumerate, check and time the plans of ``request`` (module docstring)."""
+def plan(request: PlanRequest, progress: Callable[[float], None] | None = None) -> PlanResult:
+    """Enumerate, check and time the plans of ``request`` (module docstring); ``progress`` is called with the
+    share of candidates done."""
     from layerscope.hardware import HardwareSpec, load_hardware
     from layerscope.hardware.cluster import cluster_of
     from layerscope.model import ModelSpec, load_model_spec
@@ -222,7 +224,9 @@ def plan(request: PlanRequest) -> PlanResult:
     timer = _PlanTimer(spec, hw, request)
     rows: list[PlanRow] = []
     failures: list[PlanFailure] = []
-    for c in candidates:
+    for done, c in enumerate(candidates):
+        if progress is not None and done % 64 == 0:
+            progress(done / len(candidates))
         def fail(reason: str, c: Candidate = c) -> None:
             failures.append(PlanFailure(**c.shape(), reason=reason))
 

@@ -110,3 +110,28 @@ def parse_threads(value: str) -> int | Literal["auto"]:
     if count < 1:
         raise typer.BadParameter(f"{count}: must be >= 1 (or auto)", param_hint="--threads")
     return count
+
+
+class progress_bar:
+    """A progress bar on stderr while a long command runs (none when ``enabled`` is false or stderr is no tty);
+    entering gives a ``progress(share)`` callback, or None."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        import sys
+
+        if not (self.enabled and sys.stderr.isatty()):
+            return None
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True, console=None)
+        self.bar.start()
+        task = self.bar.add_task("simulating", total=1.0)
+        return lambda share: self.bar.update(task, completed=share)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -47,7 +47,10 @@ def plan_cmd(
     request = build_request(PlanRequest, model=model, hardware=hardware, nodes=nodes, gpus=_gpu_range(gpus),
                             workload=workload, objective=objective, max_micro_batches=max_micro_batches,
                             cost_model=cost_model)
-    result = plan(request)
+    from layerscope.cli.common import progress_bar
+
+    with progress_bar(not as_json) as progress:
+        result = plan(request, progress)
     if as_json:
         from layerscope.cli.common import print_json
 

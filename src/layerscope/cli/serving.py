@@ -68,6 +68,7 @@ def serving_cmd(
 ) -> None:
     """Simulate serving traffic: TTFT, TPOT, ITL and E2E percentiles, throughput and goodput under an SLO."""
     from layerscope.app.requests import ParallelPlan, build_request
+    from layerscope.cli.common import progress_bar
     from layerscope.serving import (
         LengthSpec,
         SchedulerSpec,
@@ -99,7 +100,7 @@ def serving_cmd(
         execution=execution, gpu_memory_utilization=gpu_memory_utilization, timer=timer)
     limits = parse_slo(slo) if slo is not None else None
     inputs = tuple(p for p in (requests_file,) if p is not None)
-    with _progress(not as_json) as progress:
+    with progress_bar(not as_json) as progress:
         if find_max_rate:
             if limits is None:
                 raise ServingError("--find-max-rate needs --slo (the limits the rate must meet)")
@@ -124,30 +125,6 @@ def _emit(result: Any, as_json: bool, render: Any) -> None:
         print_json(result)
     else:
         render(result)
-
-
-class _progress:
-    """A progress bar on stderr while the simulation runs (none when ``enabled`` is false or stderr is no tty)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        import sys
-
-        if not (self.enabled and sys.stderr.isatty()):
-            return None
-        from rich.progress import Progress
-
-        self.bar = Progress(transient=True, console=None)
-        self.bar.start()
-        task = self.bar.add_task("simulating", total=1.0)
-        return lambda share: self.bar.update(task, completed=share)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _render(result: ServeResult) -> None:
@@ -258,6 +235,7 @@ def grid_cmd(
     """Serving over a grid of hardware × plan × scheduler × rate, in local processes or on Ray."""
     from layerscope.app.requests import build_request
     from layerscope.app.serving import grid_cells, run_grid
+    from layerscope.cli.common import progress_bar
     from layerscope.serving import LengthSpec, SchedulerSpec, ServingError, ServingRequest, TrafficSpec, parse_slo
 
     plans = [(t, p) for t in _ints(tp, "--tp") for p in _ints(pp, "--pp")]
@@ -281,7 +259,7 @@ def grid_cmd(
         from layerscope.units import check_output
 
         check_output(csv_out)
-    with _progress(not as_json) as progress:
+    with progress_bar(not as_json) as progress:
         result = run_grid(cells, limits, workers=workers, ray_address=ray, progress=progress)
     if csv_out is not None:
         _write_grid_csv(result, csv_out)
