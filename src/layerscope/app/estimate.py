@@ -32,8 +32,8 @@ from layerscope.workload import Workload
 if TYPE_CHECKING:
     from layerscope.cost.api import Estimate
 
-__all__ = ["EstimateRequest", "EstimateResult", "Figure", "OpRow", "Parameters", "estimate", "estimate_raw",
-           "result_of", "write_ops_csv"]
+__all__ = ["EnergySummary", "EstimateRequest", "EstimateResult", "Figure", "OpRow", "Parameters", "PhaseEnergyRow",
+           "estimate", "estimate_raw", "result_of", "write_ops_csv"]
 
 _RESULT_CONFIG = MODEL_CONFIG
 
@@ -121,6 +121,10 @@ class OpRow(BaseModel):
     faults (0 for fused kernels)."""
     figures: list[str]
     """The spec figures that entered the op's time, keys of the result's ``figures`` (value, source, row ids)."""
+    energy_j: float | None = None
+    """Joules the op takes on one device: its dynamic energy (FLOPs, main-memory, cache, SRAM and wire bytes ×
+    the spec's ``energy`` figures) + idle power × its time under the board's power limit (``cost.energy``);
+    ``null`` when the spec has no energy figures."""
 
 
 class PhaseParallel(BaseModel):
@@ -275,6 +279,65 @@ class Totals(BaseModel):
     """Op rows."""
 
 
+class PhaseEnergyRow(BaseModel):
+    """One phase's energy on one device (``cost.energy``)."""
+
+    model_config = _RESULT_CONFIG
+
+    energy_j: float
+    """Joules of the phase's ops: Σ the op rows' ``energy_j``."""
+    time_s: float
+    """Σ the ops' times under the board's power limit, seconds."""
+    average_power_w: float
+    """``energy_j / time_s``, watts."""
+    peak_power_w: float
+    """The largest per-op average power, watts (an op shorter than the board's power-control window may exceed
+    the limit)."""
+    power_limited: bool
+    """The phase's average power at the cost model's times exceeds ``energy.board_power_limit_w``."""
+    clock_factor: float
+    """How much longer the compute-bound ops take under the power limit (1.0: not stretched)."""
+    compute_j: float
+    """Joules of arithmetic (FLOPs × pJ/FLOP of the matrix or vector units)."""
+    memory_j: float
+    """Joules of main-memory and last-level-cache traffic."""
+    sram_j: float
+    """Joules of on-chip SRAM traffic."""
+    wire_j: float
+    """Joules of the bytes put on NVLink or the network."""
+    static_j: float
+    """Idle power × ``time_s``."""
+
+
+class EnergySummary(BaseModel):
+    """The estimate's energy (issue #30): present when the hardware spec has ``energy`` figures."""
+
+    model_config = _RESULT_CONFIG
+
+    energy_j: float
+    """Joules of the run on every device of the plan: (tensor × data parallel) × Σ the ops' dynamic joules + idle
+    power × devices × ``e2e_s``."""
+    j_per_output_token: float
+    """``energy_j`` / the output tokens (``output_tokens_per_s × e2e_s`` of the estimate)."""
+    output_tokens_per_j: float
+    """Output tokens per joule: 1 / ``j_per_output_token``."""
+    e2e_s: float
+    """End-to-end seconds under the power limit: the estimate's ``e2e_s`` plus what the limit adds (the other
+    times of the result are the cost model's, unlimited)."""
+    power_limited: bool
+    """Some phase's average power exceeds the board limit."""
+    idle_j: float
+    """Joules one device draws at idle power outside its ops: the engine's host time between steps."""
+    devices: int
+    """Devices of the plan (tensor × pipeline × data parallel)."""
+    idle_power_w: float
+    """The spec's ``energy.idle_power_w``."""
+    board_power_limit_w: float
+    """The spec's ``energy.board_power_limit_w``."""
+    phases: dict[str, PhaseEnergyRow]
+    """Per phase (``prefill``, ``decode``, …), one device."""
+
+
 class EstimateResult(BaseModel):
     """The answer of ``layerscope estimate``: its ``--json`` output. Field names, units and meaning are a
     stable contract across releases; new fields may be added. A value that does not apply is ``null``."""
@@ -327,6 +390,9 @@ class EstimateResult(BaseModel):
     (``efficiency.matmul_per_dtype.bf16``, ``memory.hbm.bandwidth_bytes_per_s``); each op lists its keys."""
     parallel: ParallelSummary
     """The parallel plan (``--tp --pp --ep --dp --micro-batches``) and what it costs on one device."""
+    energy: EnergySummary | None = None
+    """Joules, joules per output token, tokens per joule and watts per phase (``cost.energy``); ``null`` when the
+    hardware spec has no ``energy`` figures."""
 
     def row_ids(self, op: OpRow, *, governing: bool = True) -> list[str]:
         """The kernel-table rows behind ``op``'s figures: by default those of the term that bound it, its
@@ -369,6 +435,7 @@ def result_of(est: Estimate) -> EstimateResult:
     total = est.total_time_s or 1.0
     memory = est.memory
     explained, figures = _explain(est)
+    energy, op_energy = _energy(est)
     return EstimateResult(
         model=est.model, hardware=est.hardware, cost_model=est.cost_model, scope=est.scope, workload=est.workload,
         ttft_s=est.ttft_s, tpot_s=est.tpot_s, e2e_s=est.e2e_s, output_tokens_per_s=est.output_tokens_per_s,
@@ -384,12 +451,38 @@ def result_of(est: Estimate) -> EstimateResult:
             {"name": op.name, "kind": op.kind, "phase": op.phase, "layer": op.layer, "definition": op.definition,
              "matrix_class": op.matrix_class, "inputs": op.inputs, "outputs": op.outputs, "flops": op.flops,
              "bytes": op.bytes, "weight_bytes": op.weight_bytes, "act_bytes": op.act_bytes, "kv_bytes": op.kv_bytes,
-             "time_s": op.time_s, "share": op.time_s / total, "bound": op.bound, **why}
-            for op, why in zip(rows, explained, strict=True)]),
+             "time_s": op.time_s, "share": op.time_s / total, "bound": op.bound, **why,
+             **({} if op_energy is None else {"energy_j": op_energy[i]})}
+            for i, (op, why) in enumerate(zip(rows, explained, strict=True))]),
         parameters=_parameters(est),
         figures=figures,
         parallel=_parallel(est),
+        energy=energy,
     )
+
+
+def _energy(est: Estimate) -> tuple[EnergySummary | None, list[float] | None]:
+    """The energy summary and the op rows' joules (in ``est.ops`` order); None, None without energy figures."""
+    from layerscope.cost.energy import estimate_energy
+
+    result = estimate_energy(est)
+    hw = est.hardware_spec
+    if result is None or hw is None or hw.energy is None:
+        return None, None
+    phases = {}
+    for p in result.phases:
+        d = p.dynamic
+        phases[p.phase] = PhaseEnergyRow(
+            energy_j=p.energy_j, time_s=p.time_s, average_power_w=p.average_power_w, peak_power_w=p.peak_power_w,
+            power_limited=p.power_limited, clock_factor=p.clock_factor, compute_j=float(d.compute_j.sum()),
+            memory_j=float(d.memory_j.sum()), sram_j=float(d.sram_j.sum()), wire_j=float(d.wire_j.sum()),
+            static_j=hw.energy.idle_power_w * p.time_s)
+    summary = EnergySummary(
+        energy_j=result.energy_j, j_per_output_token=result.j_per_output_token,
+        output_tokens_per_j=result.output_tokens_per_j, e2e_s=result.e2e_s,
+        power_limited=any(p.power_limited for p in result.phases), idle_j=result.idle_j, devices=result.devices,
+        idle_power_w=hw.energy.idle_power_w, board_power_limit_w=hw.energy.board_power_limit_w, phases=phases)
+    return summary, [float(x) for p in result.phases for x in p.op_energy_j.tolist()]
 
 
 def _parallel(est: Estimate) -> ParallelSummary:

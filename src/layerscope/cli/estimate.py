@@ -170,6 +170,19 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
         s.add_row("communication buffers", fmt_si(m.communication, "B"))
     s.add_row("memory total / capacity", f"{fmt_si(m.total, 'B')} / {fmt_si(result.memory_capacity_bytes, 'B')}")
     s.add_row("fits in memory", "yes" if result.fits_in_memory else "[red]no[/]")
+    energy = result.energy
+    if energy is not None:
+        on = f" ({energy.devices} GPUs)" if energy.devices > 1 else ""
+        s.add_row(f"energy{on}", f"{energy.energy_j:,.4g} J")
+        s.add_row("energy per output token", f"{energy.j_per_output_token:,.4g} J")
+        s.add_row("output tokens per J", f"{energy.output_tokens_per_j:,.4g}")
+        for phase, power in energy.phases.items():
+            limited = f", power-limited: compute-bound ops x{power.clock_factor:.3f}" if power.power_limited else ""
+            s.add_row(f"{phase}: power avg / peak per GPU",
+                      f"{power.average_power_w:,.0f} W / {power.peak_power_w:,.0f} W (limit "
+                      f"{energy.board_power_limit_w:,.0f} W{limited})")
+        if energy.power_limited:
+            s.add_row("end to end under the power limit", fmt_time_s(energy.e2e_s))
     con.print(s)
 
 

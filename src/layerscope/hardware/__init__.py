@@ -19,6 +19,7 @@ from layerscope.hardware.presets import bundled_spreadsheet_example, list_preset
 from layerscope.hardware.spec import (
     ColdCost,
     EfficiencySpec,
+    EnergySpec,
     EngineSpec,
     ExecutionSpec,
     FreshPages,
@@ -33,6 +34,7 @@ __all__ = [
     "ClusterSpec",
     "ColdCost",
     "EfficiencySpec",
+    "EnergySpec",
     "EngineSpec",
     "ExecutionSpec",
     "FreshPages",

@@ -1008,7 +1008,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
     """The spec as plain builtins (``inf`` stays a float), the inverse of ``HardwareSpec.from_dict``.
 
     The optional calibration fields (``efficiency``'s measured tables, ``calibration``,
-    ``execution``) are left out when unset, so specs without them dump exactly as before those fields existed.
+    ``execution``) and ``energy`` are left out when unset, so specs without them dump exactly as before those
+    fields existed.
     """
     data: dict[str, Any] = _plain(spec.model_dump(mode="python"))
     efficiency = data["efficiency"]
@@ -1019,6 +1020,8 @@ def hardware_to_dict(spec: HardwareSpec) -> dict[str, Any]:
         del efficiency["activation_stream"], efficiency["activation_stream_source"]
     if data["calibration"] is None:
         del data["calibration"]
+    if data["energy"] is None:
+        del data["energy"]
     if data["interconnect"] is not None:
         # the collective fields at their defaults are left out: a link of name, bandwidth and latency dumps as before
         link = data["interconnect"]

@@ -564,6 +564,57 @@ _FALLBACKS: dict[DType, tuple[DType, ...]] = {
 }
 
 
+class EnergySpec(BaseModel):
+    """Energy per unit of work and the board's power figures (issue #30): what ``cost.energy`` multiplies an op's
+    FLOPs, bytes and time by. Each figure's citation, and whether it is measured, derived or assumed, is in
+    :attr:`HardwareSpec.sources` under ``energy.<field>`` (``energy.matrix_pj_per_flop.bf16``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    matrix_pj_per_flop: dict[DType, float] = Field(default_factory=dict)
+    """Picojoules per FLOP on the matrix units (tensor cores) per dtype, operand delivery from on-chip memory
+    included; a dtype without an entry takes the entry of the unit that runs it (``HardwareSpec.resolve_flops``)."""
+    vector_pj_per_flop: float = Field(ge=0, allow_inf_nan=False)
+    """Picojoules per FP32 FLOP on the vector (CUDA-core / SIMD) units."""
+    main_memory_pj_per_byte: float = Field(ge=0, allow_inf_nan=False)
+    """Picojoules per byte moved to or from main memory (HBM, GDDR, DRAM): the bytes the cost model charges."""
+    cache_pj_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Picojoules per byte through the last-level cache (L2): every main-memory byte passes it once."""
+    sram_pj_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Picojoules per byte read or written in on-chip SRAM (shared memory / L1): the op's weight, activation and
+    KV bytes once each (a lower bound: a GEMM re-reads its tiles; that part is in ``matrix_pj_per_flop``)."""
+    interconnect_pj_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Picojoules per byte one GPU puts on the intra-node link (NVLink): an op's ``comm_bytes``."""
+    network_pj_per_byte: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Picojoules per byte one GPU puts on the inter-node network (NIC)."""
+    idle_power_w: float = Field(ge=0, allow_inf_nan=False)
+    """Static power: the board's draw when powered and idle (clocks up, no kernel running), in watts; drawn for
+    every second of an op and between steps."""
+    board_power_limit_w: float = Field(gt=0, allow_inf_nan=False)
+    """The board's power limit (TDP/TGP) in watts: above it the clock drops."""
+
+    @field_validator("matrix_pj_per_flop", mode="before")
+    @classmethod
+    def _normalize_dtypes(cls, value: Any) -> Any:
+        return _dtype_keys(value, "energy.matrix_pj_per_flop")
+
+    @field_validator("matrix_pj_per_flop")
+    @classmethod
+    def _non_negative(cls, value: dict[DType, float]) -> dict[DType, float]:
+        for dtype, number in value.items():
+            if not (math.isfinite(number) and number >= 0):
+                raise ValueError(f"energy.matrix_pj_per_flop.{dtype.value}: must be a finite number >= 0, "
+                                 f"got {number!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _limit_above_idle(self) -> EnergySpec:
+        if self.board_power_limit_w <= self.idle_power_w:
+            raise ValueError(f"energy: board_power_limit_w {self.board_power_limit_w} W must exceed "
+                             f"idle_power_w {self.idle_power_w} W")
+        return self
+
+
 class HardwareSpec(BaseModel):
     """One chip (GPU, CPU socket, NPU, TPU chip) as the cost models see it."""
 
@@ -589,6 +640,8 @@ class HardwareSpec(BaseModel):
     ``memory.hbm.bandwidth_bytes_per_s``, ``launch_overhead_s`` …"""
     calibration: CalibrationRecord | None = None
     """The measurements and fit behind a spec written by ``layerscope calibrate``; None otherwise."""
+    energy: EnergySpec | None = None
+    """Energy per FLOP and per byte and the board's power figures (``cost.energy``); None: no energy reported."""
 
     @model_validator(mode="after")
     def _check_memory(self) -> HardwareSpec:
@@ -723,6 +776,18 @@ class HardwareSpec(BaseModel):
         or × the override of ops of ``kind`` (``efficiency.vector_per_kind``) when it has one."""
         fraction = self.efficiency.vector_per_kind.get(kind, self.efficiency.vector) if kind else self.efficiency.vector
         return self.engines.vector_flops_per_s * fraction
+
+    def matrix_pj_per_flop(self, dtype: DType | str) -> float:
+        """Picojoules per matrix FLOP in ``dtype``: the entry of the unit that runs it (the fallback rules of
+        :meth:`resolve_flops`), else the widest listed entry; 0.0 without energy figures."""
+        if self.energy is None or not self.energy.matrix_pj_per_flop:
+            return 0.0
+        table = self.energy.matrix_pj_per_flop
+        resolved = self.resolve_flops(dtype)
+        for candidate in (resolved.dtype, resolved.requested, *_FALLBACKS[resolved.requested]):
+            if candidate is not None and candidate in table:
+                return table[candidate]
+        return max(table.values())
 
     def source(self, field: str) -> str | None:
         """The citation of ``field`` (a dotted path), or None when none is recorded."""
