@@ -32,7 +32,20 @@ def test_estimate_on_a_spreadsheet_device(run_cli):
     out = run_cli("estimate", "--model", "llama-3.2-1b", "--hardware", "nvl-ax", "--layer", "0",
                   "--cost-model", "tiling", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["scope"] == "layer 0"
+    doc = json.loads(out.stdout)
+    assert doc["scope"] == "layer 0"
+    assert doc["energy"] is None and all(op["energy_j"] is None for op in doc["ops"])  # no energy figures
+
+
+def test_estimate_energy_json_and_table(run_cli):
+    args = ("estimate", "--model", "llama-3.2-1b", "--hardware", "h100-sxm", "--phase", "decode", "--batch", "8")
+    doc = json.loads(run_cli(*args, "--json").stdout)
+    energy = doc["energy"]
+    assert energy["board_power_limit_w"] == 700.0 and energy["devices"] == 1
+    assert energy["phases"]["decode"]["energy_j"] == pytest.approx(sum(op["energy_j"] for op in doc["ops"]))
+    assert energy["j_per_output_token"] == pytest.approx(energy["energy_j"] / 8)
+    table = run_cli(*args).stdout
+    assert "energy per output token" in table and "decode: power avg / peak per GPU" in table
 
 
 @pytest.mark.parametrize(

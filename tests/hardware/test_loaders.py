@@ -14,7 +14,7 @@ import pytest
 
 from layerscope.errors import HardwareSpecError, OutputError
 from layerscope.hardware import HardwareSpec, load_hardware, write_hardware_sheet
-from layerscope.hardware.loaders import LOADERS, sheet_devices
+from layerscope.hardware.loaders import LOADERS, dump_hardware_json, dump_hardware_yaml, sheet_devices
 from layerscope.hardware.presets import bundled_spreadsheet_example
 from layerscope.units import DType
 
@@ -358,3 +358,48 @@ def test_yaml_errors_name_the_field_and_value(tmp_path: Path) -> None:
     path.write_text(YAML_WITH_UNITS.replace("count: 8", "count: -8"))
     with pytest.raises(HardwareSpecError, match=r"toy.yaml: field 'engines.count'.*greater than 0.*-8"):
         load_hardware(path)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_energy_figures_survive_a_yaml_or_json_round_trip(suffix: str, tmp_path: Path) -> None:
+    h100 = load_hardware("h100-sxm")
+    assert h100.energy is not None and h100.energy.board_power_limit_w == 700.0
+    path = tmp_path / f"h100{suffix}"
+    path.write_text(dump_hardware_yaml(h100) if suffix == ".yaml" else dump_hardware_json(h100))
+    back = load_hardware(path)
+    assert back.energy == h100.energy
+    assert {k: v for k, v in back.sources.items() if k.startswith("energy.")} == \
+        {k: v for k, v in h100.sources.items() if k.startswith("energy.")}
+    # a spec without energy figures dumps without the block, as before the field existed
+    bare = h100.model_copy(update={"energy": None})
+    assert "energy" not in dump_hardware_yaml(bare).split("\nsources:")[0]
+    assert load_hardware(_dumped(bare, tmp_path / f"bare{suffix}")).energy is None
+
+
+def _dumped(spec: HardwareSpec, path: Path) -> Path:
+    path.write_text(dump_hardware_yaml(spec) if path.suffix == ".yaml" else dump_hardware_json(spec))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx"])
+def test_energy_figures_survive_a_sheet_round_trip(suffix: str, tmp_path: Path) -> None:
+    h100 = load_hardware("h100-sxm")
+    path = tmp_path / f"h100{suffix}"
+    write_hardware_sheet([h100, load_hardware("mi300x")], path)
+    assert load_hardware(path, device="h100-sxm").energy == h100.energy
+    assert load_hardware(path, device="mi300x").energy is None  # no energy figures, no energy rows read
+
+
+def test_energy_rows_in_units_and_all_or_nothing(tmp_path: Path) -> None:
+    rows = [*BASE, ["Matrix_energy (bf16)", "0.5 pJ/FLOP", ""], ["Vector_energy", "2 pJ/FLOP", ""],
+            ["Main_memory_energy", "3.9 pJ/bit", ""], ["Idle_power (W)", "50", ""],
+            ["Board_power_limit", "0.4 kW", ""], ["Network_energy (pJ/B)", "0", ""]]
+    energy = load_hardware(_write_csv(tmp_path / "e.csv", rows), device="NVL-AX").energy
+    assert energy is not None
+    assert energy.matrix_pj_per_flop == {DType.BF16: 0.5}
+    assert energy.main_memory_pj_per_byte == pytest.approx(3.9 * 8)
+    assert (energy.idle_power_w, energy.board_power_limit_w, energy.network_pj_per_byte) == (50.0, 400.0, 0.0)
+    assert load_hardware(_write_csv(tmp_path / "none.csv", BASE), device="NVL-AX").energy is None
+    partial = _write_csv(tmp_path / "p.csv", [*BASE, ["Idle_power (W)", "50", ""]])
+    with pytest.raises(HardwareSpecError, match="Vector_energy, Main_memory_energy, Board_power_limit"):
+        load_hardware(partial, device="NVL-AX")

@@ -122,9 +122,20 @@ SHEET_ROWS: tuple[SheetRowSpec, ...] = (
     SheetRowSpec("Interconnect", None, aliases=("interconnect_name", "link")),
     SheetRowSpec("Interconnect_bandwidth", "bytes_per_s", aliases=("link_bandwidth",)),
     SheetRowSpec("Interconnect_latency", "s", aliases=("link_latency",)),
+    SheetRowSpec("Vector_energy", "pj_per_flop", aliases=("vector_pj_per_flop",)),
+    SheetRowSpec("Main_memory_energy", "pj_per_byte", aliases=("main_memory_pj_per_byte", "dram_energy",
+                                                               "hbm_energy")),
+    SheetRowSpec("Cache_energy", "pj_per_byte", aliases=("cache_pj_per_byte", "l2_energy", "llc_energy")),
+    SheetRowSpec("SRAM_energy", "pj_per_byte", aliases=("sram_pj_per_byte", "l1_energy")),
+    SheetRowSpec("Interconnect_energy", "pj_per_byte", aliases=("interconnect_pj_per_byte", "link_energy")),
+    SheetRowSpec("Network_energy", "pj_per_byte", aliases=("network_pj_per_byte",)),
+    SheetRowSpec("Idle_power", "w", aliases=("idle_power_w", "static_power")),
+    SheetRowSpec("Board_power_limit", "w", aliases=("board_power_limit_w", "power_limit")),
 )
 """Rows a spreadsheet may have. Also ``MACs_per_cycle_<dtype>`` (``MACs_per_cycle (fp8)``) and
-``Peak_flops_<dtype>`` for per-dtype matrix throughput."""
+``Peak_flops_<dtype>`` for per-dtype matrix throughput, and ``Matrix_energy_<dtype>`` (pJ per matrix FLOP).
+The energy rows (``energy.*``, issue #30) are all or nothing: ``Vector_energy``, ``Main_memory_energy``,
+``Idle_power`` and ``Board_power_limit`` are needed once any energy row is given."""
 
 
 def _norm(text: str) -> str:
@@ -135,7 +146,14 @@ def _norm(text: str) -> str:
 _ROW_INDEX: dict[str, SheetRowSpec] = {
     _norm(alias): spec for spec in SHEET_ROWS for alias in (spec.name, *spec.aliases)
 }
-_DTYPE_ROWS: dict[str, Dimension] = {"macs_per_cycle": "count", "peak_flops": "flops_per_s"}
+_DTYPE_ROWS: dict[str, Dimension] = {"macs_per_cycle": "count", "peak_flops": "flops_per_s",
+                                     "matrix_energy": "pj_per_flop"}
+_DTYPE_TITLES = {"macs_per_cycle": "MACs_per_cycle", "peak_flops": "Peak_flops", "matrix_energy": "Matrix_energy"}
+#: The scalar energy rows → ``EnergySpec`` fields; the first four are required once any energy row is given.
+_ENERGY_ROWS = (("Vector_energy", "vector_pj_per_flop"), ("Main_memory_energy", "main_memory_pj_per_byte"),
+                ("Idle_power", "idle_power_w"), ("Board_power_limit", "board_power_limit_w"),
+                ("Cache_energy", "cache_pj_per_byte"), ("SRAM_energy", "sram_pj_per_byte"),
+                ("Interconnect_energy", "interconnect_pj_per_byte"), ("Network_energy", "network_pj_per_byte"))
 
 _LABEL = re.compile(r"^(.*?)\s*[(\[]\s*([^)\]]*?)\s*[)\]]\s*$")
 _UNIT_HEADERS = {"unit", "units"}
@@ -207,7 +225,7 @@ def _row_spec(label: str, origin: str, ref: str) -> tuple[SheetRowSpec, DType | 
             if prefix == "macs_per_cycle":
                 return _ROW_INDEX["macs_per_cycle"], None, unit
             continue
-        title = "MACs_per_cycle" if prefix == "macs_per_cycle" else "Peak_flops"
+        title = _DTYPE_TITLES[prefix]
         spec = SheetRowSpec(f"{title}_{dtype.value}", dimension)
         return spec, dtype, unit
     return None
@@ -336,7 +354,7 @@ class _Column:
         if dimension == "fraction":
             if not 0 < value <= 1:
                 raise HardwareSpecError(f"{self._where(row)}: {quote(cell.value)} must be in (0, 1] (or 0–100 %)")
-        elif dimension == "s":
+        elif dimension in ("s", "pj_per_flop", "pj_per_byte"):
             if not value >= 0:
                 raise HardwareSpecError(f"{self._where(row)}: {quote(cell.value)} must be a finite number >= 0")
         elif not value > 0:
@@ -374,11 +392,15 @@ PLAIN_NUMBER_RANGE: dict[Dimension, tuple[float, float]] = {
     "bytes_per_s": (1e6, 1e18),
     "flops_per_s": (1e6, 1e21),
     "s": (0.0, 1.0),
+    "pj_per_flop": (0.0, 1e3),
+    "pj_per_byte": (0.0, 1e5),
+    "w": (1.0, 1e5),
 }
 """Per dimension, the range a number written without any unit must fall in (base units); outside
 it the unit was almost surely left out (``Frequency, 2.5`` meant as GHz)."""
 _PLAIN_EXAMPLE: dict[Dimension, str] = {
     "hz": "2.5 GHz", "bytes": "36 MiB", "bytes_per_s": "342 GB/s", "flops_per_s": "300 TFLOP/s", "s": "4 us",
+    "pj_per_flop": "0.7 pJ/FLOP", "pj_per_byte": "3.9 pJ/bit", "w": "700 W",
 }
 
 
@@ -509,6 +531,7 @@ def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
             if col.has("Interconnect_latency") else 0.0,
         }
     data = {
+        "energy": _sheet_energy(col),
         "name": device,
         "description": (
             col.text("Description") if col.has("Description")
@@ -523,6 +546,24 @@ def spec_from_sheet_column(sheet: Sheet, device: str) -> HardwareSpec:
         "sources": col.sources,
     }
     return HardwareSpec.from_dict(data, origin=f"{sheet.origin}, column {quote(device)}")
+
+
+def _sheet_energy(col: _Column) -> dict[str, Any] | None:
+    """The column's ``energy`` block, or None when it has no energy row."""
+    matrix = {row.dtype.value: col.number(row.spec.name, f"energy.matrix_pj_per_flop.{row.dtype.value}")
+              for row in col.rows_by_dtype("Matrix_energy_") if row.dtype is not None and col.has(row.spec.name)}
+    given = [name for name, _ in _ENERGY_ROWS if col.has(name)]
+    if not matrix and not given:
+        return None
+    missing = [name for name, _ in _ENERGY_ROWS[:4] if not col.has(name)]
+    if missing:
+        raise HardwareSpecError(f"{col.sheet.origin}, column {quote(col.device)}: energy rows given but not "
+                                f"{', '.join(missing)}; an energy block needs all four")
+    energy: dict[str, Any] = {"matrix_pj_per_flop": matrix}
+    for name, key in _ENERGY_ROWS:
+        if col.has(name):
+            energy[key] = col.number(name, f"energy.{key}")
+    return energy
 
 
 def _kind(col: _Column) -> str:
@@ -1096,6 +1137,11 @@ def sheet_grid(specs: Iterable[HardwareSpec]) -> list[list[Any]]:
          lambda s: s.interconnect.bandwidth_bytes_per_s if s.interconnect else None),
         ("Interconnect_latency (s)", lambda s: s.interconnect.latency_s if s.interconnect else None),
     ]
+    dtypes_energy = sorted({d for s in specs if s.energy for d in s.energy.matrix_pj_per_flop}, key=lambda d: d.value)
+    rows += [(f"Matrix_energy_{d.value} (pJ/FLOP)", functools.partial(_matrix_energy, dtype=d)) for d in dtypes_energy]
+    units = {"pj_per_flop": "pJ/FLOP", "pj_per_byte": "pJ/B", "w": "W"}
+    rows += [(f"{name} ({units[_ROW_INDEX[_norm(name)].dimension or 'w']})",
+              functools.partial(_energy_figure, key=key)) for name, key in _ENERGY_ROWS]
     grid: list[list[Any]] = [["Parameter", *(s.name for s in specs)]]
     for label, getter in rows:
         values = [getter(s) for s in specs]
@@ -1110,6 +1156,14 @@ def _macs(spec: HardwareSpec, dtype: DType) -> float | None:
 
 def _peak(spec: HardwareSpec, dtype: DType) -> float | None:
     return spec.engines.peak_flops_per_s.get(dtype)
+
+
+def _matrix_energy(spec: HardwareSpec, dtype: DType) -> float | None:
+    return spec.energy.matrix_pj_per_flop.get(dtype) if spec.energy is not None else None
+
+
+def _energy_figure(spec: HardwareSpec, key: str) -> float | None:
+    return getattr(spec.energy, key) if spec.energy is not None else None
 
 
 def _finite_or_none(value: float) -> float | None:

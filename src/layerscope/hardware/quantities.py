@@ -15,7 +15,8 @@ from typing import Literal
 
 from layerscope.units import quote
 
-Dimension = Literal["count", "fraction", "hz", "bytes", "bytes_per_s", "flops_per_s", "s"]
+Dimension = Literal["count", "fraction", "hz", "bytes", "bytes_per_s", "flops_per_s", "s", "pj_per_flop", "pj_per_byte",
+                    "w"]
 
 _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"ki": 1024.0, "mi": 1024.0**2, "gi": 1024.0**3, "ti": 1024.0**4}
@@ -31,6 +32,10 @@ def _unit_table() -> dict[Dimension, dict[str, float]]:
         "bytes_per_s": {"bytes/s": 1.0},
         "flops_per_s": {"flop/s": 1.0, "flops": 1.0, "ops": 1.0, "op/s": 1.0},
         "s": {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9},
+        "pj_per_flop": {"pj/flop": 1.0, "pj/op": 1.0, "fj/flop": 1e-3, "nj/flop": 1e3},
+        # a byte is 8 bits: pJ/bit figures (HBM, links) times 8
+        "pj_per_byte": {"pj/b": 1.0, "pj/byte": 1.0, "pj/bit": 8.0, "fj/bit": 8e-3, "fj/b": 1e-3, "nj/b": 1e3},
+        "w": {"w": 1.0, "watt": 1.0, "watts": 1.0, "kw": 1e3},
     }
     for prefix, scale in _PREFIX.items():
         table["hz"][f"{prefix}hz"] = scale
@@ -48,6 +53,7 @@ def _unit_table() -> dict[Dimension, dict[str, float]]:
 
 BASE_UNITS: dict[Dimension, str] = {
     "count": "", "fraction": "", "hz": "Hz", "bytes": "B", "bytes_per_s": "B/s", "flops_per_s": "FLOP/s", "s": "s",
+    "pj_per_flop": "pJ/FLOP", "pj_per_byte": "pJ/B", "w": "W",
 }
 """The unit of a bare number, per dimension (``count`` and ``fraction`` have none)."""
 
@@ -74,6 +80,9 @@ def allowed_units(dimension: Dimension) -> str:
         "bytes_per_s": "B/s, KB/s, MB/s, GB/s, TB/s (or GBps …), GiB/s …, Gb/s (bits)",
         "flops_per_s": "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s (or TFLOPS, TOPS)",
         "s": "s, ms, us (µs), ns",
+        "pj_per_flop": "pJ/FLOP, fJ/FLOP, nJ/FLOP",
+        "pj_per_byte": "pJ/B, pJ/bit (×8), fJ/bit, nJ/B",
+        "w": "W, kW",
     }
     return shown[dimension]
 
@@ -129,6 +138,7 @@ def parse_quantity(text: str | float | int, dimension: Dimension, default_unit: 
 
 
 def _example(dimension: Dimension) -> str:
-    return {"hz": "GHz", "bytes": "MB", "bytes_per_s": "GB/s", "flops_per_s": "TFLOP/s", "s": "us"}.get(
+    return {"hz": "GHz", "bytes": "MB", "bytes_per_s": "GB/s", "flops_per_s": "TFLOP/s", "s": "us",
+            "pj_per_flop": "pJ/FLOP", "pj_per_byte": "pJ/bit", "w": "W"}.get(
         dimension, ""
     )
