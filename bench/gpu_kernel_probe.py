@@ -60,7 +60,8 @@ def graph_s(body: Any, calls: int, repeats: int) -> float:
 
 def record(kind: str, **fields: Any) -> None:
     RECORDS.append({"kind": kind, **fields})
-    shown = {k: (f"{v * 1e6:.2f} us" if k.endswith("_s") else v) for k, v in fields.items()}
+    shown = {k: (f"{v * 1e6:.2f} us" if k.endswith("_s") and not k.endswith("_per_s") else v)
+             for k, v in fields.items()}
     print(kind, shown, flush=True)
 
 
@@ -154,6 +155,24 @@ def ksweep(repeats: int, l2_bytes: float) -> None:
             record("gemm_narrow_n", dtype="bf16", m=m, n=n, k=k, flops=2.0 * m * n * k,
                    bytes=float(2 * (m * k + n * k) + 2 * m * n), seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
         weights = []
+
+
+def softmax_rows(repeats: int) -> None:
+    """fp32 softmax over rows of growing width, eager and torch.compile'd: useful bandwidth (input read once, output
+    written once) by row width, to see where a row stops fitting on chip and the kernel reads it again (the
+    published MX-02/MX-03 rows' reading). Our own data, never fitted."""
+    rows_bytes = 2**30  # 1 GiB of input per shape
+    compiled = torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False)
+    for width in (4096, 16384, 65536, 262144):
+        x = torch.randn(rows_bytes // (4 * width), width, device="cuda", dtype=torch.float32)
+        for name, fn in (("eager", lambda x=x: torch.softmax(x, dim=-1)), ("compiled", lambda x=x: compiled(x))):
+            try:
+                s = graph_s(fn, 1, repeats)
+            except Exception as exc:  # a compile the image cannot run: keep the rest
+                print(f"skip softmax {name} {width}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+            record("softmax_rows", impl=name, rows=x.shape[0], width=width, bytes=2.0 * x.numel() * 4,
+                   seconds_s=s, useful_tb_per_s=2.0 * x.numel() * 4 / s / 1e12)
 
 
 def memory(repeats: int) -> None:
@@ -272,6 +291,7 @@ def main() -> int:
     print(meta, flush=True)
     steps = {"overheads": lambda: overheads(a.repeats), "gemms": lambda: gemms(a.repeats, l2, a.quick),
              "memory": lambda: memory(a.repeats), "ksweep": lambda: ksweep(a.repeats, l2),
+             "softmax": lambda: softmax_rows(a.repeats),
              "attention": lambda: attention(a.repeats, a.quick),
              "forwards": lambda: forwards(a.repeats)}
     for name in a.only.split(","):
