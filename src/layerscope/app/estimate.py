@@ -13,7 +13,6 @@ import os
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from layerscope.app.requests import (
@@ -486,11 +485,12 @@ def _energy(est: Estimate) -> tuple[EnergySummary | None, list[float] | None]:
 
 
 def _parallel(est: Estimate) -> ParallelSummary:
+    from layerscope.cost.api import communication_mask
+
     w = est.workload
     phases = {}
     for part in est.phases:
-        comm = float(part.time_s[np.fromiter((op.kind == "communication" for op in part.graph.ops), dtype=bool,
-                                             count=len(part.graph.ops))].sum()) if len(part.graph.ops) else 0.0
+        comm = float(part.time_s[communication_mask(part.graph)].sum())
         total = float(part.time_s.sum())
         pipe = est.pipeline.get(part.phase)
         phases[part.phase] = PhaseParallel(

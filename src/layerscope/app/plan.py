@@ -314,27 +314,16 @@ class _PlanTimer:
         return dev
 
     def _whole(self, w1: Workload) -> _Device:
-        from layerscope.cost.api import estimate
+        from layerscope.cost.api import communication_mask, estimate, op_layers
 
         est = estimate(self.spec, self.hw, w1, cost_model=self.request.cost_model)
-        phases = []
-        for part in est.phases:
-            ops = part.graph.ops
-            layer = np.empty(len(ops), dtype=np.int64)
-            seen = False
-            for i, op in enumerate(ops):
-                if op.layer is not None:
-                    layer[i], seen = op.layer, True
-                else:
-                    if op.kind == "embedding":
-                        seen = False
-                    layer[i] = -2 if seen else -1
-            phases.append(_DevicePhase(part.phase, np.asarray(part.time_s, dtype=np.float64), layer,
-                                       _communication_mask(part.graph), max(part.passes, 1), _pass_tokens(part.graph)))
+        phases = [_DevicePhase(part.phase, np.asarray(part.time_s, dtype=np.float64), op_layers(part.graph),
+                               communication_mask(part.graph), max(part.passes, 1), _pass_tokens(part.graph))
+                  for part in est.phases]
         return _Device(tuple(phases), tuple(p.graph for p in est.phases), est.memory_capacity_bytes, est)
 
     def _by_layers(self, w1: Workload) -> _Device:
-        from layerscope.cost.api import time_graph
+        from layerscope.cost.api import AFTER_LAYERS, BEFORE_LAYERS, communication_mask, time_graph
         from layerscope.graph.builder import build_layer_graph, build_model_graph, layer_signature
 
         spec = self.spec
@@ -344,37 +333,33 @@ class _PlanTimer:
         # the head starts at the final norm (graph.embedding.build_head: final norm, lm_head, sampling)
         first_head = next(i for i, op in enumerate(shell.ops) if op.name == spec.modules.final_norm)
         kinds: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, OpGraph]] = {}
-        shell_comm = _communication_mask(shell)
-        times, layers, comms = [shell_t[:first_head]], [np.full(first_head, -1)], [shell_comm[:first_head]]
+        shell_comm = communication_mask(shell)
+        times, layers, comms = [shell_t[:first_head]], [np.full(first_head, BEFORE_LAYERS)], [shell_comm[:first_head]]
         for layer in range(spec.num_layers):
             sig = layer_signature(spec, layer)
             if sig not in kinds:
                 g = build_layer_graph(spec, fwd, w1, layer=layer)
                 t = np.asarray(time_graph(g, self.hw, self.request.cost_model).time_s, dtype=np.float64)
-                kinds[sig] = (t, _communication_mask(g), g)
+                kinds[sig] = (t, communication_mask(g), g)
             t, comm, _ = kinds[sig]
             times.append(t)
             layers.append(np.full(len(t), layer))
             comms.append(comm)
         rest = len(shell.ops) - first_head
         times.append(shell_t[first_head:])
-        layers.append(np.full(rest, -2))
+        layers.append(np.full(rest, AFTER_LAYERS))
         comms.append(shell_comm[first_head:])
         phase = _DevicePhase(w1.phase, np.concatenate(times), np.concatenate(layers), np.concatenate(comms), 1,
                              _pass_tokens(shell))
         return _Device((phase,), (shell, *(g for _, _, g in kinds.values())), self.hw.memory_capacity_bytes, None)
 
     def _stage_of(self, layer: np.ndarray, pp: int) -> np.ndarray:
-        from layerscope.workload.workload import pipeline_stages
+        from layerscope.cost.api import stage_of_layer
 
-        of_layer = self._of_layer.get(pp)
-        if of_layer is None:
-            of_layer = np.zeros(self.spec.num_layers + 2, dtype=np.int64)  # [-2] last stage, [-1] the first
-            for s, layers in enumerate(pipeline_stages(self.spec.num_layers, pp)):
-                of_layer[layers.start:layers.stop] = s
-            of_layer[-2], of_layer[-1] = pp - 1, 0
-            self._of_layer[pp] = of_layer
-        return of_layer[layer]
+        table = self._of_layer.get(pp)
+        if table is None:
+            table = self._of_layer[pp] = stage_of_layer(self.spec, pp)
+        return table[layer]
 
     def _send_s(self, tokens: int, crosses: bool) -> float:
         """One stage's activation send of a pass of ``tokens`` tokens, timed by the cost model as the graph's
@@ -456,7 +441,3 @@ def _pass_tokens(graph: OpGraph) -> int:
         if op.kind in ("norm", "embedding") and op.outputs:
             return int(op.outputs[0].shape[0])
     raise WorkloadError(f"{graph.name}: no op gives the pass's token count")
-
-
-def _communication_mask(graph: OpGraph) -> np.ndarray:
-    return np.fromiter((op.kind == "communication" for op in graph.ops), dtype=bool, count=len(graph.ops))

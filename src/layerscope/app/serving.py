@@ -22,8 +22,8 @@ from layerscope.app.requests import MODEL_CONFIG
 if TYPE_CHECKING:
     from layerscope.serving import SLO, ServingRequest, ServingRun
 
-__all__ = ["GridCell", "GridResult", "MaxRateResult", "RateProbe", "ServeResult", "find_max_rate", "grid_cells",
-           "result_of", "run_grid", "serve", "write_requests_table"]
+__all__ = ["GridCell", "GridResult", "MaxRateResult", "RateProbe", "ServeResult", "engine_gpus", "find_max_rate",
+           "grid_cells", "result_of", "run_grid", "serve", "write_requests_table"]
 
 
 class ServeResult(BaseModel):
@@ -226,15 +226,19 @@ def find_max_rate(request: ServingRequest, slo: SLO, *, target: float = 0.9, low
     return _max_rate(good, target, slo, probes, request)
 
 
+def engine_gpus(request: ServingRequest) -> int:
+    """GPUs the engines of ``request`` use: each engine ``tp × pp``; ``replicas × dp`` engines, or the
+    disaggregated scheduler's prefill and decode pools."""
+    plan, sched = request.plan, request.scheduler
+    engines = (sched.prefill_replicas + sched.decode_replicas if sched.name == "disaggregated"
+               else request.replicas * plan.data_parallel)
+    return engines * plan.tensor_parallel * plan.pipeline_parallel
+
+
 def _max_rate(rate: float | None, target: float, slo: SLO, probes: list[RateProbe],
               request: ServingRequest) -> MaxRateResult:
-    plan = request.plan
-    gpus = (request.replicas * plan.data_parallel * plan.tensor_parallel * plan.pipeline_parallel
-            if request.scheduler.name != "disaggregated" else
-            (request.scheduler.prefill_replicas + request.scheduler.decode_replicas)
-            * plan.tensor_parallel * plan.pipeline_parallel)
     return MaxRateResult(max_rate_per_s=rate, target=target, slo=slo.model_dump(), probes=probes,
-                         per_gpu_rate_per_s=None if rate is None else rate / gpus)
+                         per_gpu_rate_per_s=None if rate is None else rate / engine_gpus(request))
 
 
 
@@ -303,13 +307,9 @@ def run_grid_cell(payload: str) -> str:
     request = ServingRequest.model_validate(data["request"])
     slo = SLO.model_validate(data["slo"]) if data["slo"] is not None else None
     plan = request.plan
-    gpus = request.replicas * plan.data_parallel * plan.tensor_parallel * plan.pipeline_parallel
-    if request.scheduler.name == "disaggregated":
-        gpus = ((request.scheduler.prefill_replicas + request.scheduler.decode_replicas)
-                * plan.tensor_parallel * plan.pipeline_parallel)
     cell: dict[str, Any] = {"hardware": str(request.hardware), "tensor_parallel": plan.tensor_parallel,
                             "pipeline_parallel": plan.pipeline_parallel, "scheduler": request.scheduler.name,
-                            "rate_per_s": float(request.traffic.rate_per_s or 0.0), "gpus": gpus}
+                            "rate_per_s": float(request.traffic.rate_per_s or 0.0), "gpus": engine_gpus(request)}
     try:
         run = run_serving(request)
         metrics = summarize(run, slo).model_dump()
@@ -332,11 +332,11 @@ def run_grid(requests: list[ServingRequest], slo: SLO | None = None, *, workers:
 
     if not requests:
         raise ServingError("the grid is empty: give at least one hardware, plan, scheduler and rate")
-    payloads = [json.dumps({"request": r.model_dump(mode="json"), "slo": None if slo is None else slo.model_dump()},
-                           sort_keys=True) for r in requests]
     for r in requests:
         if not isinstance(r.hardware, str) or not isinstance(r.model, str):
             raise ServingError("a grid runs in other processes: give the model and hardware by name or file")
+    payloads = [json.dumps({"request": r.model_dump(mode="json"), "slo": None if slo is None else slo.model_dump()},
+                           sort_keys=True) for r in requests]
     results: list[str | None] = [None] * len(payloads)
     if ray_address is not None:
         try:

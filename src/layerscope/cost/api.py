@@ -379,25 +379,41 @@ def _kv_spans(spec: ModelSpec, context: int) -> np.ndarray:
                       else context) * per_token for layer in range(spec.num_layers)], dtype=np.int64)
 
 
+#: :func:`op_layers`' marks of the ops outside the decoder layers: before them (the embedding) and after them (final
+#: norm, lm_head, sampling). Negative, so that ``layer >= 0`` selects the layers' ops.
+BEFORE_LAYERS, AFTER_LAYERS = -1, -2
+
+
+def op_layers(graph: OpGraph) -> np.ndarray:
+    """Each op's decoder layer; :data:`BEFORE_LAYERS` for ops outside the layers before the first layer op,
+    :data:`AFTER_LAYERS` after it. A multi-step graph starts over at each step's embedding."""
+    out = np.empty(len(graph.ops), dtype=np.int64)
+    seen_layer = False
+    for i, op in enumerate(graph.ops):
+        if op.layer is not None:
+            out[i], seen_layer = op.layer, True
+        else:
+            if op.kind == "embedding":
+                seen_layer = False
+            out[i] = AFTER_LAYERS if seen_layer else BEFORE_LAYERS
+    return out
+
+
+def stage_of_layer(spec: ModelSpec, stages: int) -> np.ndarray:
+    """The pipeline stage of each decoder layer (:func:`~layerscope.workload.workload.pipeline_stages`), indexable
+    by :func:`op_layers`' values: :data:`BEFORE_LAYERS` on the first stage, :data:`AFTER_LAYERS` on the last."""
+    table = np.zeros(spec.num_layers + 2, dtype=np.int64)
+    for s, layers in enumerate(pipeline_stages(spec.num_layers, stages)):
+        table[layers.start:layers.stop] = s
+    table[AFTER_LAYERS], table[BEFORE_LAYERS] = stages - 1, 0
+    return table
+
+
 def op_stages(graph: OpGraph, spec: ModelSpec, stages: int) -> np.ndarray:
     """The pipeline stage of every op of ``graph``: its layer's stage; ops outside the layers before the first
     layer (embedding) on stage 0, after it (final norm, lm_head, sampling) on the last. A multi-step graph
     restarts at stage 0 with each step's embedding."""
-    of_layer = np.zeros(spec.num_layers, dtype=np.int64)
-    for s, layers in enumerate(pipeline_stages(spec.num_layers, stages)):
-        of_layer[layers.start:layers.stop] = s
-    out = np.zeros(len(graph.ops), dtype=np.int64)
-    seen_layer = False
-    for i, op in enumerate(graph.ops):
-        if op.layer is not None:
-            out[i] = of_layer[op.layer]
-            seen_layer = True
-        elif op.kind == "embedding":
-            out[i] = 0
-            seen_layer = False
-        else:
-            out[i] = stages - 1 if seen_layer else 0
-    return out
+    return stage_of_layer(spec, stages)[op_layers(graph)]
 
 
 @dataclass(frozen=True)
@@ -435,6 +451,11 @@ class PipelineTimes:
         return 1.0 - self.micro_batches * float(self.stage_times_s.sum()) / (p * t) if t > 0 else 0.0
 
 
+def communication_mask(graph: OpGraph) -> np.ndarray:
+    """Per op of ``graph``: a communication op (a collective or a pipeline send)."""
+    return np.fromiter((op.kind == "communication" for op in graph.ops), dtype=bool, count=len(graph.ops))
+
+
 def overlapped_time_s(part: PhaseOps, first: bool) -> float:
     """One pass of two micro-batches run together (two-batch overlap), from one micro-batch's timed ops.
 
@@ -443,10 +464,9 @@ def overlapped_time_s(part: PhaseOps, first: bool) -> float:
     ``2·max(c_l, m_l)`` (both micro-batches' computation, or both's communication, whichever is longer; DeepSeek-V3,
     arXiv 2412.19437 §3.4, overlaps attention and MoE of one micro-batch with the other's dispatch and combine).
     Ops outside the layers run twice, unoverlapped. Per pass (a decode sum's passes averaged)."""
-    ops = part.graph.ops
     t = np.asarray(part.time_s, dtype=np.float64) / (1 if first else max(part.passes, 1))
-    layer = np.fromiter((-1 if op.layer is None else op.layer for op in ops), dtype=np.int64, count=len(ops))
-    comm = np.fromiter((op.kind == "communication" for op in ops), dtype=bool, count=len(ops))
+    layer = op_layers(part.graph)
+    comm = communication_mask(part.graph)
     inside = layer >= 0
     n = int(layer.max(initial=-1)) + 1
     c = np.bincount(layer[inside & ~comm], weights=t[inside & ~comm], minlength=n)

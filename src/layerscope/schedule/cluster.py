@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerscope.errors import ScheduleError
-from layerscope.schedule.core import EngineSet, Schedule, ScheduleProblem, schedule
+from layerscope.schedule.core import EngineSet, Schedule, ScheduleProblem, schedule, step_function
 from layerscope.workload.steps import STEP_PREFIX
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ __all__ = [
     "cluster_timeline",
     "gpu_ranks",
     "stage_bubble",
-    "step_function",
     "sub_problem",
 ]
 
@@ -155,21 +154,6 @@ def sub_problem(problem: ScheduleProblem, ops: np.ndarray) -> ScheduleProblem:
     return ScheduleProblem(indptr, new_index[problem.indices[edge]], problem.compute_s[ops],
                            problem.memory_bytes[ops], problem.overhead_s[ops], problem.bandwidth_bytes_per_s,
                            problem.name)
-
-
-def step_function(times: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative sum of ``delta`` at sorted ``times``: ``(time_ns, level)`` at each change."""
-    if len(times) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    order = np.argsort(times, kind="stable")
-    t = times[order]
-    level = np.cumsum(delta[order])
-    last = np.ones(len(t), dtype=bool)
-    last[:-1] = t[1:] != t[:-1]
-    t, level = t[last], level[last]
-    changed = np.ones(len(t), dtype=bool)
-    changed[1:] = ~np.isclose(level[1:], level[:-1], rtol=0.0, atol=1e-9)
-    return t[changed], np.where(np.abs(level[changed]) < 1e-9, 0.0, level[changed])
 
 
 @dataclass(frozen=True, eq=False)
@@ -423,6 +407,9 @@ def cluster_timeline(problem: ScheduleProblem, ops: ClusterOps, *, tensor_parall
         flow_src[bound], flow_dst[bound], tuple(counters))
 
 
+#: Counter levels within this of each other are one value, and within this of 0 are 0 (float sums of +x and -x).
+_COUNTER_ATOL = 1e-9
+
 
 def _counters(b: dict[str, np.ndarray], st: _Stage, ops: ClusterOps) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """A stage GPU's counters: engines running an op, main-memory bandwidth in use (the schedules' own step
@@ -430,7 +417,8 @@ def _counters(b: dict[str, np.ndarray], st: _Stage, ops: ClusterOps) -> list[tup
     slice: bytes per ns are GB/s)."""
     compute = b["cls"] == COMPUTE
     ones = np.ones(int(compute.sum()), np.float64)
-    busy = step_function(np.concatenate([b["start"][compute], b["end"][compute]]), np.concatenate([ones, -ones]))
+    busy = step_function(np.concatenate([b["start"][compute], b["end"][compute]]), np.concatenate([ones, -ones]),
+                         atol=_COUNTER_ATOL)
     # Items never overlap on a stage: concatenated in order, a later item's first value wins at a shared instant.
     bw_t = np.concatenate(st.bw_t) if st.bw_t else np.zeros(0, np.int64)
     bw_v = np.concatenate(st.bw_v) / 1e9 if st.bw_v else np.zeros(0)
@@ -441,7 +429,8 @@ def _counters(b: dict[str, np.ndarray], st: _Stage, ops: ClusterOps) -> list[tup
     dur = (b["end"] - b["start"]).astype(np.float64)
     sent &= dur > 0
     rate = ops.wire_bytes[b["op"][sent]] / dur[sent]
-    wire = step_function(np.concatenate([b["start"][sent], b["end"][sent]]), np.concatenate([rate, -rate]))
+    wire = step_function(np.concatenate([b["start"][sent], b["end"][sent]]), np.concatenate([rate, -rate]),
+                         atol=_COUNTER_ATOL)
     return [(ENGINES_BUSY, busy[0], busy[1]), (MEMORY_BANDWIDTH, *bw), (WIRE_BANDWIDTH, *wire)]
 
 

@@ -318,7 +318,7 @@ class Schedule:
         """Step function of how many engines run an op: ``(time_ns, count)`` at each change."""
         times = np.concatenate([self.start_ns, self.end_ns])
         delta = np.concatenate([np.ones(len(self.start_ns), np.int64), -np.ones(len(self.end_ns), np.int64)])
-        return _step_function(times, delta)
+        return step_function(times, delta)
 
     def summary(self) -> dict[str, object]:
         return {
@@ -334,8 +334,10 @@ class Schedule:
         }
 
 
-def _step_function(times: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative sum of ``delta`` at sorted ``times``; one entry per distinct time."""
+def step_function(times: np.ndarray, delta: np.ndarray, atol: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative sum of ``delta`` at sorted ``times``; one entry per distinct time, samples that repeat the
+    previous value dropped (e.g. one op ends as the next starts). With ``atol`` > 0 (float deltas whose sums need not
+    cancel exactly) a change of at most ``atol`` repeats the value, and a level within ``atol`` of 0 is 0."""
     if len(times) == 0:
         return np.zeros(0, np.int64), np.zeros(0, delta.dtype)
     order = np.argsort(times, kind="stable")
@@ -344,10 +346,10 @@ def _step_function(times: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np
     last = np.ones(len(t), dtype=bool)
     last[:-1] = t[1:] != t[:-1]
     t, level = t[last], level[last]
-    # Drop samples that repeat the previous value (e.g. one op ends as the next starts).
     changed = np.ones(len(t), dtype=bool)
-    changed[1:] = level[1:] != level[:-1]
-    return t[changed], level[changed]
+    changed[1:] = np.abs(level[1:] - level[:-1]) > atol if atol else level[1:] != level[:-1]
+    t, level = t[changed], level[changed]
+    return t, (np.where(np.abs(level) < atol, 0.0, level) if atol else level)
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,7 +754,7 @@ def _unshared_bandwidth(
     dur = (end_a - main_start).astype(np.float64)
     rate = np.divide(problem.memory_bytes, dur, out=np.zeros(problem.n), where=dur > 0) * NS_PER_S
     sel = mask & (dur > 0)
-    t, v = _step_function(
+    t, v = step_function(
         np.concatenate([main_start[sel], end_a[sel]]), np.concatenate([rate[sel], -rate[sel]])
     )
     v = np.where(np.abs(v) < 1e-6 * problem.bandwidth_bytes_per_s, 0.0, v)

@@ -389,6 +389,20 @@ class _Simulation:
             dec = np.array(sorted(dec.tolist(), key=rank.__getitem__)[:limit], dtype=np.int64)
         return dec
 
+    def _admit_with_kv(self, eng: _Engine, queue: deque[int], now: float, reserved: int) -> int:
+        """Admit the head of ``queue``, a request whose KV exists (swapped out, or transferred from a prefill
+        engine), with blocks for its context and the next token beside the ``reserved`` ones; returns the blocks
+        taken, 0 when they do not fit."""
+        req = queue[0]
+        need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
+        if need > eng.free - reserved:
+            return 0
+        queue.popleft()
+        slot = self._admit(eng, req, now)
+        eng.s_blocks[slot] = need
+        eng.free -= need
+        return need
+
     def _start_step(self, eng: _Engine, now: float, carry_s: float = 0.0, again: bool = True) -> None:
         policy = self.policy
         running_before = len(eng.order)
@@ -452,27 +466,17 @@ class _Simulation:
                 return
             while len(eng.order) < max_running and left > 0:
                 if eng.swapped:
-                    req = eng.swapped[0]
-                    need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
-                    if need > eng.free - dec_blocks - pending:
+                    need = self._admit_with_kv(eng, eng.swapped, now, dec_blocks + pending)
+                    if not need:
                         return
-                    eng.swapped.popleft()
-                    slot = self._admit(eng, req, now)
-                    eng.s_blocks[slot] = need
-                    eng.free -= need
                     swap_s += need * self.block_bytes / self.request.scheduler.swap_bytes_per_s
                     continue
                 if not eng.waiting:
                     return
                 req = eng.waiting[0]
                 if self.r_kv_ready[req]:  # a transferred request: its KV is here, it decodes next step
-                    need = int(self._blocks_for(int(self.r_ctx[req]) + 1))
-                    if need > eng.free - dec_blocks - pending:
+                    if not self._admit_with_kv(eng, eng.waiting, now, dec_blocks + pending):
                         return
-                    eng.waiting.popleft()
-                    slot = self._admit(eng, req, now)
-                    eng.s_blocks[slot] = need
-                    eng.free -= need
                     continue
                 gen = int(self.r_gen[req])
                 ctx = int(self.hit[req])
