@@ -249,3 +249,12 @@ def test_a_cluster_sheet_through_the_cli(tmp_path, run_cli) -> None:
     bad.write_text(path.read_text().replace("nodes,2,", "nodes,0,"))
     res = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", str(bad))
     assert res.returncode == 2 and "nodes" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_cluster_sheet_is_named_by_its_column(tmp_path) -> None:
+    from layerscope.hardware.cluster import cluster_of
+
+    path = _dgx_h100_sheet(tmp_path)
+    path.write_text("\n".join(line for line in path.read_text().splitlines() if not line.startswith("name,")) + "\n")
+    sheet = cluster_of(str(path))
+    assert sheet is not None and sheet.name == "my-dgx" and sheet.total_gpus == 16

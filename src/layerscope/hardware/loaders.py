@@ -705,8 +705,9 @@ def is_cluster_sheet(path: Path) -> bool:
 
 def sheet_mapping(path: Path, column: str | None = None) -> dict[str, Any]:
     """The nested mapping of one column of a field-per-row spreadsheet (a cluster's): the first column holds dotted
-    field names (``fabric.latency_s``), the header row the column names, a ``source`` column a citation per row
-    (into ``sources``); ``column`` picks a column (default: the only one). Cells with units convert as in YAML
+    field names (``fabric.latency_s``), the header row the column names (a column's name is its ``name`` unless a
+    ``name`` row gives one), a ``source`` column a citation per row (into ``sources``); ``column`` picks a column
+    (default: the only one). Cells with units convert as in YAML
     files; ``true``/``false`` and numbers are read as such."""
     grid, origin, ref = _read_grid(path)
     rows = _sheet_rows(grid)
@@ -750,6 +751,7 @@ def sheet_mapping(path: Path, column: str | None = None) -> dict[str, Any]:
             sources[key] = _text(values[source_col])
     if sources:
         data.setdefault("sources", {}).update(sources)
+    data.setdefault("name", named[col])  # the column names what it describes, as a chip sheet's device column does
     converted: dict[str, Any] = _with_units(data, "", origin, "")
     return converted
 
