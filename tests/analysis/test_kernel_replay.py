@@ -42,7 +42,7 @@ def test_headline_errors_stay_where_bench_gpu_kernels_reports_them(replayed) -> 
     n, median, p90 = headline(done)
     assert n >= 70
     assert median <= 0.10
-    assert p90 <= 0.40
+    assert p90 <= 0.32
     n_gemm, median_gemm, p90_gemm = headline(done, "gemm")
     assert n_gemm >= 50 and median_gemm <= 0.10 and p90_gemm <= 0.30
 
@@ -58,3 +58,25 @@ def test_attention_rows_are_replayed_through_the_cost_model_or_say_why_not(repla
     assert why["AX-19"].startswith("no preset")  # two GPUs in one cell
     n, median, p90 = headline(done, "attention")
     assert n >= 15 and median <= 0.15 and p90 <= 0.60
+
+
+def test_rows_wider_than_an_sm_are_read_twice_and_cluster_kernels_once(replayed) -> None:
+    """T10's softmax rows on an H100 (228 KB of shared memory per SM): QuACK's 4-SM clusters hold a 512 KB row
+    (MX-01, one read); torch.compile at 1 MB rows (MX-02) and Liger at 256 KB (MX-03) read their input twice, so
+    their useful bandwidth is 2/3 of the streaming rate (the source's own reading of MX-02)."""
+    _, done, _ = replayed
+    by_id = {r.id: r for r in done}
+    one_pass = by_id["MX-01"].predicted
+    for two_pass in ("MX-02", "MX-03"):
+        assert by_id[two_pass].predicted == pytest.approx(one_pass * 2 / 3, rel=0.02)
+        assert abs(by_id[two_pass].error) < 0.10
+
+
+def test_host_timed_rows_carry_the_synchronized_call(replayed) -> None:
+    """S4 (LLMCompass) times one call by the host clock around it and a synchronize: its small kernels hold the
+    ~29 µs call (OX-07), which the replay adds; its 47 µs GEMM (G-07) and 79 µs layernorm (G-33) were +92 % and
+    +85 % without it."""
+    _, done, _ = replayed
+    by_id = {r.id: r for r in done}
+    for row in ("G-07", "G-08", "G-33"):
+        assert abs(by_id[row].error) < 0.15, row

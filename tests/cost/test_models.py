@@ -179,3 +179,24 @@ def test_hierarchical_memory_time_is_the_slowest_level_by_hand(toy_hw):
     cost = COST_MODELS["hierarchical"](op_features(_graph(_norm_op(4096, 2048))), slow_l2)
     assert cost.memory_s[0] == pytest.approx(moved / 0.5e12, rel=1e-12)
     assert cost.time_s[0] == pytest.approx(max(moved / 0.5e12, 4 * 4096 * 2048 / 10e12), rel=1e-12)
+
+
+def test_a_norm_wider_than_an_sm_moves_its_input_twice_on_the_gpu_presets() -> None:
+    """An fp32 norm over 65536-wide rows on the h100-sxm preset (228 KB per SM): 3 passes of the tensor (two reads,
+    one write) instead of 2; 16384-wide rows and the same op in a 4-SM cluster stay at 2."""
+    from layerscope.cost.models import roofline
+    from layerscope.hardware.presets import load_preset
+    from layerscope.units import DType
+
+    spec = load_preset("h100-sxm")
+
+    def bytes_of(rows: int, cols: int, cluster: int = 1) -> float:
+        x = TensorSpec("x", (rows, cols), DType.FP32, "activation")
+        op = Op(name="norm", kind="norm", module="norm", layer=0, inputs=(x,),
+                outputs=(TensorSpec("norm:out", (rows, cols), DType.FP32, "activation"),), flops=5 * rows * cols,
+                act_read_bytes=x.nbytes, act_write_bytes=x.nbytes, attrs=(("row_cluster", cluster),))
+        return float(roofline(op_features(OpGraph(ops=(op,), graph_inputs=frozenset({"x"}))), spec).memory_bytes[0])
+
+    assert bytes_of(1024, 65536) == 3 * 1024 * 65536 * 4
+    assert bytes_of(4096, 16384) == 2 * 4096 * 16384 * 4
+    assert bytes_of(1024, 65536, cluster=4) == 2 * 1024 * 65536 * 4

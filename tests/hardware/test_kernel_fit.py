@@ -121,3 +121,26 @@ def test_every_fitted_figure_cites_its_rows_or_says_where_it_came_from(table, pr
         assert 0 < eff.memory <= 1 and all(0 < v <= 1 for v in eff.matmul_per_dtype.values())
     h200 = fit_preset(presets["h200"], table, presets)
     assert "h100-sxm's fit" in h200.spec.efficiency.matmul_per_dtype_source  # no bf16 H200 rows of its own
+
+
+def test_the_host_call_figure_is_the_table_row_it_cites() -> None:
+    from layerscope.hardware.kernel_fit import HOST_CALL_ROW, HOST_CALL_S, call_overhead_s
+    by_id = {r.id: r for r in read_kernel_table()}
+    assert by_id[HOST_CALL_ROW].value * 1e-6 == pytest.approx(HOST_CALL_S)
+    assert call_overhead_s(by_id["G-07"]) == HOST_CALL_S  # S4: host-timed
+    assert call_overhead_s(by_id["GX-08"]) == 0.0  # T1: device-timed
+
+
+def test_memory_traffic_takes_out_the_call_and_counts_the_second_read() -> None:
+    """Hand-computed: G-33 (S4, 4096 x 4096 fp16 layernorm at 847 GB/s): 2 x 33.55 MB in 79.23 µs, less the
+    29.09 µs call: 67.11 MB / 50.14 µs = 1338 GB/s. MX-02 (fp32 rows of 1 MB, 1890 GB/s, device-timed) reads its
+    input twice: 1890 x 3/2 = 2835 GB/s of traffic. MX-01's 512 KB rows fit its 4-SM cluster: unchanged."""
+    from layerscope.hardware.kernel_fit import memory_traffic_gbps
+    by_id = {r.id: r for r in read_kernel_table()}
+    smem = 228e3
+    assert memory_traffic_gbps(by_id["G-33"], smem) == pytest.approx(67.108864e6 / (67.108864e6 / 847e9 - 29.09e-6)
+                                                                     / 1e9, rel=1e-9)
+    assert memory_traffic_gbps(by_id["G-33"], smem) == pytest.approx(1338, abs=2)
+    assert memory_traffic_gbps(by_id["MX-02"], smem) == pytest.approx(1890 * 1.5)
+    assert memory_traffic_gbps(by_id["MX-01"], smem) == pytest.approx(3010)
+    assert memory_traffic_gbps(by_id["MX-13"], smem) == by_id["MX-13"].value  # no row shape: as published

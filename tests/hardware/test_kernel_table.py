@@ -228,3 +228,16 @@ def test_missing_and_unreadable_paths(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe| id |\n")
     with pytest.raises(HardwareSpecError, match=r"bad\.md"):
         read_kernel_table(binary)
+
+
+def test_softmax_and_norm_rows_carry_their_rows_columns_and_cluster() -> None:
+    from layerscope.hardware.kernel_table import RowShape
+    by_id = {r.id: r for r in read_kernel_table()}
+    assert by_id["MX-01"].row_shape == RowShape(16384, 131072, 4, cluster=4)  # "16K rows x 131K cols", cluster 4
+    assert by_id["MX-03"].row_shape == RowShape(16384, 65536, 4)  # "16K x 65K"
+    assert by_id["G-31"].row_shape == RowShape(32768, 4096, 2)  # "M=32768, N=4096", fp16
+    assert by_id["G-33"].row_shape == RowShape(4096, 4096, 2)  # "M=N=4096"
+    assert by_id["MX-10"].row_shape == RowShape(2048, 16384, 4)  # "residual-add + RMSNorm M=2048, H=16384"
+    assert by_id["MX-03"].row_shape.row_bytes == 65536 * 4
+    for other in ("MX-04", "MX-11", "MX-13", "MX-20", "G-29"):  # several dtypes, RoPE, streaming, decode
+        assert by_id[other].row_shape is None, other

@@ -152,3 +152,11 @@ def test_efficiency_defaults_are_ideal_and_labelled() -> None:
     assert "assumption" in eff.matmul_source
     with pytest.raises(pydantic.ValidationError):
         EfficiencySpec(matmul_per_dtype={DType.FP8: 1.2})
+
+
+def test_a_row_reduction_reads_its_input_twice_only_past_the_engines_storage() -> None:
+    from layerscope.hardware.spec import row_input_reads
+    assert row_input_reads(64 * 1024, 228e3) == 1  # a 16K fp32 row fits an H100 SM
+    assert row_input_reads(256 * 1024, 228e3) == 2  # 65K fp32: two passes
+    assert row_input_reads(512 * 1024, 228e3, cluster=4) == 1  # QuACK's 4-SM cluster holds 131K fp32
+    assert row_input_reads(1 << 30, None) == 1  # no per-engine level: never re-read

@@ -21,8 +21,8 @@ from layerscope.graph._common import linear_op
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
-from layerscope.hardware.kernel_fit import WEIGHT_ONLY, GemmRow, TableFit, fit_preset, source_key
-from layerscope.hardware.kernel_table import KernelRow
+from layerscope.hardware.kernel_fit import WEIGHT_ONLY, GemmRow, TableFit, call_overhead_s, fit_preset, source_key
+from layerscope.hardware.kernel_table import KernelRow, RowShape
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.units import DType
 
@@ -54,8 +54,10 @@ class NotReplayed:
     why: str
 
 
-def gemm_tflops(row: GemmRow, spec: HardwareSpec) -> float:
-    """TFLOP/s of ``row``'s GEMM as the roofline cost model times it on ``spec`` (one fused kernel)."""
+def gemm_tflops(row: GemmRow, spec: HardwareSpec, call_s: float = 0.0) -> float:
+    """TFLOP/s of ``row``'s GEMM as the roofline cost model times it on ``spec`` (one fused kernel), over its
+    time plus ``call_s``, the fixed cost outside the kernel its source's timing holds
+    (:func:`~layerscope.hardware.kernel_fit.call_overhead_s`)."""
     g = row.row.gemm
     assert g is not None
     weights = DType(WEIGHT_ONLY.get(row.dtype, row.dtype))
@@ -63,8 +65,31 @@ def gemm_tflops(row: GemmRow, spec: HardwareSpec) -> float:
     graph = OpGraph(ops=(linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights,
                                    act_dtype=dt),),
                     graph_inputs=frozenset({"x"}))
-    time_s = float(roofline(op_features(graph), spec).time_s[0])
+    time_s = float(roofline(op_features(graph), spec).time_s[0]) + call_s
     return row.flops / time_s / 1e12
+
+
+#: Vector FLOPs per element of a softmax or norm row (max/sum or mean square, then the scaled map): the op is
+#: memory-bound at any of these counts, which only keep it from being free.
+_ROW_FLOPS_PER_ELEMENT = 5
+
+
+def row_reduction_op(shape: RowShape) -> Op:
+    """A softmax or norm row as the graph builds a norm: one op reading ``rows × cols`` elements and writing as
+    many, its rows owned by ``shape.cluster`` engines (``row_cluster``)."""
+    dt = DType.FP32 if shape.element_bytes == 4 else DType.BF16
+    x = TensorSpec("x", (shape.rows, shape.cols), dt, "activation")
+    return Op(name="row", kind="norm", module="row", layer=0, inputs=(x,),
+              outputs=(TensorSpec("row:out", (shape.rows, shape.cols), dt, "activation"),),
+              flops=_ROW_FLOPS_PER_ELEMENT * shape.rows * shape.cols, act_read_bytes=shape.nbytes,
+              act_write_bytes=shape.nbytes, attrs=(("row_cluster", shape.cluster),))
+
+
+def row_reduction_gbps(shape: RowShape, spec: HardwareSpec, call_s: float = 0.0) -> float:
+    """The published convention's GB/s (one read and one write of each element over the time) of a softmax or
+    norm row, timed by the roofline cost model on ``spec`` (a row wider than the engines' on-chip storage is read
+    twice: :func:`~layerscope.cost.models.row_reread_bytes`) plus ``call_s``."""
+    return 2.0 * shape.nbytes / (_op_time_s(row_reduction_op(shape), spec) + call_s) / 1e9
 
 
 #: Heads of a prefill row that names only its head dim: FlashAttention-3's figures hold H·D = 2048 (K-03).
@@ -152,9 +177,11 @@ def replay(rows: Sequence[KernelRow], presets: dict[str, HardwareSpec]) -> tuple
         spec = fits[key].spec
         gemm = GemmRow.of(row)
         if gemm is not None:
-            predicted = gemm_tflops(gemm, spec)
+            predicted = gemm_tflops(gemm, spec, call_overhead_s(row))
         elif row.kind == "attention":
             predicted = attention_predicted(row, spec)
+        elif row.row_shape is not None:
+            predicted = row_reduction_gbps(row.row_shape, spec, call_overhead_s(row))
         else:
             predicted = spec.achievable_bandwidth_bytes_per_s() / 1e9
         done.append(Replayed(id=row.id, gpu=row.gpu, kind=row.kind, description=row.description, unit=row.unit,

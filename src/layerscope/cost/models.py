@@ -29,7 +29,7 @@ from layerscope.cost.features import DTYPE_ORDER, OpFeatures
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS, Op
 from layerscope.hardware.attention_fit import head_dim_factor
-from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel
+from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel, row_input_reads
 from layerscope.registry import Registry
 from layerscope.units import DType
 
@@ -577,8 +577,37 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     network = communication_terms(features, hw)
     features, run = _prepare(features, hw)
     bytes_ = features.total_bytes
+    reread = row_reread_bytes(features, hw)
+    if reread is not None:
+        bytes_ = bytes_ + reread
     memory_s = _memory_s(bytes_, hw, run, features)
     return _combine(compute_time_s(features, hw), memory_s, hw.launch_overhead_s, bytes_, run, network)
+
+
+#: Op kinds that run as one kernel reducing each row of their input and then mapping over the same row.
+ROW_REDUCTION_KINDS = frozenset({"norm"})
+
+
+def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
+    """Per op: the input bytes read a second time by a row reduction whose rows do not fit on chip
+    (:func:`~layerscope.hardware.spec.row_input_reads`; a row is the input's last dimension, shared by the
+    op's attribute ``row_cluster`` engines, default 1); None when no op re-reads (every norm of a decoder LM:
+    a 16K-wide bf16 row is 32 KB)."""
+    capacity = hw.row_capacity_bytes()
+    if capacity is None:
+        return None
+    extra: np.ndarray | None = None
+    for i, kind in enumerate(features.kinds):
+        if kind not in ROW_REDUCTION_KINDS:
+            continue
+        op = features.ops[i]
+        x = op.inputs[0]
+        cluster = int(dict(op.attrs).get("row_cluster", 1))  # type: ignore[call-overload]
+        if row_input_reads(x.shape[-1] * x.dtype.bytes, capacity, cluster) > 1:
+            if extra is None:
+                extra = np.zeros(len(features.kinds))
+            extra[i] = x.nbytes
+    return extra
 
 
 # ---------------------------------------------------------------------------------------------

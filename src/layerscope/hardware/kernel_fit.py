@@ -33,7 +33,7 @@ import numpy as np
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware import attention_fit
 from layerscope.hardware.kernel_table import KernelRow
-from layerscope.hardware.spec import HardwareSpec
+from layerscope.hardware.spec import HardwareSpec, row_input_reads
 from layerscope.units import DType
 
 #: Where a GPU has no rows of a kind, the GPU whose fit it takes, and why that one.
@@ -71,6 +71,41 @@ BOUND_TOLERANCE = 0.05
 #: A row this short pins down the fixed cost per kernel (t0): at 25 µs, 1 µs of t0 is 4 % of the time.
 SHORT_ROW_S = 25e-6
 
+#: Sources that time one call by the host clock: the kernel plus the fixed cost of a synchronized eager call. S4
+#: (LLMCompass, ``software_model/*.py`` ``run_on_gpu`` at commit b95c6c9) takes ``time.time()`` around one
+#: ``torch.matmul``/``torch.softmax``/``layer_norm`` call and ``torch.cuda.synchronize()``, the median of the calls;
+#: every other source times kernels on the device (CUDA events, Triton's ``do_bench``, NCU, nvbench).
+HOST_TIMED: dict[str, str] = {
+    "S4": "LLMCompass run_on_gpu: time.time() around one call and torch.cuda.synchronize(), median of the calls",
+}
+#: The fixed cost of one synchronized eager call of a small kernel: gpu-kernels.md OX-07 (T23, Helion PR #3629:
+#: median synchronized eager call of a 2048x1024 RMSNorm on an H100, 29.09 µs; its own kernel is ~3 µs of that).
+#: The table holds no such figure for PyTorch 2.0 on an A100 host, so S4's rows take this one, an assumption said
+#: in bench/GPU-KERNELS.md; S4's own launch-overhead probe is S4's and cannot predict S4.
+HOST_CALL_ROW = "OX-07"
+HOST_CALL_S = 29.09e-6
+
+
+def call_overhead_s(row: KernelRow) -> float:
+    """The fixed cost outside the kernel that ``row``'s published time includes: :data:`HOST_CALL_S` for a
+    :data:`HOST_TIMED` source, else 0."""
+    return HOST_CALL_S if source_key(row) in HOST_TIMED else 0.0
+
+
+def memory_traffic_gbps(row: KernelRow, capacity_bytes: float | None) -> float:
+    """The main-memory rate ``row``'s kernel ran at, GB/s: the published rate counts one read and one write of
+    each element (compulsory bytes); a row reduction whose rows do not fit on chip reads its input twice
+    (:func:`~layerscope.hardware.spec.row_input_reads`), and a host-timed row's time holds the call's fixed cost
+    (:func:`call_overhead_s`), taken out here."""
+    value = row.value or 0.0
+    shape = row.row_shape
+    if shape is None:
+        return value
+    useful = 2.0 * shape.nbytes
+    reads = row_input_reads(shape.row_bytes, capacity_bytes, shape.cluster)
+    time_s = useful / (value * 1e9) - call_overhead_s(row)
+    return (reads + 1) * shape.nbytes / time_s / 1e9
+
 
 def source_key(row: KernelRow) -> str:
     """The row's source id (``S4``, ``T6``, ``S17a``): rows of one source are held out together."""
@@ -102,6 +137,7 @@ class GemmRow:
     weight_bytes: float
     act_bytes: float
     time_s: float
+    """The kernel's time: the published one less the call's fixed cost of a host-timed source."""
     m: int
 
     @classmethod
@@ -114,7 +150,7 @@ class GemmRow:
         flops = 2.0 * g.m * g.n * g.k * g.groups
         return cls(row=row, dtype=dt, flops=flops, weight_bytes=float(g.groups * g.n * g.k * w_b),
                    act_bytes=float(g.groups * (g.m * g.k * a_in + g.m * g.n * out_b)),
-                   time_s=flops / (row.value * 1e12), m=g.m)
+                   time_s=flops / (row.value * 1e12) - call_overhead_s(row), m=g.m)
 
 
 @dataclass(frozen=True)
@@ -269,14 +305,18 @@ def memory_rows(rows: Iterable[KernelRow], gpu: str) -> list[KernelRow]:
 
 
 def fit_memory(rows: Sequence[KernelRow], spec: HardwareSpec) -> float | None:
-    """Median achieved fraction of the datasheet bandwidth over ``rows``; refused for a row above it."""
+    """Median achieved fraction of the datasheet bandwidth over ``rows``, each at the rate its kernel moved
+    (:func:`memory_traffic_gbps`); refused for a row above the datasheet."""
     if not rows:
         return None
     bw_gbps = spec.memory_bandwidth_bytes_per_s / 1e9
-    over = [f"{r.id} ({r.value:g} GB/s > {bw_gbps:g})" for r in rows if r.value is not None and r.value > bw_gbps]
+    capacity = spec.row_capacity_bytes()
+    rates = {r.id: memory_traffic_gbps(r, capacity) for r in rows}
+    over = [f"{r.id} ({r.value:g} GB/s" + (f", {rates[r.id]:.0f} GB/s of traffic" if rates[r.id] != r.value else "")
+            + f" > {bw_gbps:g})" for r in rows if rates[r.id] > bw_gbps]
     if over:
         raise HardwareSpecError(f"{spec.name}: memory rows above the datasheet bandwidth: {', '.join(over)}")
-    return float(np.median([(r.value or 0.0) / bw_gbps for r in rows]))
+    return float(np.median([rates[r.id] / bw_gbps for r in rows]))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ message size, and the layerscope preset the hardware cell names. Fitting presets
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -82,6 +83,25 @@ class AttentionShape:
 
 
 @dataclass(frozen=True, slots=True)
+class RowShape:
+    """A row-reduction kernel's input (softmax, a norm): ``rows`` rows of ``cols`` elements of ``element_bytes``,
+    each row owned by a ``cluster`` of engines (QuACK's thread-block clusters; 1 for one block per row)."""
+
+    rows: int
+    cols: int
+    element_bytes: int
+    cluster: int = 1
+
+    @property
+    def row_bytes(self) -> int:
+        return self.cols * self.element_bytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class KernelRow:
     """One measurement row: the raw cells (stripped) and what layerscope reads out of them."""
 
@@ -131,6 +151,8 @@ class KernelRow:
     """False when the cell does not say which form factor (SXM/PCIe/NVL) of a multi-variant part ran."""
     qualitative: str = ""
     """The value cell's text when it holds no number (``≈100 % of peak BW at long seq``)."""
+    row_shape: RowShape | None = None
+    """Rows and columns of a softmax or norm row (None for other kinds, or without a full shape)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +330,51 @@ def _parse_row(table: Path, line: int, cells: list[str], previous: KernelRow | N
         message_bytes=message_bytes, collective=collective, attention=attention,
         proxy_of=proxy_of, variant_stated=variant_stated,
         qualitative=value_text if value is None else "",
+        row_shape=_row_shape(description, precision, framework) if kind == "memory" else None,
     )
+
+
+#: A row reduction, as the memory rows name one: ``softmax``, ``layernorm``, ``RMSNorm`` (``residual-add +
+#: RMSNorm`` too); not RoPE, copies or streaming benchmarks.
+_ROW_KERNEL_RE = re.compile(r"^\s*(?:residual-add\s*\+\s*)?(softmax|layer\s*norm|rms\s*norm)\b", re.IGNORECASE)
+#: ``16K rows x 131K cols``, ``16K-32K rows x 262K cols``, ``16K x 65K``.
+_ROWS_X_COLS_RE = re.compile(r"(\d+)(K?)(?:-\d+K?)?\s*(?:rows\s*)?x\s*(\d+)(K?)\b")
+#: ``M=32768, N=4096``, ``M=2048, H=32768``, ``M=N=4096``.
+_M_RE = re.compile(r"\bM\s*=\s*(?:N\s*=\s*)?(\d+)")
+_N_RE = re.compile(r"\b[NH]\s*=\s*(\d+)")
+_CLUSTER_RE = re.compile(r"cluster size\s*(\d+)", re.IGNORECASE)
+_ELEMENT_BYTES = (("fp32", 4), ("bf16", 2), ("fp16", 2))
+
+
+def _thousands(number: str, k: str) -> int:
+    """``131`` ``K`` -> 131072: a K-suffixed size is the power of two it rounds (131K, 262K, 65K columns), or
+    ×1024 when none is within 5 %."""
+    if not k:
+        return int(number)
+    n = int(number) * 1000
+    power = 1 << round(math.log2(n))
+    return power if abs(power - n) <= 0.05 * n else int(number) * 1024
+
+
+def _row_shape(description: str, precision: str, framework: str) -> RowShape | None:
+    """The rows and columns of a softmax/norm row, its element size and the engines per row; None when the row
+    is another kernel or does not give both dimensions and one dtype."""
+    if not _ROW_KERNEL_RE.search(description):
+        return None
+    words = precision.lower()
+    element = next((b for name, b in _ELEMENT_BYTES if name in words), None)
+    if element is None or (" and " in words):
+        return None
+    cluster = int(m[1]) if (m := _CLUSTER_RE.search(framework)) else 1
+    if match := _ROWS_X_COLS_RE.search(description):
+        return RowShape(_thousands(match[1], match[2]), _thousands(match[3], match[4]), element, cluster)
+    rows, cols = _M_RE.search(description), _N_RE.search(description)
+    if rows is None:
+        return None
+    if cols is None:  # M=N=4096
+        return RowShape(int(rows[1]), int(rows[1]), element, cluster) if "M=N=" in description.replace(" ", "") \
+            else None
+    return RowShape(int(rows[1]), int(cols[1]), element, cluster)
 
 
 def _int_cell(text: str) -> int | None:

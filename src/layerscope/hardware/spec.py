@@ -697,6 +697,14 @@ class HardwareSpec(BaseModel):
         """Main-memory bandwidth streaming kernels reach: peak × ``efficiency.memory``."""
         return self.memory_bandwidth_bytes_per_s * self.efficiency.memory
 
+    def row_capacity_bytes(self) -> float | None:
+        """On-chip bytes one engine can hold a reduction row in: the capacity of the first per-engine level
+        (an SM's shared memory / L1); None for a spec without one (a row is then never re-read)."""
+        for level in self.memory:
+            if level.per_engine:
+                return level.capacity_bytes
+        return None
+
     # -- compute ---------------------------------------------------------------------------
 
     def resolve_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> ResolvedFlops:
@@ -796,6 +804,23 @@ class HardwareSpec(BaseModel):
 
 #: Most bad fields listed in one message; the rest are counted.
 MAX_LISTED_ERRORS = 8
+
+
+def row_input_reads(row_bytes: float, capacity_bytes: float | None, cluster: int = 1) -> int:
+    """Times a one-kernel row reduction followed by a map over the same row (softmax, a norm) reads its input
+    from main memory: once while the row fits the on-chip storage of the engines that own it (``capacity_bytes``
+    of one engine times the ``cluster`` of engines sharing it), twice when it does not.
+
+    Such a kernel needs every element of the row twice, for the reduction (max and sum, or the mean square) and
+    for the map that writes the output. A row held on chip is loaded once (the single-pass kernels of Dao-AILab's
+    QuACK, gpu-kernels.md T10, keep rows in a cluster's distributed shared memory); a wider row is streamed twice
+    (the online softmax of Milakov & Gimelshein 2018, arXiv 1805.02867, alg. 3: one pass for max and sum, one to
+    normalize). Measured: fp32 softmax on an H200 (228 KB per SM) moves 0.60-0.76 of the narrow rows' useful
+    bandwidth at 65K and 262K columns (256 KB and 1 MB rows) and the full rate at 16K (64 KB):
+    ``bench/gpu/h200-2026-11-27/softmax-rows-cuda-graph.json``."""
+    if capacity_bytes is None or row_bytes <= capacity_bytes * max(cluster, 1):
+        return 1
+    return 2
 
 
 def format_validation_error(exc: ValidationError, origin: str) -> str:
