@@ -101,6 +101,10 @@ class StepTimer:
         self._pre: dict[int, tuple[float, float, float, float]] = {}
         self._grid_cache: dict[float, tuple[int, int]] = {}
         self._lines: dict[int, tuple[float, float]] = {}
+        # memos of the fast path's parts (the same interpolations, looked up once per shape)
+        self._base_memo: dict[tuple[int, int], float] = {}
+        self._dec_memo: dict[int, tuple[float, float]] = {}
+        self._pre_memo: dict[tuple[int, int], float] = {}
         self._host_free = not (self.terms.step_overhead_s or self.terms.step_overhead_per_request_s)
 
     # -- exact graphs -------------------------------------------------------------------------------------------
@@ -262,14 +266,30 @@ class StepTimer:
         seqs = decodes + len(chunks)
         if tokens == 0:
             return 0.0
-        total = self._interp(tokens, self._tok_at) + self._interp(seqs, self._seq_at)
+        total = self._base_memo.get((tokens, seqs))
+        if total is None:
+            total = self._base_memo[(tokens, seqs)] = (self._interp(tokens, self._tok_at)
+                                                       + self._interp(seqs, self._seq_at))
         if decodes:
             mean_ctx = decode_ctx_sum / decodes
-            total += self._interp(decodes, lambda g: self._dec_attn(g, mean_ctx))
+            if self._sliding:
+                total += self._interp(decodes, lambda g: self._dec_attn(g, mean_ctx))
+            else:
+                # without sliding layers the decodes' attention is affine in their mean context (_dec_attn), and
+                # so is its interpolation between two batch sizes: two numbers per batch size
+                line = self._dec_memo.get(decodes)
+                if line is None:
+                    at1 = self._interp(decodes, lambda g: self._dec_attn(g, 1.0))
+                    at_ref = self._interp(decodes, lambda g: self._dec_attn(g, float(self._ref_full)))
+                    line = self._dec_memo[decodes] = (at1, (at_ref - at1) / (self._ref_full - 1))
+                total += line[0] + line[1] * (mean_ctx - 1.0)
         groups = Counter(chunks).items() if len(chunks) > 1 else ((chunk, 1) for chunk in chunks)
         for (c, p), n in groups:
             if n == 1:
-                total += self._interp(c, functools.partial(self._pre_attn_at, cached=p))
+                pre = self._pre_memo.get((c, p))
+                if pre is None:
+                    pre = self._pre_memo[(c, p)] = self._interp(c, functools.partial(self._pre_attn_at, cached=p))
+                total += pre
             else:  # equal chunks share one kernel: its exact time (few shapes repeat)
                 total += self._chunks_attention_s(c, p, n)
         return max(total, 0.0)
