@@ -43,7 +43,15 @@ def test_json_reports_vllm_metrics_and_writes_its_files(run_cli, tmp_path: Path)
     assert np.median(ttft) * 1e3 == pytest.approx(m["median_ttft_ms"], rel=1e-6)
     doc = json.loads(gzip.decompress(trace.read_bytes()))
     names = {e.get("name") for e in doc["traceEvents"]}
-    assert {"step", "prefill", "decode", "engine"} <= names
+    assert {"step", "prefill", "decode", "engine", "engine power"} <= names
+    # energy: per request in the table, summing to the run's total; per output token and per joule in the JSON
+    energy = np.array([float(r["energy_j"]) for r in rows])
+    assert np.all(energy > 0)
+    assert energy.sum() == pytest.approx(m["total_energy_j"], rel=1e-9)
+    assert m["energy_per_output_token_j"] == pytest.approx(m["total_energy_j"] / (80 * 32), rel=1e-12)
+    assert m["output_tokens_per_j"] == pytest.approx(1 / m["energy_per_output_token_j"], rel=1e-12)
+    human = run_cli("serving", *SMALL, "--rate", "20", "-n", "20", "--prompt-len", "64", "--output-len", "8")
+    assert human.returncode == 0 and "Energy per output token (mJ)" in human.stdout
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -87,6 +95,13 @@ def test_trace_loads_in_the_real_trace_processor(perfetto_oracle: Any, tmp_path:
     assert trace.query("SELECT COUNT(DISTINCT name) AS n FROM counter_track WHERE name IN ('engine kv blocks', "
                        "'engine queue length', 'engine batch sequences', 'engine running')") == [{"n": 4}]
     assert trace.query("SELECT COUNT(*) AS n FROM flow")[0]["n"] > 0
+    # the power counter: one track per engine, between the idle power and the steps' peak
+    assert run.energy is not None
+    power = trace.query("SELECT MIN(c.value) AS lo, MAX(c.value) AS hi, COUNT(DISTINCT t.id) AS tracks FROM counter c "
+                        "JOIN counter_track t ON c.track_id = t.id WHERE t.name = 'engine power W'")[0]
+    assert power["tracks"] == len(run.roles)
+    assert power["lo"] == pytest.approx(run.energy.idle_power_w, rel=1e-3)
+    assert power["hi"] == pytest.approx(float(run.energy.step_power_w.max()), rel=1e-3)
 
 
 def test_find_max_rate_brackets_the_slo() -> None:

@@ -148,12 +148,15 @@ def _table_columns(run: ServingRun) -> dict[str, Any]:
     cols["e2el_s"] = run.finish_s - run.arrival_s
     itl = [run.itl_s(i) for i in range(len(run.id))]
     cols["max_itl_s"] = np.array([float(x.max()) if len(x) else math.nan for x in itl])
+    if run.energy is not None:
+        cols["energy_j"] = run.energy.request_j
     return cols
 
 
 def write_requests_table(run: ServingRun, path: Path, *, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
     """One row per request (times in seconds from the first arrival, TTFT, TPOT, E2E, the largest inter-token
-    gap, queueing, preemptions), as CSV or, for a ``.parquet`` path, Parquet; written atomically."""
+    gap, queueing, preemptions, and its joules where the hardware has energy figures), as CSV or, for a
+    ``.parquet`` path, Parquet; written atomically."""
     import pyarrow as pa
 
     from layerscope.errors import OutputError

@@ -154,6 +154,14 @@ def _render(result: ServeResult) -> None:
     rows += [("Mean queueing (s)", f"{m['mean_queue_s']:.3f}"), ("Preemptions", f"{m['preemptions']}"),
              ("Mean batch (sequences)", f"{m['mean_batch_seqs']:.1f}"),
              ("Mean / max KV usage", f"{m['mean_kv_usage']:.1%} / {m['max_kv_usage']:.1%}")]
+    if m.get("total_energy_j") is not None:
+        rows += [("Energy (J, every GPU)", f"{m['total_energy_j']:,.0f}"),
+                 ("Energy per request (J)", f"{m['energy_per_request_j']:.2f}"),
+                 ("Energy per output token (mJ)", f"{m['energy_per_output_token_j'] * 1e3:.1f}"),
+                 ("Output tokens per joule", f"{m['output_tokens_per_j']:.2f}"),
+                 ("Mean power (W, every GPU)", f"{m['mean_power_w']:.0f}")]
+        if m.get("over_board_limit_share"):
+            rows.append(("Busy time over the board power limit", f"{m['over_board_limit_share']:.1%}"))
     for label, value in rows:
         t.add_row(label, value)
     con.print(t)

@@ -76,6 +76,18 @@ class ServingMetrics(BaseModel):
     """Largest share of the KV blocks in use."""
     iterations: int
     """Engine steps."""
+    total_energy_j: float | None = None
+    """Joules of every device of every engine from the first arrival to the last token: the steps' (dynamic and
+    idle) and idle power between steps (``serving.energy``); None where the hardware has no energy figures."""
+    energy_per_request_j: float | None = None
+    """Total joules over the requests finished."""
+    energy_per_output_token_j: float | None = None
+    """Total joules over the output tokens."""
+    output_tokens_per_j: float | None = None
+    mean_power_w: float | None = None
+    """Total joules over the run's duration (every device)."""
+    over_board_limit_share: float | None = None
+    """Share of the busy time in steps above the board's power limit (whose clock drop the run does not model)."""
 
 
 def _stats(values_s: np.ndarray, name: str) -> dict[str, float]:
@@ -134,7 +146,18 @@ def summarize(run: ServingRun, slo: SLO | None = None) -> ServingMetrics:
         mean_queue_len=_time_weighted(run.queue_len.astype(float), run.start_s, run.end_s),
         mean_kv_usage=_time_weighted(usage, run.start_s, run.end_s),
         max_kv_usage=float(usage.max()) if len(usage) else 0.0,
-        iterations=len(run.start_s))
+        iterations=len(run.start_s), **_energy(run, completed, outputs, duration))
+
+
+def _energy(run: ServingRun, completed: int, outputs: int, duration_s: float) -> dict[str, float | None]:
+    if run.energy is None:
+        return {}
+    total = run.energy.total_j
+    return {"total_energy_j": total, "energy_per_request_j": total / completed if completed else None,
+            "energy_per_output_token_j": total / outputs if outputs else None,
+            "output_tokens_per_j": outputs / total if total > 0 else None,
+            "mean_power_w": total / duration_s if duration_s > 0 else None,
+            "over_board_limit_share": run.energy.over_limit_share}
 
 
 class TimeSeries(BaseModel):

@@ -15,7 +15,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from layerscope.cost.collectives import collective_time_s
 from layerscope.errors import LayerscopeError
 from layerscope.hardware import HardwareSpec, load_hardware
 from layerscope.model import ModelSpec, load_model_spec
+from layerscope.serving.energy import ServingEnergy, StepEnergy, serving_energy
 from layerscope.serving.kv import kv_capacity
 from layerscope.serving.schedulers import SCHEDULERS, SchedulerPolicy
 from layerscope.serving.spec import ServingError, ServingRequest
@@ -85,6 +86,12 @@ class ServingRun:
     wall_s: float = 0.0
     """Seconds the simulation took on this machine."""
     extra: dict[str, float] = field(default_factory=dict)
+    decode_context_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Per iteration: the decodes' cached tokens summed (the KV they read)."""
+    prefill_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Per iteration: the (query, key) pairs the prompt chunks attend (causal)."""
+    energy: ServingEnergy | None = None
+    """Joules per step and per request (``serving.energy``); None where the hardware spec has no energy figures."""
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -206,7 +213,34 @@ def simulate_requests(request: ServingRequest, requests: list[Request],
     roles = policy.roles(request.replicas * request.plan.data_parallel)
     sim = _Simulation(request, requests, policy, timer, roles, cap.blocks, cap.bytes_per_token, hw, progress)
     sim.run()
-    return sim.result(time.perf_counter() - wall0, cap.bytes_per_token)
+    run = sim.result(time.perf_counter() - wall0, cap.bytes_per_token)
+    if hw.energy is not None:
+        step = _step_energy(spec, hw, template, request.cost_model)
+        plan = request.plan
+        duration = float(np.nanmax(run.finish_s) - np.nanmin(run.arrival_s)) if len(run.finish_s) else 0.0
+        energy = serving_energy(
+            step, devices=plan.tensor_parallel * plan.pipeline_parallel, replicas=len(roles), duration_s=duration,
+            start_s=run.start_s, end_s=run.end_s, replica=run.iteration_replica,
+            tokens=(run.prefill_tokens + run.decode_seqs).astype(np.float64),
+            seqs=run.batch_seqs.astype(np.float64), ctx=run.decode_context_tokens, pairs=run.prefill_pairs,
+            token_time_s=run.token_s, token_offsets=run.token_offsets,
+            prompt_tokens=run.prompt_len - run.prefix_hit_tokens, output_tokens=run.output_len)
+        run = replace(run, energy=energy, wall_s=time.perf_counter() - wall0)
+    return run
+
+
+#: Fitted step energies of recent runs, keyed as :data:`_TIMERS`.
+_ENERGIES: dict[tuple[str, str, str, str], StepEnergy] = {}
+
+
+def _step_energy(spec: ModelSpec, hw: HardwareSpec, template: Workload, cost_model: str) -> StepEnergy:
+    key = (spec.model_dump_json(), hw.model_dump_json(), template.model_dump_json(), cost_model)
+    step = _ENERGIES.get(key)
+    if step is None:
+        if len(_ENERGIES) >= 8:
+            _ENERGIES.pop(next(iter(_ENERGIES)))
+        step = _ENERGIES[key] = StepEnergy.fit(spec, hw, template, cost_model)
+    return step
 
 
 class _Simulation:
@@ -258,9 +292,9 @@ class _Simulation:
         self.heap: list[tuple[float, int, int, int, int]] = []  # (time, kind, seq, engine, request)
         self.seq = 0
         self.tokens: list[tuple[np.ndarray, np.ndarray]] = []  # (requests, step end times): each made a token each
-        self.it: list[tuple[float, float, int, int, int, int, int, int, int]] = []
-        # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running.
-        self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray, int, int]] = []
+        self.it: list[tuple[float, float, int, int, int, int, int, int, int, float, float]] = []
+        # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running, decode context.
+        self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray, int, int, np.ndarray]] = []
         self.done = 0
         self.preempted = 0
         self.next_progress = 0.0
@@ -547,13 +581,16 @@ class _Simulation:
                 return
             raise ServingError(f"engine {eng.index}: no step fits (blocks free {eng.free} of {self.blocks}, "
                                f"{len(eng.waiting)} waiting, {len(eng.order)} running)")
-        forward = self.timer.forward_s(step_chunks, eng.s_ctx[dec])
+        dec_ctx = eng.s_ctx[dec]
+        forward = self.timer.forward_s(step_chunks, dec_ctx)
         seqs = len(dec) + len(chunks)
         dt = self.timer.step_s(forward, seqs, first=bool(chunks), admitted=admitted) + swap_s
         eng.busy = True
         eng.step = (dec, chunks, 0)
         self.it.append((now, now + dt, eng.index, sum(c for c, _ in step_chunks), len(dec), seqs,
-                        self.blocks - eng.free, len(eng.waiting) + len(eng.swapped), len(eng.order)))
+                        self.blocks - eng.free, len(eng.waiting) + len(eng.swapped), len(eng.order),
+                        float(dec_ctx.sum()) if len(dec) else 0.0,
+                        sum(c * p + c * (c + 1) / 2 for c, p in step_chunks)))
         self._push(now + dt, 0, eng.index, -1)
 
     def _leap(self, eng: _Engine, now: float) -> bool:
@@ -620,7 +657,7 @@ class _Simulation:
             eng.free -= int(grown_k[-1])
         self.tokens.append((eng.s_req[dec].copy(), ends[:k]))
         rows = (starts[:k], ends[:k], eng.index, d, used_before + grown_k, len(eng.waiting) + len(eng.swapped),
-                len(eng.order))
+                len(eng.order), ctx_sum + d * j[:k])
         self.it_blocks.append(rows)
         eng.busy = True
         eng.step = (dec, [], k)
@@ -722,19 +759,21 @@ class _Simulation:
         order = np.argsort(reqs, kind="stable")
         counts = np.bincount(reqs, minlength=self.n) if self.n else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        leaps = np.empty((0, 9))
+        leaps = np.empty((0, 11))
         if self.it_blocks:
             lens = np.array([len(b[0]) for b in self.it_blocks])
-            leaps = np.empty((int(lens.sum()), 9))
+            leaps = np.empty((int(lens.sum()), 11))
             leaps[:, 0] = np.concatenate([b[0] for b in self.it_blocks])
             leaps[:, 1] = np.concatenate([b[1] for b in self.it_blocks])
             leaps[:, 6] = np.concatenate([b[4] for b in self.it_blocks])
+            leaps[:, 9] = np.concatenate([b[7] for b in self.it_blocks])
+            leaps[:, 10] = 0
             leaps[:, 3] = 0
             for col, field in ((2, 2), (4, 3), (5, 3), (7, 5), (8, 6)):
                 leaps[:, col] = np.repeat(np.array([b[field] for b in self.it_blocks], dtype=np.float64), lens)
-        it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 9), leaps])
+        it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 11), leaps])
         it = it[np.lexsort((it[:, 2], it[:, 0]))]
-        ints = it[:, 2:].astype(np.int64)
+        ints = it[:, 2:9].astype(np.int64)
         return ServingRun(
             request=self.request, id=np.arange(self.n, dtype=np.int64), arrival_s=self.arrival.copy(),
             first_token_s=self.first_token, finish_s=self.finish, prompt_len=self.prompt, output_len=self.output,
@@ -744,4 +783,5 @@ class _Simulation:
             prefill_tokens=ints[:, 1].copy(), decode_seqs=ints[:, 2].copy(), batch_seqs=ints[:, 3].copy(),
             kv_blocks_used=ints[:, 4].copy(), queue_len=ints[:, 5].copy(), running=ints[:, 6].copy(),
             kv_capacity_blocks=self.blocks, block_tokens=self.B, roles=self.roles,
-            kv_bytes_per_token=kv_bytes_per_token, graph_builds=self.timer.builds, wall_s=wall_s)
+            kv_bytes_per_token=kv_bytes_per_token, graph_builds=self.timer.builds, wall_s=wall_s,
+            decode_context_tokens=it[:, 9].copy(), prefill_pairs=it[:, 10].copy())

@@ -7,7 +7,9 @@ Layout: one process per engine (pid ``sim_pid(engine)``, named ``engine r (role)
   that a lane's requests never overlap): ``queued`` (arrival to the first step that ran its tokens), ``prefill``
   (to its first token) and ``decode`` (to its last token), args its lengths, TTFT, TPOT, preemptions;
 * counters ``engine kv blocks``, ``engine queue length``, ``engine batch sequences``, ``engine running`` (one
-  Chrome counter event ``engine`` a step, a track per argument as Perfetto imports them), at each step's start.
+  Chrome counter event ``engine`` a step, a track per argument as Perfetto imports them), at each step's start;
+  where the hardware has energy figures, ``engine power W``: the engine's devices' average power over each step
+  (``serving.energy``), falling to their idle power at a step's end when no step follows at once.
 Flows (``first token``): from each request's ``prefill`` slice to the step that produced its first token.
 
 Times are the run's seconds from the first arrival, written in microseconds with ns precision. A
@@ -94,6 +96,19 @@ def serving_events(run: ServingRun) -> list[dict[str, Any]]:
         events.append({"ph": "C", "name": "engine", "pid": sim_pid(e), "ts": _us(float(run.start_s[i])),
                        "args": {"kv blocks": int(run.kv_blocks_used[i]), "queue length": int(run.queue_len[i]),
                                 "batch sequences": int(run.batch_seqs[i]), "running": int(run.running[i])}})
+    if run.energy is not None:
+        energy = run.energy
+        ordered = order.tolist()
+        first_step = len(events) - 2 * len(ordered)  # the step slices, then their counters, were just written
+        for n, i in enumerate(ordered):
+            e = int(run.iteration_replica[i])
+            events[first_step + n]["args"]["energy_j"] = round(float(energy.step_j[i]), 6)
+            events.append({"ph": "C", "name": "engine power", "pid": sim_pid(e), "ts": _us(float(run.start_s[i])),
+                           "args": {"W": round(float(energy.step_power_w[i]), 3)}})
+            nxt = ordered[n + 1] if n + 1 < len(ordered) else None
+            if nxt is None or int(run.iteration_replica[nxt]) != e or run.start_s[nxt] > run.end_s[i]:
+                events.append({"ph": "C", "name": "engine power", "pid": sim_pid(e), "ts": _us(float(run.end_s[i])),
+                               "args": {"W": round(energy.idle_power_w, 3)}})
     # The step that produced each request's first token: the step of its engine ending at that time.
     ends = {e: np.sort(run.end_s[run.iteration_replica == e]) for e in range(engines)}
     # Request phases on lanes per engine.
