@@ -23,6 +23,7 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "estimate": "layerscope.app.estimate:EstimateResult",
     "simulate": "layerscope.app.simulate:SimulateResult",
     "plan": "layerscope.app.plan:PlanResult",
+    "sweep": "layerscope.app.sweep:SweepResult",
     "serving": "layerscope.app.serving:ServeResult",
     "serving-max-rate": "layerscope.app.serving:MaxRateResult",
     "serving-grid": "layerscope.app.serving:GridResult",

@@ -21,6 +21,7 @@ from layerscope.units import reading_inputs
 COMMAND_MODULES: tuple[str, ...] = (
     "estimate",
     "plan",
+    "sweep",
     "serving",
     "catalogs",
     "simulate",
@@ -30,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "calibrate",
     "records",
+    "report",
 )
 
 app = typer.Typer(
