@@ -47,10 +47,11 @@ GOLDEN_SLICES = [
     ("layers.0.residual_mlp", 64037, 4000, "engine 0"),
 ]
 
-#: Totals trace_processor reported for both golden files (2026-11-26).
+#: Totals trace_processor reported for both golden files (2026-11-26; the power counter 2026-11-27, its integral
+#: checked by hand in tests/trace/test_power_counter.py).
 GOLDEN_COUNTS = {
     "slices": 20, "dur_sum": 80054, "end_ns": 68037, "flows": 26, "slice_args": 436,
-    "engines busy": (6, 7), "memory bandwidth GB/s": (28, 27939),
+    "engines busy": (6, 7), "memory bandwidth GB/s": (28, 27939), "power W": (19, 1312.125),
     "process": "tiny-llama:decode@64:layer0 on h100-sxm · 2 engines (list)",
 }
 

@@ -11,6 +11,7 @@ import io
 import math
 import os
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -401,9 +402,22 @@ class EstimateResult(BaseModel):
         return list(dict.fromkeys(r for f in uses if not governing or f.term in keep for r in f.row_ids))
 
 
-def estimate(request: EstimateRequest) -> EstimateResult:
-    """Load the model and hardware of ``request``, build its workload and time it."""
-    return result_of(estimate_raw(request))
+def estimate(request: EstimateRequest, *, activity: str | os.PathLike[str] | None = None) -> EstimateResult:
+    """Load the model and hardware of ``request``, build its workload and time it; with ``activity``, also write
+    its per-op activity table there (:func:`layerscope.app.activity.write_activity`: ``.csv`` or ``.parquet``,
+    never over the request's model or hardware file)."""
+    if activity is not None:  # a bad path or a missing writer dependency is refused before the work
+        from layerscope.app.activity import activity_format
+
+        activity_format(activity)
+    est = estimate_raw(request)
+    if activity is not None:
+        from layerscope.app.activity import write_activity
+
+        inputs = tuple(ref for ref in (request.model, request.hardware)
+                       if isinstance(ref, (str, os.PathLike)) and Path(ref).is_file())
+        write_activity(est, activity, inputs)
+    return result_of(est)
 
 
 def estimate_raw(request: EstimateRequest) -> Estimate:

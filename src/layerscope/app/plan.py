@@ -1,4 +1,5 @@
-"""``plan``: every valid way to split a model over a range of GPU counts, ranked by latency and by throughput per GPU.
+"""``plan``: every valid way to split a model over a range of GPU counts, ranked by latency, by throughput per GPU or
+by output tokens per joule.
 
 A plan is tensor × pipeline × data parallelism (with expert parallelism over the devices of a stage for MoE models,
 and micro-batches through the pipeline), checked against the model (:func:`layerscope.workload.check_parallel`:
@@ -6,7 +7,9 @@ heads, KV heads, experts, layers per stage), the GPUs the cluster has, each devi
 collective may need a network to leave; each valid plan is timed by the same :func:`layerscope.cost.api.estimate`
 that ``estimate --tp --pp --ep --dp`` runs, so a plan's numbers are the estimate's. Plans whose per-device work is
 the same (the same tensor and expert split and the same sequences per micro-batch) share one timed graph per
-pipeline depth, so ranking a thousand plans times a few dozen graphs.
+pipeline depth, so ranking a thousand plans times a few dozen graphs. Where the hardware spec has ``energy`` figures
+each plan's joules are :func:`layerscope.cost.energy.estimate_energy`'s for the same plan (every rank's dynamic
+joules, the power limit's stretch of each phase, idle power on every GPU for the run).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from layerscope.app.requests import MODEL_CONFIG, HardwareRef, ModelRef, ParallelPlan, WorkloadRequest
-from layerscope.errors import LayerscopeError, WorkloadError
+from layerscope.errors import HardwareSpecError, LayerscopeError, WorkloadError
 
 if TYPE_CHECKING:
     from layerscope.cost.api import Estimate
+    from layerscope.cost.timed import TimedGraph
     from layerscope.graph.ops import OpGraph
     from layerscope.hardware import HardwareSpec
     from layerscope.model import ModelSpec
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PlanFailure", "PlanRequest", "PlanResult", "PlanRow", "PlanShape", "enumerate_plans", "plan"]
 
-Objective = Literal["latency", "throughput"]
+Objective = Literal["latency", "throughput", "tokens-per-joule"]
 #: The largest GPU count a plan request may span.
 MAX_PLAN_GPUS = 4096
 
@@ -56,8 +60,8 @@ class PlanRequest(BaseModel):
     cost_model: str = "roofline"
     """Registered cost model."""
     objective: Objective = "latency"
-    """Rank by ``latency`` (TTFT for prefill, TPOT for decode and chunked, end to end for generate) or by
-    ``throughput`` per GPU."""
+    """Rank by ``latency`` (TTFT for prefill, TPOT for decode and chunked, end to end for generate), by
+    ``throughput`` per GPU, or by output ``tokens-per-joule`` (needs the hardware spec's ``energy`` figures)."""
     max_micro_batches: int = Field(default=8, gt=0, le=64)
     """Pipelines try 1, p, 2p … micro-batches up to this many."""
 
@@ -102,6 +106,11 @@ class PlanRow(PlanShape):
     """Communication ops' share of one device's op time (all phases)."""
     bubble_fraction: float | None
     """The pipeline's idle share (the first phase's); ``null`` without a pipeline or micro-batches."""
+    energy_j: float | None = None
+    """Joules of the plan's run on all its GPUs, as ``estimate`` reports them for the same plan (``energy.energy_j``);
+    ``null`` when the hardware spec has no ``energy`` figures."""
+    output_tokens_per_j: float | None = None
+    """Output tokens (those of ``output_tokens_per_s``) per joule of ``energy_j``; ``null`` without energy figures."""
 
 
 class PlanFailure(PlanShape):
@@ -124,7 +133,7 @@ class PlanResult(BaseModel):
     gpus_available: int | None
     """GPUs of the cluster; ``null`` for a bare GPU spec (any count)."""
     objective: Objective
-    """What the plans are ranked by: ``latency`` or ``throughput`` (per GPU)."""
+    """What the plans are ranked by: ``latency``, ``throughput`` (per GPU) or ``tokens-per-joule``."""
     phase: str
     """The workload's phase (what ``latency_s`` measures)."""
     plans: list[PlanRow]
@@ -217,6 +226,9 @@ def plan(request: PlanRequest, progress: Callable[[float], None] | None = None) 
                 raise WorkloadError(f"--nodes: {hardware!r} is a GPU spec, not a cluster; give a cluster "
                                     "(`layerscope hardware` lists them)")
             hw = load_hardware(os.fspath(hardware))
+    if request.objective == "tokens-per-joule" and hw.energy is None:
+        raise HardwareSpecError(f"--objective tokens-per-joule: {hw.name} has no energy figures (its spec's "
+                                "energy:); rank by latency or throughput, or give a spec with them (docs/energy.md)")
     base = request.workload.to_workload()
     candidates = enumerate_plans((lo, hi), num_layers=spec.num_layers,
                                  num_experts=spec.moe.num_experts if spec.moe else None, batch=base.batch,
@@ -244,12 +256,17 @@ def plan(request: PlanRequest, progress: Callable[[float], None] | None = None) 
                  f"{row.memory_capacity_bytes / 1e9:.1f} GB")
             continue
         rows.append(row)
-    if request.objective == "latency":
-        rows.sort(key=lambda r: (r.latency_s, -r.output_tokens_per_s_per_gpu, r.gpus))
-    else:
-        rows.sort(key=lambda r: (-r.output_tokens_per_s_per_gpu, r.latency_s, r.gpus))
+    rows.sort(key=RANKINGS[request.objective])
     return PlanResult(model=spec.name, hardware=hw.name, gpus_available=available, objective=request.objective,
                       phase=base.phase, plans=rows, failures=failures, graphs_timed=len(timer.timed))
+
+
+#: Sort key of each objective: best first; ties by the other figures, then fewer GPUs.
+RANKINGS: dict[str, Callable[[PlanRow], tuple[float, ...]]] = {
+    "latency": lambda r: (r.latency_s, -r.output_tokens_per_s_per_gpu, r.gpus),
+    "throughput": lambda r: (-r.output_tokens_per_s_per_gpu, r.latency_s, r.gpus),
+    "tokens-per-joule": lambda r: (-(r.output_tokens_per_j or 0.0), r.latency_s, r.gpus),
+}
 
 
 @dataclass(frozen=True)
@@ -264,6 +281,11 @@ class _DevicePhase:
     passes: int
     tokens: int
     """Tokens of one pass (what a pipeline send carries)."""
+    dynamic_j: np.ndarray | None = None
+    """Each op's dynamic joules (summed over the passes, :mod:`layerscope.cost.energy`); None without energy
+    figures."""
+    compute: np.ndarray | None = None
+    """Whether each op is compute-bound (what the power limit stretches)."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +317,7 @@ class _PlanTimer:
 
         self.spec, self.hw, self.request = spec, hw, request
         self.timed: dict[tuple[int, int, int], _Device] = {}
-        self._sends: dict[tuple[float, bool], float] = {}
+        self._sends: dict[tuple[float, bool], tuple[float, float]] = {}
         self._of_layer: dict[int, np.ndarray] = {}
         self.terms = engine_terms(hw.execution)
         self.fast = request.workload.phase != "generate" and hw.execution.kernels == "fused"
@@ -317,8 +339,14 @@ class _PlanTimer:
         from layerscope.cost.api import communication_mask, estimate, op_layers
 
         est = estimate(self.spec, self.hw, w1, cost_model=self.request.cost_model)
+        from layerscope.cost.energy import op_dynamic_energy_j
+        from layerscope.cost.models import BOUND_NAMES
+
+        energy = self.hw.energy is not None
         phases = [_DevicePhase(part.phase, np.asarray(part.time_s, dtype=np.float64), op_layers(part.graph),
-                               communication_mask(part.graph), max(part.passes, 1), _pass_tokens(part.graph))
+                               communication_mask(part.graph), max(part.passes, 1), _pass_tokens(part.graph),
+                               op_dynamic_energy_j(part, self.hw).total_j if energy else None,
+                               np.asarray(part.bound) == BOUND_NAMES.index("compute"))
                   for part in est.phases]
         return _Device(tuple(phases), tuple(p.graph for p in est.phases), est.memory_capacity_bytes, est)
 
@@ -329,29 +357,47 @@ class _PlanTimer:
         spec = self.spec
         fwd = w1.passes()[0]
         shell = build_model_graph(spec, fwd, w1, layers=())  # embedding and head
-        shell_t = np.asarray(time_graph(shell, self.hw, self.request.cost_model).time_s, dtype=np.float64)
+        shell_timed = time_graph(shell, self.hw, self.request.cost_model)
+        shell_t = np.asarray(shell_timed.time_s, dtype=np.float64)
         # the head starts at the final norm (graph.embedding.build_head: final norm, lm_head, sampling)
         first_head = next(i for i, op in enumerate(shell.ops) if op.name == spec.modules.final_norm)
-        kinds: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, OpGraph]] = {}
+        kinds: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, OpGraph, np.ndarray, np.ndarray]] = {}
         shell_comm = communication_mask(shell)
+        shell_dyn, shell_compute = self._energy_of(shell_timed)
         times, layers, comms = [shell_t[:first_head]], [np.full(first_head, BEFORE_LAYERS)], [shell_comm[:first_head]]
+        dyns, computes = [shell_dyn[:first_head]], [shell_compute[:first_head]]
         for layer in range(spec.num_layers):
             sig = layer_signature(spec, layer)
             if sig not in kinds:
                 g = build_layer_graph(spec, fwd, w1, layer=layer)
-                t = np.asarray(time_graph(g, self.hw, self.request.cost_model).time_s, dtype=np.float64)
-                kinds[sig] = (t, communication_mask(g), g)
-            t, comm, _ = kinds[sig]
+                timed = time_graph(g, self.hw, self.request.cost_model)
+                kinds[sig] = (np.asarray(timed.time_s, dtype=np.float64), communication_mask(g), g,
+                              *self._energy_of(timed))
+            t, comm, _, dyn, compute = kinds[sig]
             times.append(t)
             layers.append(np.full(len(t), layer))
             comms.append(comm)
+            dyns.append(dyn)
+            computes.append(compute)
         rest = len(shell.ops) - first_head
         times.append(shell_t[first_head:])
         layers.append(np.full(rest, AFTER_LAYERS))
         comms.append(shell_comm[first_head:])
+        dyns.append(shell_dyn[first_head:])
+        computes.append(shell_compute[first_head:])
         phase = _DevicePhase(w1.phase, np.concatenate(times), np.concatenate(layers), np.concatenate(comms), 1,
-                             _pass_tokens(shell))
-        return _Device((phase,), (shell, *(g for _, _, g in kinds.values())), self.hw.memory_capacity_bytes, None)
+                             _pass_tokens(shell), np.concatenate(dyns) if self.hw.energy is not None else None,
+                             np.concatenate(computes))
+        return _Device((phase,), (shell, *(k[2] for k in kinds.values())), self.hw.memory_capacity_bytes, None)
+
+    def _energy_of(self, timed: TimedGraph) -> tuple[np.ndarray, np.ndarray]:
+        """Each op's dynamic joules (zeros without energy figures) and whether it is compute-bound."""
+        from layerscope.cost.energy import timed_dynamic_energy_j
+
+        compute = np.array([b == "compute" for b in timed.bound], dtype=bool)
+        if self.hw.energy is None:
+            return np.zeros(len(compute)), compute
+        return timed_dynamic_energy_j(timed).total_j, compute
 
     def _stage_of(self, layer: np.ndarray, pp: int) -> np.ndarray:
         from layerscope.cost.api import stage_of_layer
@@ -364,6 +410,11 @@ class _PlanTimer:
     def _send_s(self, tokens: int, crosses: bool) -> float:
         """One stage's activation send of a pass of ``tokens`` tokens, timed by the cost model as the graph's
         send op."""
+        return self._send(tokens, crosses)[0]
+
+    def _send(self, tokens: int, crosses: bool) -> tuple[float, float]:
+        """One stage's activation send of a pass of ``tokens`` tokens: its time by the cost model as the graph's
+        send op, and its dynamic joules (0 without energy figures)."""
         from layerscope.cost.api import time_graph
         from layerscope.graph._common import Group, make_context
         from layerscope.graph.builder import stage_send
@@ -371,8 +422,8 @@ class _PlanTimer:
 
         w = self._plain
         key = (float(tokens), crosses)
-        t = self._sends.get(key)
-        if t is None:
+        sent = self._sends.get(key)
+        if sent is None:
             ctx = make_context(self.spec, (Group(1, tokens, 0),), w.weight_dtype, w.act_dtype, w.kv_dtype, 1,
                                stage_ends=(0,), stage_gpus=1)
             op = stage_send(ctx, "pp_send", "layers.0", 0, "x")
@@ -380,9 +431,9 @@ class _PlanTimer:
             if hw.interconnect is not None:  # stage 0 of one-GPU stages: on one-GPU domains the pair crosses
                 hw = hw.model_copy(update={"interconnect": hw.interconnect.model_copy(
                     update={"domain_gpus": 1 if crosses else None})})
-            t = self._sends[key] = float(time_graph(OpGraph(ops=(op,), name="send"), hw,
-                                                    self.request.cost_model).time_s.sum())
-        return t
+            timed = time_graph(OpGraph(ops=(op,), name="send"), hw, self.request.cost_model)
+            sent = self._sends[key] = (float(timed.time_s.sum()), float(self._energy_of(timed)[0].sum()))
+        return sent
 
     def row(self, c: Candidate) -> PlanRow:
         from layerscope.cost.api import PipelineTimes, memory_footprint
@@ -397,18 +448,24 @@ class _PlanTimer:
         pipe_first: PipelineTimes | None = None
         comm = total = 0.0
         domain = self.hw.interconnect.domain_gpus if self.hw.interconnect is not None else None
+        energy = _PlanEnergy()
         for ph in dev.phases:
             total += float(ph.time_s.sum())
             comm += float(ph.time_s[ph.comm].sum())
+            sends_s = sends_j = 0.0
             if c.pp == 1 and c.m == 1:
                 phase_s[ph.phase] = float(ph.time_s.sum())
+                energy.add_phase(ph, 0.0, 0.0, self.hw)
                 continue
             times = np.bincount(self._stage_of(ph.layer, c.pp), weights=ph.time_s, minlength=c.pp) / ph.passes
             for s in range(c.pp - 1):
-                send = self._send_s(ph.tokens, stage_send_crosses_node(s, c.tp * c.dp, domain))
+                send, send_j = self._send(ph.tokens, stage_send_crosses_node(s, c.tp * c.dp, domain))
                 times[s] += send
                 comm += send * ph.passes
                 total += send * ph.passes
+                sends_s += send * ph.passes
+                sends_j += send_j * ph.passes
+            energy.add_phase(ph, sends_s, sends_j, self.hw)
             pipe = PipelineTimes(times, c.m, ph.phase == "prefill")
             if pipe_first is None:
                 pipe_first = pipe
@@ -427,12 +484,42 @@ class _PlanTimer:
         tokens = workload.batch * (workload.output_tokens if workload.phase == "generate" else 1)
         memory = memory_footprint(self.spec, workload, dev.graphs)
         tps = tokens / e2e
+        energy_j = energy.energy_j(self.hw, ranks=c.tp * c.dp, gpus=c.gpus, e2e_s=e2e)
         return PlanRow(
             **c.shape(), latency_s=e2e, output_tokens_per_s=tps, output_tokens_per_s_per_gpu=tps / c.gpus,
             memory_per_gpu_bytes=memory.total, weights_per_gpu_bytes=memory.weights,
             kv_cache_per_gpu_bytes=memory.kv_cache, memory_capacity_bytes=dev.capacity_bytes,
             communication_share=comm / total if total > 0 else 0.0,
-            bubble_fraction=None if pipe_first is None else pipe_first.bubble_fraction)
+            bubble_fraction=None if pipe_first is None else pipe_first.bubble_fraction, energy_j=energy_j,
+            output_tokens_per_j=None if energy_j is None else tokens / energy_j)
+
+
+class _PlanEnergy:
+    """A plan's joules, as :func:`layerscope.cost.energy.estimate_energy` counts them for the same plan: per phase
+    one device graph's dynamic joules (its sends included) and the stretch the board's power limit gives its
+    compute-bound ops (:func:`layerscope.cost.energy.phase_energy`'s rule on the phase's summed op times); then
+    ``ranks × Σ dynamic + P_idle × GPUs × (end to end + Σ stretch)``."""
+
+    def __init__(self) -> None:
+        self.dynamic_j = 0.0
+        self.stretch_s = 0.0
+
+    def add_phase(self, ph: _DevicePhase, sends_s: float, sends_j: float, hw: HardwareSpec) -> None:
+        if ph.dynamic_j is None or hw.energy is None or ph.compute is None:
+            return
+        from layerscope.cost.energy import power_limit_factor
+
+        dyn_j = float(ph.dynamic_j.sum()) + sends_j
+        total_s = float(ph.time_s.sum()) + sends_s
+        compute_s = float(ph.time_s[ph.compute].sum())
+        factor = power_limit_factor(dyn_j, total_s, compute_s, hw.energy)
+        self.dynamic_j += dyn_j
+        self.stretch_s += (factor - 1.0) * compute_s
+
+    def energy_j(self, hw: HardwareSpec, *, ranks: int, gpus: int, e2e_s: float) -> float | None:
+        if hw.energy is None:
+            return None
+        return ranks * self.dynamic_j + hw.energy.idle_power_w * gpus * (e2e_s + self.stretch_s)
 
 
 def _pass_tokens(graph: OpGraph) -> int:

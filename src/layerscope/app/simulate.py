@@ -8,6 +8,7 @@ for verbs that go on computing with them (validate, demo, the golden traces).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["SIMULATED_PHASES", "ClusterSummary", "SimulateRequest", "SimulateResult", "SimulationRun", "build_graph",
-           "run_simulation", "simulate"]
+           "run_simulation", "simulate", "with_power"]
 
 #: Phases one simulated graph is built for (``generate`` is a prefill and many decode steps: simulate
 #: ``decode`` with ``decode_steps``).
@@ -79,7 +80,8 @@ class SimulateRequest(BaseModel):
     """The decoder layer simulated alone (when not ``all_layers``)."""
     out: Path | None = None
     """Trace to write: ``.json``, ``.json.gz`` or ``.pftrace``; ``None`` writes none. With a plan of more than one
-    device, a cluster trace: one process per GPU, the micro-batches through the pipeline (:func:`write_cluster`)."""
+    device, a cluster trace: one process per GPU, the micro-batches through the pipeline (:func:`write_cluster`).
+    Where the hardware spec has energy figures, each GPU gets a power counter (``power W``, :func:`with_power`)."""
     parallel: ParallelPlan = ParallelPlan()
     """How the model is split across devices: the graph simulated is one device's (its share of the batch, its
     heads and experts, its collectives and pipeline sends)."""
@@ -264,13 +266,25 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
     if request.out is not None:
         from layerscope.trace.writers import TraceMetadata, write_schedule_trace
 
-        meta = TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}")
+        meta = with_power(TraceMetadata.from_timed(timed, process_name=f"{op_graph.name} on {hw.name}"), timed)
         kept = tuple(p for p in inputs if Path(p).exists())
         if request.parallel.devices > 1:
             path, cluster = write_cluster(timed, spec, request, chosen, meta, request.out, kept)
         else:
             path = write_schedule_trace(chosen, meta, request.out, inputs=kept)
     return SimulationRun(spec.name, hw.name, timed, problem, sweep, chosen, path, cluster)
+
+
+def with_power(meta: TraceMetadata, timed: TimedGraph) -> TraceMetadata:
+    """``meta`` with each op's dynamic joules and the device's idle power (the traces' power counter,
+    :func:`layerscope.trace.writers.power_counter`) where the hardware spec has energy figures."""
+    energy = timed.hardware.energy
+    if energy is None:
+        return meta
+    from layerscope.cost.energy import timed_dynamic_energy_j
+
+    return dataclasses.replace(meta, op_dynamic_j=timed_dynamic_energy_j(timed).total_j,
+                               idle_power_w=energy.idle_power_w)
 
 
 def write_cluster(timed: TimedGraph, spec: ModelSpec, request: SimulateRequest, chosen: Schedule,

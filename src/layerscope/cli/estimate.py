@@ -51,6 +51,9 @@ def estimate_cmd(
                                  "(docs/estimate-json.md)."),
     as_json: bool = options.as_json("Print one JSON object (docs/schema/estimate.json)."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write the per-op table as CSV."),
+    activity: Path | None = typer.Option(None, "--activity", help="Write each op's activity for external power "
+                                         "tools (MACs per dtype, bytes per memory level, interconnect bytes, time, "
+                                         "energy) as .csv or .parquet (needs pyarrow); docs/energy.md."),
     input_alias: int | None = options.alias("--input"),
     output_alias: int | None = options.alias("--output"),
     cost_alias: str | None = options.alias("--cost"),
@@ -76,7 +79,7 @@ def estimate_cmd(
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, layer=layer,
     )
-    result = estimate(request)
+    result = estimate(request, activity=activity)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if csv_path is not None:

@@ -31,13 +31,15 @@ def plan_cmd(
     weight_dtype: str = options.weight_dtype(),
     act_dtype: str = options.act_dtype(),
     kv_dtype: str = options.kv_dtype(),
-    objective: str = typer.Option("latency", "--objective", help="Rank by latency | throughput (per GPU)."),
+    objective: str = typer.Option("latency", "--objective", help="Rank by latency | throughput (per GPU) | "
+                                  "tokens-per-joule (needs the spec's energy figures; docs/energy.md)."),
     max_micro_batches: int = typer.Option(8, "--max-micro-batches", help="Pipelines try 1, p, 2p ... up to this."),
     top: int = typer.Option(10, "--top", min=1, help="Plans shown."),
     cost_model: str = options.cost_model(),
     as_json: bool = options.as_json("Print one JSON object (docs/schema/plan.json)."),
 ) -> None:
-    """Enumerate TP x PP x EP x DP plans, rank them by latency or throughput per GPU under memory limits."""
+    """Enumerate TP x PP x EP x DP plans, rank them by latency, throughput per GPU or tokens per joule under memory
+    limits."""
     from layerscope.app.plan import PlanRequest, plan
     from layerscope.app.requests import WorkloadRequest, build_request
 
@@ -87,13 +89,15 @@ def _render(result: PlanResult, top: int) -> None:
               f"{len(result.plans)} valid plans of {len(result.plans) + len(result.failures)}, ranked by "
               f"{result.objective} · {result.graphs_timed} device graphs timed")
     t = Table(title=f"best {min(top, len(result.plans))} plans")
-    for col in ("GPUs", "tp", "pp", "ep", "dp", "µbatches", "latency", "tokens/s/GPU", "memory/GPU", "weights/GPU",
-                "KV/GPU", "comm", "bubble"):
+    energy = any(r.output_tokens_per_j is not None for r in result.plans)
+    for col in ("GPUs", "tp", "pp", "ep", "dp", "µbatches", "latency", "tokens/s/GPU",
+                *(("tokens/J",) if energy else ()), "memory/GPU", "weights/GPU", "KV/GPU", "comm", "bubble"):
         t.add_column(col, justify="right")
     for r in result.plans[:top]:
+        per_j = (f"{r.output_tokens_per_j:,.3g}" if r.output_tokens_per_j is not None else "-",) if energy else ()
         t.add_row(str(r.gpus), str(r.tensor_parallel), str(r.pipeline_parallel), str(r.expert_parallel),
                   str(r.data_parallel), str(r.micro_batches), fmt_time_s(r.latency_s),
-                  f"{r.output_tokens_per_s_per_gpu:,.1f}", fmt_si(r.memory_per_gpu_bytes, "B"),
+                  f"{r.output_tokens_per_s_per_gpu:,.1f}", *per_j, fmt_si(r.memory_per_gpu_bytes, "B"),
                   fmt_si(r.weights_per_gpu_bytes, "B"), fmt_si(r.kv_cache_per_gpu_bytes, "B"),
                   f"{r.communication_share:.1%}", "-" if r.bubble_fraction is None else f"{r.bubble_fraction:.1%}")
     con.print(t)

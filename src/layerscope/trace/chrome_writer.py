@@ -5,8 +5,9 @@ metadata's device index: 1 for device 0; ``process_sort_index`` the device index
 (``tid = k + TID_BASE``, named ``engine k`` and sorted by ``thread_sort_index``); one complete
 (``X``) slice per op with ``cat`` = op kind and the op's facts in ``args``; a flow per dependency
 edge (``s`` at the producer, ``f`` with ``bp: "e"`` at the consumer, each at the midpoint of its
-slice so the binding to the enclosing slice is unambiguous); and two counter (``C``) tracks:
-memory bandwidth in use (GB/s) and engines busy. ``ts``/``dur`` are microseconds written with
+slice so the binding to the enclosing slice is unambiguous); and counter (``C``) tracks:
+memory bandwidth in use (GB/s), engines busy, and where the metadata has op energies the chip's power (W:
+:func:`~layerscope.trace.writers.power_counter`). ``ts``/``dur`` are microseconds written with
 three decimals, i.e. exact nanoseconds. The output is deterministic and streamed in chunks.
 """
 
@@ -25,8 +26,11 @@ from layerscope.trace.writers import (
     BANDWIDTH_COUNTER,
     BANDWIDTH_UNIT,
     FLOW_CATEGORY,
+    POWER_COUNTER,
+    POWER_UNIT,
     TID_BASE,
     TraceMetadata,
+    power_counter,
     sim_pid,
     slice_order,
 )
@@ -168,6 +172,13 @@ def _write(schedule: Schedule, meta: TraceMetadata, out: IO[bytes] | gzip_mod.Gz
                    f'"args":{{"busy":{v}}}}}')
         if len(buf) >= flush_every:
             flush()
+    power = power_counter(meta, schedule.start_ns, schedule.end_ns)
+    if power is not None:
+        for t, v in zip(power[0].tolist(), power[1].tolist(), strict=True):
+            buf.append(f',\n{{"ph":"C","pid":{pid},"tid":0,"ts":{_us(t)},"name":"{POWER_COUNTER}",'
+                       f'"args":{{"{POWER_UNIT}":{round(v, 6)!r}}}}}')
+            if len(buf) >= flush_every:
+                flush()
     buf.append("\n]}\n")
     flush()
 

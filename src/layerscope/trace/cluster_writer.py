@@ -11,11 +11,14 @@ with the op's args (shapes, FLOPs, bytes: :class:`~layerscope.trace.writers.Trac
 ``micro_batch``, ``stage``, ``step`` (multi-step graphs), ``peer`` (send, receive) and ``group`` (a collective's
 GPUs); the next stage's receive of a send is a slice ``….pp_recv`` at the same instant. Flows: each send to
 its receive (``send``), and within a collective's group each GPU's slice to the next GPU's (``collective``).
-Counters per GPU: engines busy, memory bandwidth in use (GB/s), bytes sent on the interconnect (GB/s).
+Counters per GPU: engines busy, memory bandwidth in use (GB/s), bytes sent on the interconnect (GB/s), and where
+the metadata has op energies its power (W: each slice's dynamic joules over its duration plus idle power,
+:func:`~layerscope.trace.writers.power_counter`; a receive's joules are its send's, on the sender).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip as gzip_mod
 import json
@@ -29,11 +32,19 @@ import numpy as np
 
 from layerscope.errors import TraceError
 from layerscope.registry import Registry
-from layerscope.schedule.cluster import COLLECTIVE, RECV, SEND, ClusterTimeline
+from layerscope.schedule.cluster import COLLECTIVE, RECV, SEND, ClusterTimeline, Counter
 from layerscope.trace.protobuf_wire import f_bytes, f_double, f_string, f_varint, key, varint
-from layerscope.trace.writers import TID_BASE, TraceMetadata, sim_pid, trace_format
+from layerscope.trace.writers import (
+    POWER_COUNTER,
+    POWER_UNIT,
+    TID_BASE,
+    TraceMetadata,
+    power_counter,
+    sim_pid,
+    trace_format,
+)
 
-__all__ = ["CLUSTER_WRITERS", "slice_names", "thread_id", "write_cluster_trace"]
+__all__ = ["CLUSTER_WRITERS", "power_counters", "slice_names", "thread_id", "write_cluster_trace"]
 
 _dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
 _GZIP_LEVEL = 1
@@ -53,6 +64,23 @@ def slice_names(timeline: ClusterTimeline, meta: TraceMetadata) -> list[str]:
         name = out[k]
         out[k] = name[: -len("pp_send")] + "pp_recv" if name.endswith("pp_send") else name + ".recv"
     return out
+
+
+def power_counters(timeline: ClusterTimeline, meta: TraceMetadata) -> tuple[Counter, ...]:
+    """Each GPU's power counter (``power W``) from its slices, from 0 to the makespan (idle before its stage's
+    first micro-batch and after its last): every op slice's dynamic joules (the op's in ``meta``) over its
+    duration, receives none; empty when ``meta`` has no op energies."""
+    if meta.op_dynamic_j is None:
+        return ()
+    out = []
+    name = f"{POWER_COUNTER} {POWER_UNIT}"
+    for g in timeline.gpus:
+        mine = (timeline.gpu == g.rank) & (timeline.cls != RECV)
+        power = power_counter(meta, timeline.start_ns[mine], timeline.end_ns[mine], timeline.op[mine],
+                              (0, timeline.makespan_ns))
+        if power is not None:
+            out.append(Counter(g.rank, name, *power))
+    return tuple(out)
 
 
 #: The track of each GPU that shows its micro-batches (one slice each, spanning its stage's work on it).
@@ -392,6 +420,9 @@ def write_cluster_trace(timeline: ClusterTimeline, meta: TraceMetadata, path: st
     writer = CLUSTER_WRITERS.lookup(trace_format(path))
     if len(timeline.op) and int(timeline.op.max()) >= len(meta.names):
         raise TraceError(f"metadata has {len(meta.names)} ops but the timeline names op {int(timeline.op.max())}")
+    power = power_counters(timeline, meta)
+    if power:
+        timeline = dataclasses.replace(timeline, counters=timeline.counters + power)
     with atomic_write(path, "wb", inputs=inputs) as handle, paused_gc():
         writer(timeline, meta, handle)
     return Path(path)

@@ -8,7 +8,8 @@ perfetto's ``protos/perfetto/trace/trace_packet.proto``, ``track_event/track_eve
 
 Layout: a process track (the chip, pid :func:`~layerscope.trace.writers.sim_pid` of the metadata's
 device index: 1 for device 0), one thread track per engine (``engine k``, tid ``k + 1``),
-two counter tracks (memory bandwidth in use in GB/s, engines busy). Each op is a
+counter tracks (memory bandwidth in use in GB/s, engines busy, and where the metadata has op energies the
+chip's power in W: :func:`~layerscope.trace.writers.power_counter`). Each op is a
 TYPE_SLICE_BEGIN/TYPE_SLICE_END pair on its engine's track with ``name``, an interned category
 (the op kind), debug annotations (interned names; the template args of the op plus its layer, its module
 where that is not the op's own name, and its dependency names; the engine is the track), ``flow_ids`` for the
@@ -33,8 +34,11 @@ from layerscope.trace.writers import (
     BANDWIDTH_COUNTER,
     BANDWIDTH_UNIT,
     ENGINES_COUNTER,
+    POWER_COUNTER,
+    POWER_UNIT,
     TID_BASE,
     TraceMetadata,
+    power_counter,
     sim_pid,
 )
 
@@ -94,6 +98,7 @@ PROCESS_UUID = 1
 THREAD_UUID_BASE = 100
 BANDWIDTH_UUID = 10
 ENGINES_UUID = 11
+POWER_UUID = 12
 
 _PACKET_KEY = key(TRACE_PACKET, 2)
 _SEQ = f_varint(TP_SEQUENCE_ID, SEQUENCE_ID)
@@ -224,6 +229,10 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
                  + f_string(TD_NAME, f"{BANDWIDTH_COUNTER} {BANDWIDTH_UNIT}") + f_bytes(TD_COUNTER, b""))
     descs.append(f_varint(TD_UUID, ENGINES_UUID) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
                  + f_string(TD_NAME, ENGINES_COUNTER) + f_bytes(TD_COUNTER, f_varint(CD_UNIT, UNIT_COUNT)))
+    power = power_counter(meta, schedule.start_ns, schedule.end_ns)
+    if power is not None:
+        descs.append(f_varint(TD_UUID, POWER_UUID) + f_varint(TD_PARENT_UUID, PROCESS_UUID)
+                     + f_string(TD_NAME, f"{POWER_COUNTER} {POWER_UNIT}") + f_bytes(TD_COUNTER, b""))
     # The first packet clears the incremental state and defines the sequence's incremental clock
     # (its timestamps are deltas from the previous packet's; clock 64 at 0 is BOOTTIME at 0).
     clocks = (f_bytes(CS_CLOCKS, f_varint(CLK_ID, INCREMENTAL_CLOCK_ID) + f_varint(CLK_TIMESTAMP, 0)
@@ -300,7 +309,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     deps_key = f_varint(DA_NAME_IID, iid_deps)
 
     order, ts_all, is_end = _event_order(schedule)
-    c_ts, c_ev = _counter_events(schedule)
+    c_ts, c_ev = _counter_events(schedule, power)
     # One stream in time order: counter values first at an instant, then slice ends/begins.
     n_ev, n_c = len(order), len(c_ts)
     ts_m = np.concatenate([np.asarray(c_ts, dtype=np.int64), np.asarray(ts_all, dtype=np.int64)])
@@ -398,20 +407,26 @@ def _event_order(schedule: Schedule) -> tuple[list[int], list[int], list[bool]]:
     return op.tolist(), ts[order].tolist(), (order >= n).tolist()
 
 
-def _counter_events(schedule: Schedule) -> tuple[list[int], list[bytes]]:
-    """Time and encoded TrackEvent of every counter value, in time order (bandwidth first)."""
+def _counter_events(schedule: Schedule,
+                    power: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[list[int], list[bytes]]:
+    """Time and encoded TrackEvent of every counter value, in time order (bandwidth, engines, then power)."""
     busy_t, busy_v = schedule.engines_busy()
     bw_t = schedule.bandwidth_time_ns
-    ts = np.concatenate([bw_t, busy_t]).astype(np.int64)
-    track = np.concatenate([np.zeros(len(bw_t), np.int8), np.ones(len(busy_t), np.int8)])
+    pw_t, pw_v = power if power is not None else (np.zeros(0, np.int64), np.zeros(0))
+    ts = np.concatenate([bw_t, busy_t, pw_t]).astype(np.int64)
+    track = np.concatenate([np.zeros(len(bw_t), np.int8), np.ones(len(busy_t), np.int8),
+                            np.full(len(pw_t), 2, np.int8)])
     order = np.lexsort((track, ts))
     bw_head = (f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, BANDWIDTH_UUID)
                + key(TE_DOUBLE_COUNTER_VALUE, 1))
     busy_head = f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, ENGINES_UUID) + key(TE_COUNTER_VALUE, 0)
     gbps = (schedule.bandwidth_bytes_per_s / 1e9).tolist()
+    power_head = (f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, POWER_UUID)
+                  + key(TE_DOUBLE_COUNTER_VALUE, 1))
     busy = busy_v.tolist()
-    nbw = len(bw_t)
+    watts = pw_v.tolist()
+    nbw, nbusy = len(bw_t), len(busy_t)
     pack = struct.Struct("<d").pack
-    evs = [bw_head + pack(gbps[j]) if j < nbw else busy_head + varint(int(busy[j - nbw]))
-           for j in order.tolist()]
+    evs = [bw_head + pack(gbps[j]) if j < nbw else busy_head + varint(int(busy[j - nbw])) if j < nbw + nbusy
+           else power_head + pack(watts[j - nbw - nbusy]) for j in order.tolist()]
     return ts[order].tolist(), evs

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACE_WRITERS",
     "TraceMetadata",
+    "power_counter",
     "sim_pid",
     "slice_order",
     "trace_format",
@@ -40,6 +41,9 @@ BANDWIDTH_COUNTER = "memory bandwidth"
 BANDWIDTH_UNIT = "GB/s"
 #: Name of the counter track of how many engines run an op (JSON: event "engines", arg "busy").
 ENGINES_COUNTER = "engines busy"
+#: Name of the counter track of the device's power (JSON: event "power", arg "W"; the track "power W").
+POWER_COUNTER = "power"
+POWER_UNIT = "W"
 #: Category of flow (dependency) events in JSON.
 FLOW_CATEGORY = "dependency"
 #: pid of the simulated chip of device 0 and the tid of engine k (k + TID_BASE): small fixed numbers
@@ -80,9 +84,16 @@ class TraceMetadata:
     device: int = 0
     """Index of the device the schedule ran on: the trace's process is :func:`sim_pid` ``(device)``
     (and its process sort index is ``device``)."""
+    op_dynamic_j: np.ndarray | None = None
+    """Dynamic joules per op (:func:`layerscope.cost.energy.timed_dynamic_energy_j`): with ``idle_power_w`` the
+    trace's power counter (:func:`power_counter`); None: no power track."""
+    idle_power_w: float = 0.0
+    """The device's idle power, watts: the power counter's level between ops."""
 
     def __post_init__(self) -> None:
         n = len(self.names)
+        if self.op_dynamic_j is not None and len(self.op_dynamic_j) != n:
+            raise TraceError(f"metadata: {len(self.op_dynamic_j)} op energies for {n} ops")
         if len(self.template) != n:
             raise TraceError(f"metadata: {len(self.template)} template ids for {n} ops")
         if n and (self.template.min() < 0 or self.template.max() >= len(self.templates)):
@@ -155,6 +166,21 @@ class TraceMetadata:
                 templates.append({"kind": k, **(extra or {}).get(k, {})})
             template[i] = t
         return cls(process_name, list(names), template, templates, device=device)
+
+
+def power_counter(meta: TraceMetadata, start_ns: np.ndarray, end_ns: np.ndarray, op: np.ndarray | None = None,
+                  span_ns: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The power counter ``(time_ns, watts)`` of one device whose slices run ``op`` (indices into ``meta``'s ops;
+    default: every op in order) from ``start_ns`` to ``end_ns``, over ``span_ns`` (default: first start to last
+    end; :func:`layerscope.cost.energy.power_steps`); None when ``meta`` has no op energies."""
+    if meta.op_dynamic_j is None:
+        return None
+    from layerscope.cost.energy import power_steps
+
+    joules = meta.op_dynamic_j if op is None else meta.op_dynamic_j[op]
+    time_ns, watts = power_steps(start_ns, end_ns, joules, meta.idle_power_w, span_ns)
+    # milliwatts: both formats then hold the same numbers (JSON writes decimals)
+    return time_ns, np.round(watts, 3)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
