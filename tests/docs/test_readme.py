@@ -392,6 +392,19 @@ def check_compare(ran: Ran) -> None:
         f"({low:+.0%}, {high:+.0%})")
 
 
+def check_compare_json(ran: Ran) -> None:
+    doc = json.loads(ran.file("compare.json").read_text())
+    assert doc["summary"]["join"] == "modules" and doc["summary"]["ops_joined"] > 0
+    assert math.isfinite(doc["summary"]["forward_error"])
+
+
+def check_report(ran: Ran) -> None:
+    _has("compare.json (compare): predicted-vs-measured, error-by-op", "wrote report.html")(ran)
+    text = ran.file("report.html").read_text(encoding="utf-8")
+    assert "plotly.js v" in text and 'id="doc0-predicted-vs-measured"' in text
+    assert not re.search(r"<script[^>]+src=", text), "the report loads a script from elsewhere"
+
+
 def check_validate(ran: Ran) -> None:
     doc = json.loads(ran.file("out/validate/validation.json").read_text())
     phases = {p["phase"]: p for p in doc["phases"]}
@@ -502,6 +515,8 @@ STEPS: dict[str, Step] = {
     "--weight-dtype fp32 --act-dtype fp32 --kv-dtype fp32 --context 128 --decode-steps 4 --out sim.json.gz":
         Step(check_simulate_captured_workload),
     "layerscope compare --sim sim.json.gz --real real.json.gz": Step(check_compare),
+    "layerscope compare --sim sim.json.gz --real real.json.gz --json > compare.json": Step(check_compare_json),
+    "layerscope report compare.json --out report.html": Step(check_report),
     "layerscope validate --model llama-3.2-1b --layers 1 --hardware hw.yaml --prompt-len 128 --decode-steps 4":
         Step(check_validate, heavy=True, timeout_s=600),
     "layerscope workloads --model qwen3-30b-a3b --layers 2 --random-weights --out records/":
