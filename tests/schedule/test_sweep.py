@@ -78,3 +78,47 @@ def test_engines_used_tolerance() -> None:
 def test_unknown_policy() -> None:
     with pytest.raises(ScheduleError, match="unknown policy"):
         sweep_engines(_parallel(2, 2), "1..2", "random")
+
+
+def _problem(deps, compute_s, memory_bytes, bandwidth=1e9):
+    from layerscope.schedule.core import ScheduleProblem
+
+    n = len(deps)
+    return ScheduleProblem.from_dependencies(deps, compute_s, memory_bytes, [0.0] * n, bandwidth)
+
+
+def test_split_and_add_ask_two_questions_and_name_the_bound() -> None:
+    """Hand-computed: a chain of four 1-s ops; four independent 1-s ops; four independent 1-GB copies at 1 GB/s."""
+    from layerscope.schedule.sweep import sweep_engines
+
+    chain = _problem([[], [0], [1], [2]], [1.0] * 4, [0.0] * 4)
+    split = sweep_engines(chain, "1,2,4", "in-order", mode="split")
+    # split: every op on 1/N of the chip: the chain takes 4N s, set by the dependencies
+    assert [r["makespan_ns"] for r in split.rows] == [4e9, 8e9, 16e9]
+    assert [r["bound"] for r in split.rows] == ["compute", "dependencies", "dependencies"]  # 1 engine: a tie
+    add = sweep_engines(chain, "1,2,4", "in-order", mode="add", engine_fraction=1.0)
+    assert [r["makespan_ns"] for r in add.rows] == [4e9] * 3
+    assert [r["bound"] for r in add.rows] == ["compute", "dependencies", "dependencies"]
+
+    wide = _problem([[], [], [], []], [1.0] * 4, [0.0] * 4)
+    assert [r["makespan_ns"] for r in sweep_engines(wide, "1,2,4", "list", mode="split").rows] == [4e9] * 3
+    added = sweep_engines(wide, "1,2,4", "list", mode="add", engine_fraction=1.0)
+    assert [r["makespan_ns"] for r in added.rows] == [4e9, 2e9, 1e9]
+    assert [r["bound"] for r in added.rows] == ["compute"] * 3
+    assert added.rows[2]["speedup"] == 4.0 and added.mode == "add" and added.engine_fraction == 1.0
+
+    copies = _problem([[], [], [], []], [0.0] * 4, [1e9] * 4)
+    rows = sweep_engines(copies, "1,4", "list", mode="add", engine_fraction=0.5).rows
+    assert [r["makespan_ns"] for r in rows] == [4e9, 4e9]  # the shared bandwidth: 4 GB at 1 GB/s
+    assert rows[1]["bound"] == "bandwidth" and rows[1]["bandwidth_bound_ns"] == 4e9
+
+
+def test_adding_engines_needs_their_size() -> None:
+    from layerscope.errors import ScheduleError
+    from layerscope.schedule.sweep import sweep_engines
+
+    p = _problem([[]], [1.0], [0.0])
+    with pytest.raises(ScheduleError, match="engine size"):
+        sweep_engines(p, "1,2", mode="add")
+    with pytest.raises(ScheduleError, match="engine mode"):
+        sweep_engines(p, "1,2", mode="grow")

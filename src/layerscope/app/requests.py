@@ -157,6 +157,9 @@ def build_request(model: type[M], /, error: type[LayerscopeError] = WorkloadErro
     except ValidationError as exc:
         parts = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or model.__name__
+            if not err["loc"]:  # a check of the whole request: its message names the fields
+                parts.append(f"{model.__name__}: {err['msg'].removeprefix('Value error, ')}")
+                continue
+            loc = ".".join(str(p) for p in err["loc"])
             parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
         raise error("; ".join(parts)) from None

@@ -13,9 +13,9 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from layerscope.app.requests import (
     DEFAULT_ATTENTION,
@@ -66,6 +66,21 @@ class SimulateRequest(BaseModel):
     with a growing KV cache."""
     engines: int | str | list[int] = 4
     """Engine counts: 4, ``"1..8"``, ``"1,2,4,8"``, a list, or ``"spec"`` (one per core/SM of the hardware)."""
+    engine_mode: Literal["split", "add"] = "split"
+    """``split``: the chip's compute divided among N engines (the work and the chip fixed); ``add``: N engines of
+    ``engine_size`` each (how many engines of this size does the work need?). The memory bandwidth is the chip's in
+    both (``schedule.sweep``)."""
+    engine_size: float | None = Field(default=None, gt=0)
+    """In ``add`` mode: each engine's share of the chip's compute (0.25 = a quarter of the chip)."""
+
+    @model_validator(mode="after")
+    def _engine_size_with_add(self) -> SimulateRequest:
+        if self.engine_mode == "add" and self.engine_size is None:
+            raise ValueError("engine_mode 'add' needs engine_size, each engine's share of the chip's compute "
+                             "(--engine-size 0.25: a quarter of the chip)")
+        if self.engine_mode == "split" and self.engine_size is not None:
+            raise ValueError("engine_size is for engine_mode 'add' (split divides the chip into N equal engines)")
+        return self
     policy: str = "list"
     """Registered scheduling policy: ``list`` (HEFT ranks, never worse than program order) or ``in-order``."""
     share_bandwidth: bool = True
@@ -120,6 +135,14 @@ class SweepRow(BaseModel):
     """Bytes moved over what the memory bandwidth could move in the makespan, 0..1."""
     within_tolerance: bool
     """Makespan within 2% of the sweep's best."""
+    bandwidth_bound_ns: float
+    """Lower bound: the memory traffic over the shared bandwidth (0 when each engine has all of it), ns."""
+    dependencies_bound_ns: float
+    """Lower bound: the longest chain of dependent ops, each at its time alone on one engine, ns."""
+    compute_bound_ns: float
+    """Lower bound: every op's engine time (arithmetic at the engine's share, overhead) over the engines, ns."""
+    bound: str
+    """The largest lower bound, what sets the makespan: ``bandwidth``, ``compute`` or ``dependencies``."""
 
 
 class ScheduleSummary(BaseModel):
@@ -195,6 +218,13 @@ class SimulateResult(BaseModel):
     """The ops' durations summed (one engine with no overlap), nanoseconds."""
     sweep: list[SweepRow]
     """One row per engine count."""
+    engine_mode: str = "split"
+    """The question the sweep asked: ``split`` (a fixed chip divided into N engines) or ``add`` (N engines of
+    ``engine_size`` each)."""
+    engine_size: float | None = None
+    """In ``add`` mode: each engine's share of the chip's compute."""
+    curve: str = ""
+    """Why the makespan moves as it does over the engine counts, in words (from each row's ``bound``)."""
     engines_used: int
     """The smallest engine count whose makespan is within 2% of the best (its schedule is the one written)."""
     schedule: ScheduleSummary
@@ -245,6 +275,11 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
         spec = load_model_spec(os.fspath(request.model))
         inputs.append(request.model)
     check_devices(request.hardware, request.parallel)
+    if request.engine_mode == "add" and request.parallel.devices > 1:
+        from layerscope.errors import ScheduleError
+
+        raise ScheduleError("--engine-mode add times one chip's engines; a plan over several GPUs splits each GPU "
+                            "(engine mode split)")
     if isinstance(request.hardware, HardwareSpec):
         hw = request.hardware
     else:
@@ -259,7 +294,8 @@ def run_simulation(request: SimulateRequest) -> SimulationRun:
     timed = time_graph(op_graph, hw, request.cost_model)
     problem = ScheduleProblem.from_timed(timed)
     log.info("scheduling %d ops on %s engines (%s)", problem.n, counts, request.policy)
-    sweep = sweep_engines(problem, counts, request.policy, request.share_bandwidth)
+    sweep = sweep_engines(problem, counts, request.policy, request.share_bandwidth, mode=request.engine_mode,
+                          engine_fraction=request.engine_size)
     chosen = sweep.schedules[counts.index(sweep.engines_used)]
     path = None
     cluster = None
@@ -316,10 +352,46 @@ def result_of(run: SimulationRun) -> SimulateResult:
         share_bandwidth=run.schedule.share_bandwidth, bandwidth_bytes_per_s=run.problem.bandwidth_bytes_per_s,
         sum_of_op_times_ns=round(float(run.timed.time_s.sum()) * 1e9),
         sweep=[SweepRow.model_validate(row) for row in run.sweep.rows], engines_used=run.sweep.engines_used,
+        engine_mode=run.sweep.mode, engine_size=run.sweep.engine_fraction, curve=explain_curve(run.sweep),
         schedule=ScheduleSummary.model_validate(summary),
         trace=str(run.trace_path) if run.trace_path else None,
         cluster=None if run.cluster is None else _cluster_summary(run.cluster),
     )
+
+
+#: What each bound means for the curve, in the words of :func:`explain_curve`.
+_BOUND_WORDS = {
+    "bandwidth": "bandwidth-bound (the memory traffic over the shared bandwidth sets the time; engines cannot help)",
+    "dependencies": "dependency-bound (the chain of dependent ops, each on one engine, sets the time)",
+    "compute": "compute-bound (the engines' arithmetic sets the time: more engine capacity helps)",
+}
+
+
+def explain_curve(sweep: Sweep) -> str:
+    """The sweep's question and why its makespan moves as it does: consecutive engine counts with the same bound
+    grouped, each group with its makespans."""
+    rows = sweep.rows
+    if sweep.mode == "add":
+        question = (f"engines of {sweep.engine_fraction:g} of the chip each, added (the memory bandwidth the "
+                    "chip's)")
+    else:
+        question = "one chip's compute split into N engines of 1/N each (the work and the bandwidth fixed)"
+    parts = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i]["bound"] != rows[start]["bound"]:
+            a, b = rows[start], rows[i - 1]
+            span = (f"{a['engines']} engine{'s' if a['engines'] != 1 else ''}" if a is b else
+                    f"{a['engines']}-{b['engines']} engines")
+            ms_a, ms_b = float(a["makespan_ns"]) / 1e6, float(b["makespan_ns"]) / 1e6  # type: ignore[arg-type]
+            times = f"{ms_a:.4g} ms" if a is b else f"{ms_a:.4g} -> {ms_b:.4g} ms"
+            parts.append(f"{span}: {times}, {_BOUND_WORDS[str(a['bound'])]}")
+            start = i
+    why = ""
+    if sweep.mode == "split" and len(rows) > 1 and rows[-1]["makespan_ns"] > rows[0]["makespan_ns"]:  # type: ignore[operator]
+        why = (" More engines are slower here: each op runs on 1/N of the chip, so the ops that cannot overlap "
+               "take N times longer; ask --engine-mode add to grow the chip instead.")
+    return f"{question}. " + "; ".join(parts) + "." + why
 
 
 def _cluster_summary(timeline: ClusterTimeline) -> ClusterSummary:

@@ -24,6 +24,10 @@ def simulate_cmd(
     model: str = options.model(),
     hardware: str = options.hardware(),
     engines: str = typer.Option("4", "--engines", "-e", help="Engine count, 1..8, 1,2,4,8, or 'spec' (its cores)."),
+    engine_mode: str = typer.Option("split", "--engine-mode", help="split: one chip divided into N engines; "
+                                    "add: N engines of --engine-size each (how many does the work need?)."),
+    engine_size: float | None = typer.Option(None, "--engine-size", help="add mode: each engine's share of the "
+                                             "chip's compute (0.25 = a quarter)."),
     policy: str = typer.Option("list", "--policy", help="list | in-order"),
     phase: str = typer.Option("decode", "--phase", help="decode | prefill | chunked"),
     batch: int | None = options.batch(None),
@@ -88,7 +92,8 @@ def simulate_cmd(
     request = build_request(
         SimulateRequest, model=model if layers is None else _first_layers(model, layers),
         hardware=with_execution(hardware, execution),
-        workload=workload, engines=engines, policy=policy, share_bandwidth=not no_shared_bandwidth,
+        workload=workload, engines=engines, engine_mode=engine_mode, engine_size=engine_size, policy=policy,
+        share_bandwidth=not no_shared_bandwidth,
         cost_model=options.resolve(cost_model, "--cost-model", cost_alias, "--cost", "roofline"),
         attention=attention, all_layers=all_layers or layers is not None, layer=layer, out=out,
         parallel=build_request(ParallelPlan, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
@@ -167,14 +172,16 @@ def _render(result: SimulateResult, gpus: int = 1) -> None:
         f"bandwidth {'shared' if result.share_bandwidth else 'per engine'}"
     )
     t = Table(title="engine sweep" if len(result.sweep) > 1 else "schedule")
-    for col in ("engines", "makespan", "speedup", "engine util", "bandwidth util"):
+    for col in ("engines", "makespan", "speedup", "engine util", "bandwidth util", "bound"):
         t.add_column(col, justify="right")
     for row in result.sweep:
         mark = " ◀" if row.engines == result.engines_used else ""
         t.add_row(f"{row.engines}{mark}", fmt_time_s(row.makespan_ns / 1e9), f"{row.speedup:.2f}x",
-                  f"{row.engine_utilization:.1%}", f"{row.bandwidth_utilization:.1%}")
+                  f"{row.engine_utilization:.1%}", f"{row.bandwidth_utilization:.1%}", row.bound)
     con.print(t)
     con.print(f"engines used: {result.engines_used} (smallest count within 2% of the best makespan)")
+    if result.curve:
+        con.print(esc(result.curve))
     if result.cluster is not None:
         c = result.cluster
         batches = f"{c.micro_batches} micro-batch{'es' if c.micro_batches > 1 else ''}"
