@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from layerscope.report import load_document
-from layerscope.report.simulate import charts
+from layerscope.report.simulate import LOWER_BOUNDS, charts
 
 pytest.importorskip("plotly", reason="the report's charts need plotly: pip install 'layerscope[report]'")
 
@@ -16,7 +16,8 @@ def test_sweep_curve_is_the_sweep(simulate_json: Path) -> None:
     doc = load_document(simulate_json)
     section = charts(doc)
     assert [c.id for c in section.charts] == ["engine-sweep", "engine-utilization"]
-    makespan, speedup, serial = section.charts[0].figure.data
+    traces = {trace.name: trace for trace in section.charts[0].figure.data}
+    makespan, speedup, serial = traces["makespan"], traces["speedup"], traces["sum of op times"]
     rows = doc.data["sweep"]
     assert list(makespan.x) == list(range(1, 9))
     assert list(makespan.y) == pytest.approx([row["makespan_ns"] / 1e3 for row in rows])
@@ -40,3 +41,18 @@ def test_facts_name_the_engines_used(simulate_json: Path) -> None:
     doc = load_document(simulate_json)
     facts = dict(charts(doc).facts)
     assert facts["engines used"].startswith(f"{doc.data['engines_used']} ")
+
+
+def test_lower_bounds_lie_under_the_makespan(simulate_json: Path) -> None:
+    """Where the sweep rows carry their lower bounds (bandwidth, dependencies, compute), each is drawn and none is
+    above the makespan it bounds."""
+    doc = load_document(simulate_json)
+    rows = doc.data["sweep"]
+    if "bound" not in rows[0]:
+        pytest.skip("this simulate --json has no lower bounds per sweep row")
+    traces = {trace.name: trace for trace in charts(doc).charts[0].figure.data}
+    makespan = traces["makespan"].y
+    for key, name in LOWER_BOUNDS:
+        assert list(traces[name].y) == pytest.approx([row[key] / 1e3 for row in rows])
+        assert all(bound <= span * (1 + 1e-6) for bound, span in zip(traces[name].y, makespan, strict=True))
+    assert all(row["bound"] in traces["makespan"].customdata[i] for i, row in enumerate(rows))

@@ -8,7 +8,12 @@ from typing import Any
 from layerscope.report.charts import Chart, Fact, Section, go, layout, seconds_text
 from layerscope.report.documents import Document
 
-__all__ = ["charts", "sweep_chart", "utilization_chart"]
+__all__ = ["LOWER_BOUNDS", "charts", "sweep_chart", "utilization_chart"]
+
+#: The sweep rows' lower bounds on the makespan, drawn under it where the document has them.
+LOWER_BOUNDS = (("bandwidth_bound_ns", "bound: memory traffic / bandwidth"),
+                ("dependencies_bound_ns", "bound: longest dependency chain"),
+                ("compute_bound_ns", "bound: engine time / engines"))
 
 
 def charts(doc: Document) -> Section:
@@ -22,7 +27,7 @@ def charts(doc: Document) -> Section:
 
 def _facts(data: dict[str, Any]) -> list[Fact]:
     best = min(data["sweep"], key=lambda row: row["makespan_ns"])
-    return [
+    facts: list[Fact] = [
         ("model", data["model"]), ("hardware", data["hardware"]), ("graph", data["graph"]),
         ("ops", f"{data['ops']} ({data['dependencies']} dependencies)"), ("cost model", data["cost_model"]),
         ("policy", data["policy"] + (", engines share the bandwidth" if data["share_bandwidth"] else "")),
@@ -31,6 +36,9 @@ def _facts(data: dict[str, Any]) -> list[Fact]:
                           f"({best['speedup']:.3g}x)"),
         ("engines used", f"{data['engines_used']} (the fewest within 2% of the best)"),
     ]
+    if data.get("curve"):  # the question asked (split or add engines) and why the curve has its shape
+        facts.append(("why this shape", str(data["curve"])))
+    return facts
 
 
 def sweep_chart(data: dict[str, Any]) -> Chart:
@@ -42,8 +50,10 @@ def sweep_chart(data: dict[str, Any]) -> Chart:
     rows = data["sweep"]
     engines = [row["engines"] for row in rows]
     figure = make_subplots(specs=[[{"secondary_y": True}]])
+    limits = [f", {row['bound']}-bound" if row.get("bound") else "" for row in rows]
     figure.add_trace(g.Scatter(x=engines, y=[row["makespan_ns"] / 1e3 for row in rows], mode="lines+markers",
-                               name="makespan", hovertemplate="%{x} engines: %{y:.4g} µs<extra></extra>"),
+                               name="makespan", customdata=limits,
+                               hovertemplate="%{x} engines: %{y:.4g} µs%{customdata}<extra></extra>"),
                      secondary_y=False)
     figure.add_trace(g.Scatter(x=engines, y=[row["speedup"] for row in rows], mode="lines+markers",
                                name="speedup", line={"dash": "dot"},
@@ -51,6 +61,12 @@ def sweep_chart(data: dict[str, Any]) -> Chart:
     figure.add_trace(g.Scatter(x=[engines[0], engines[-1]], y=[data["sum_of_op_times_ns"] / 1e3] * 2, mode="lines",
                                name="sum of op times", line={"color": "#888", "dash": "dash"},
                                hovertemplate="ops one after another: %{y:.4g} µs<extra></extra>"), secondary_y=False)
+    for key, name in LOWER_BOUNDS:
+        if all(isinstance(row.get(key), (int, float)) for row in rows):
+            figure.add_trace(g.Scatter(x=engines, y=[row[key] / 1e3 for row in rows], mode="lines", name=name,
+                                       line={"width": 1, "dash": "dot"},
+                                       hovertemplate=f"{name}: %{{y:.4g}} µs on %{{x}} engines<extra></extra>"),
+                             secondary_y=False)
     title = "Engine sweep: makespan and speedup"
     layout(figure, title, xaxis_title="engines", xaxis_dtick=1)
     figure.update_yaxes(title_text="makespan (µs)", rangemode="tozero", secondary_y=False)
