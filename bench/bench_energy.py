@@ -3,7 +3,9 @@
 Prints the table of ``bench/ENERGY.md``: each PX row of ``../shared/data/gpu-kernels.md`` that maps to an
 ``estimate`` workload, the published average power per GPU, the predicted average power per GPU of the matching
 workloads (steady decode at the row's batch, and a whole request: 512 prompt tokens then 128 output tokens), and
-the error. A report, not a fit: no energy figure is tuned on these rows. Deterministic.
+the error; then the PX rows that state a clock beside the clock the power-limit model predicts
+(:func:`layerscope.hardware.power_fit.clock_residuals`): PX-08, the row the matrix energy per FLOP is fitted on, and
+PX-09, left out. A report, not a fit: no energy figure is tuned on the serving rows. Deterministic.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layerscope.app.estimate import EstimateRequest, estimate_raw, result_of  # noqa: E402
+from layerscope.hardware.kernel_table import read_kernel_table  # noqa: E402
+from layerscope.hardware.power_fit import clock_residuals  # noqa: E402
+from layerscope.hardware.presets import load_preset  # noqa: E402
 
 #: (row id, model, batch (max_num_seqs), tensor parallel, weight dtype, published W per GPU)
 POWER_ROWS = (
@@ -51,6 +56,13 @@ def main() -> int:
               f"{decode / published - 1:+.0%} | {request:.0f} | {request / published - 1:+.0%} |")
     mean_abs = sum(abs(e) for e in errors) / len(errors)
     print(f"\nmean |error| over {len(errors)} predictions: {mean_abs:.0%}")
+    print("\n| row | preset | load | stated MHz | predicted MHz | error | in the fit |")
+    print("|---|---|---|---|---|---|---|")
+    rows = read_kernel_table()
+    specs = {name: load_preset(name) for name in ("h100-sxm", "h100-pcie")}
+    for r in clock_residuals(rows, specs):
+        print(f"| {r.row_id} | {r.gpu} | {r.load} | {r.stated_clock_hz / 1e6:,.0f} | {r.predicted_clock_hz / 1e6:,.0f} "
+              f"| {r.error:+.1%} | {'yes' if r.used_in_fit else 'no'} |")
     return 0
 
 

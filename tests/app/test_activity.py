@@ -34,15 +34,24 @@ def test_q_proj_and_all_reduce_by_hand(tp2: Any) -> None:
     assert row["macs_bf16"] == 2048 * 1024 and row["vector_flops"] == 0
     assert row["bytes_smem"] == row["bytes_hbm"] == row["bytes_l2"] == 2048 * 1024 * 2 + 2048 * 2 + 1024 * 2
     assert row["interconnect_bytes"] == row["network_bytes"] == 0
-    # 0.73 pJ/FLOP bf16, 31.2 + 5 + 0.5 pJ/B, 69 W idle for its time (not power-limited)
+    # 0.7297 pJ/FLOP bf16 (PX-08 fit), 31.2 + 5 + 0.5 pJ/B, 69 W idle for its time (not power-limited)
     hw = tp2.hardware_spec.energy
-    assert (hw.matrix_pj_per_flop[DType.BF16], hw.idle_power_w) == (0.73, 69.0)
+    assert (hw.matrix_pj_per_flop[DType.BF16], hw.idle_power_w) == (0.7297, 69.0)
     assert row["power_limited_time_s"] == row["time_s"]
-    assert row["energy_j"] == pytest.approx(2 * 2048 * 1024 * 0.73 * PJ + row["bytes_hbm"] * 36.7 * PJ
+    assert row["energy_j"] == pytest.approx(2 * 2048 * 1024 * 0.7297 * PJ + row["bytes_hbm"] * 36.7 * PJ
                                             + 69.0 * row["time_s"])
     # the attention output's all-reduce: a 2048·2 B message over 2 GPUs puts 2·(2−1)/2 of it on NVLink
     ar = {k: v[cols["name"].index("layers.0.self_attn.o_proj.all_reduce")] for k, v in cols.items()}
     assert ar["kind"] == "communication" and ar["interconnect_bytes"] == 4096 and ar["network_bytes"] == 0
+
+
+def test_level_names_follow_the_spec() -> None:
+    from layerscope.app.activity import level_names
+    from layerscope.hardware import load_hardware
+
+    assert level_names(load_hardware("h100-sxm")) == ("smem", "l2", "hbm")
+    assert level_names(load_hardware("mi300x")) == ("l2", "infinity_cache", "hbm")
+    assert level_names(load_hardware("l40s")) == ("sram", "l2", "gddr6")  # two levels: the first is the LLC
 
 
 def test_rows_are_the_estimates(tp2: Any) -> None:

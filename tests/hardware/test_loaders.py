@@ -385,9 +385,11 @@ def _dumped(spec: HardwareSpec, path: Path) -> Path:
 def test_energy_figures_survive_a_sheet_round_trip(suffix: str, tmp_path: Path) -> None:
     h100 = load_hardware("h100-sxm")
     path = tmp_path / f"h100{suffix}"
-    write_hardware_sheet([h100, load_hardware("mi300x")], path)
+    mi300x = load_hardware("mi300x")
+    write_hardware_sheet([h100, mi300x, load_hardware("a100-pcie")], path)
     assert load_hardware(path, device="h100-sxm").energy == h100.energy
-    assert load_hardware(path, device="mi300x").energy is None  # no energy figures, no energy rows read
+    assert mi300x.energy is not None and load_hardware(path, device="mi300x").energy == mi300x.energy
+    assert load_hardware(path, device="a100-pcie").energy is None  # no energy figures, no energy rows read
 
 
 def test_energy_rows_in_units_and_all_or_nothing(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ charges it on one device:
 
 - ``macs_<dtype>``: multiply-accumulates on the matrix units by compute dtype (FLOPs / 2); ``vector_flops``: FLOPs
   on the vector units (norms, activations, softmax, elementwise);
-- ``bytes_<level>`` under the spec's memory-level names: the closest level (``smem``) the op's weight, activation and
-  KV bytes once each; the last-level cache (``l2``) and main memory (``hbm``) the main-memory bytes the cost model
-  charges (every main-memory byte passes the LLC once);
+- ``bytes_<level>`` under the spec's memory-level names (:func:`level_names`): on-chip SRAM (``smem``) the op's
+  weight, activation and KV bytes once each; the last-level cache (``l2``) and main memory (``hbm``) the
+  main-memory bytes the cost model charges (every main-memory byte passes the LLC once);
 - ``interconnect_bytes`` / ``network_bytes``: the op's ``comm_bytes`` on the intra-node link or, past its domain,
   the network;
 - ``time_s`` (the cost model's), ``power_limited_time_s`` and ``energy_j`` (``cost.energy``; empty without the
@@ -35,10 +35,21 @@ from layerscope.units import atomic_write
 
 if TYPE_CHECKING:
     from layerscope.cost.api import Estimate
+    from layerscope.hardware.spec import HardwareSpec
 
-__all__ = ["ACTIVITY_WRITERS", "activity_columns", "activity_format", "write_activity"]
+__all__ = ["ACTIVITY_WRITERS", "activity_columns", "activity_format", "level_names", "write_activity"]
 
 Column = list[Any]
+
+
+def level_names(hw: HardwareSpec) -> tuple[str, str, str]:
+    """The names of the three levels ``cost.energy`` charges: on-chip SRAM (the spec's first level where it has
+    three or more, else ``sram``), the last-level cache (the level before main memory, else ``cache``) and main
+    memory (the last)."""
+    levels = hw.memory
+    sram = levels[0].name if len(levels) >= 3 else "sram"
+    cache = levels[-2].name if len(levels) >= 2 else "cache"
+    return sram, cache, levels[-1].name
 
 
 def activity_columns(est: Estimate) -> dict[str, Column]:
@@ -55,16 +66,12 @@ def activity_columns(est: Estimate) -> dict[str, Column]:
     # matrix dtypes any op uses, in the project's dtype order
     used = {feats[p].compute_dtype[i] for p in range(len(phases)) for i in np.flatnonzero(feats[p].uses_matrix_units)}
     dtypes = [dt for dt in DTYPE_ORDER if dt in used]
-    levels = hw.memory
-    sram = levels[0].name if len(levels) > 1 else None
-    cache = levels[-2].name if len(levels) > 2 else None
-    main = levels[-1].name
+    sram, cache, main = level_names(hw)
     cols: dict[str, Column] = {key: [] for key in ("name", "phase", "kind", "layer")}
     cols.update({f"macs_{dt.value}": [] for dt in dtypes})
     cols["vector_flops"] = []
     for level in (sram, cache, main):
-        if level is not None:
-            cols[f"bytes_{level}"] = []
+        cols[f"bytes_{level}"] = []
     cols.update({key: [] for key in ("interconnect_bytes", "network_bytes", "time_s", "power_limited_time_s",
                                      "energy_j")})
     for p, part in enumerate(phases):
@@ -82,10 +89,8 @@ def activity_columns(est: Estimate) -> dict[str, Column]:
             for dt in dtypes:
                 cols[f"macs_{dt.value}"].append(float(flops[i]) / 2 if matrix and f.compute_dtype[i] == dt else 0.0)
             cols["vector_flops"].append(0.0 if matrix else float(flops[i]))
-            if sram is not None:
-                cols[f"bytes_{sram}"].append(float(weight_b[i] + act_b[i] + kv_b[i]))
-            if cache is not None:
-                cols[f"bytes_{cache}"].append(float(main_b[i]))
+            cols[f"bytes_{sram}"].append(float(weight_b[i] + act_b[i] + kv_b[i]))
+            cols[f"bytes_{cache}"].append(float(main_b[i]))
             cols[f"bytes_{main}"].append(float(main_b[i]))
             cols["interconnect_bytes"].append(float(wire.interconnect_bytes[i]))
             cols["network_bytes"].append(float(wire.network_bytes[i]))
