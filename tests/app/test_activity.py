@@ -101,3 +101,17 @@ def test_cli_refuses_an_unknown_format_and_a_missing_pyarrow(run_cli: Any, tmp_p
     done = run_cli("estimate", "--activity", str(tmp_path / "act.parquet"), env=env)
     assert done.returncode == 2 and "pyarrow" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "act.parquet").exists()
+
+
+def test_cli_never_writes_over_its_hardware_file(run_cli: Any, tmp_path: Path) -> None:
+    """As ``--csv`` and the trace outputs: an --activity path that is the hardware sheet read is refused, the
+    sheet untouched."""
+    from layerscope.hardware import load_hardware
+    from layerscope.hardware.loaders import write_hardware_sheet
+
+    sheet = tmp_path / "gpus.csv"
+    write_hardware_sheet([load_hardware("h100-sxm")], sheet)
+    before = sheet.read_bytes()
+    done = run_cli("estimate", "--hardware", str(sheet), "--device", "h100-sxm", "--activity", str(sheet))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert sheet.read_bytes() == before
