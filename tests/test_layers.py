@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 #: Layers, top (imported by everyone) to bottom (imports everyone).
 LAYERS = ("errors", "units", "registry", "model", "hardware", "workload", "graph", "records", "cost", "schedule",
           "serving",
-          "trace", "capture", "analysis", "app", "cli")
+          "trace", "capture", "analysis", "app", "report", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # errors, units and registry are one layer.
 RANK["units"] = RANK["registry"] = RANK["errors"]
