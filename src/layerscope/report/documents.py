@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,6 @@ class Document:
     path: Path
     kind: ReportKind
     data: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-    """What the report could not draw from it, and why (filled while its charts are built)."""
 
 
 def read_json(path: Path) -> Any:
