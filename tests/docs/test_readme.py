@@ -306,6 +306,19 @@ def check_simulate_sweep(ran: Ran) -> None:
     _chrome_trace(ran.file("layer.json.gz"))
 
 
+def check_sweep(ran: Ran) -> None:
+    _has("points (decode)", "on the Pareto front", "table: sweep.csv", "plot: sweep.html")(ran)
+    rows = ran.file("sweep.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3 * 9 * 2, len(rows)  # 3 GPUs x batch 1..256 (9) x 2 dtypes, and the header
+    assert ran.file("sweep.html").read_text().count("Plotly.newPlot") == 2
+
+
+def check_simulate_add(ran: Ran) -> None:
+    _has("engines of 0.125 of the chip each, added", "bound")(ran)
+    for engines in range(1, 9):
+        assert re.search(rf"│\s+{engines}( ◀)? │", ran.stdout), f"no row for {engines} engines"
+
+
 def check_simulate_open(ran: Ran) -> None:
     _has("trace: steps.pftrace")(ran)
     size = ran.file("steps.pftrace").stat().st_size
@@ -496,8 +509,12 @@ STEPS: dict[str, Step] = {
     "--context 4096": Step(check_plan),
     "layerscope serving --model llama-3.1-8b --hardware h100-sxm --rate 10 --requests 500 "
     "--slo ttft=200ms,tpot=50ms": Step(check_serving),
+    "layerscope sweep --model llama-3.1-8b --hardware h100-sxm,h200,a100-sxm --batch 1..256 --length 4096 "
+    "--dtypes bf16,fp8 --out sweep.csv --html sweep.html": Step(check_sweep),
     "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --engines 1..8 --out layer.json.gz":
         Step(check_simulate_sweep),
+    "layerscope simulate --model llama-3.2-1b --hardware nvl-ax --phase prefill --engines 1..8 --engine-mode add "
+    "--engine-size 0.125": Step(check_simulate_add),
     "layerscope simulate --model llama-3.1-8b --hardware h100-sxm "
     "--all-layers --decode-steps 4 --out steps.pftrace --open":
         Step(check_simulate_open),
