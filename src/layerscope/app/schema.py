@@ -40,6 +40,7 @@ RESULTS: Registry[str] = Registry("result schema", OutputError, {
     "demo": "layerscope.app.demo:DemoResult",
     "calibrate": "layerscope.app.calibrate:CalibrateResult",
     "calibrate-table": "layerscope.app.table_fit:TableFitResult",
+    "report": "layerscope.report.build:ReportResult",
 })
 
 
