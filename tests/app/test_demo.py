@@ -78,7 +78,7 @@ def test_demo_measures_in_rounds_and_records_the_machine_state(demo):
 # The keys `demo --json` printed before the result model (DemoResult.to_dict), in order.
 DEMO_KEYS = ["out_dir", "hardware", "hardware_spec", "hardware_source", "threads", "machine_measurement", "estimate",
              "simulated_1_engine", "simulated_n_engines", "captured", "comparison", "capture_loads", "machine_probes",
-             "predicted_slowest_s", "machine_adjusted_error", "error_sign", "notes", "verdict"]
+             "predicted_slowest_s", "machine_adjusted_error", "error_sign", "notes", "verdict", "files", "open"]
 
 
 def _doc(run):
@@ -101,7 +101,7 @@ def test_the_result_keeps_the_keys_and_values_of_the_run(demo):
     assert DemoResult.model_validate(doc).verdict == list(demo.verdict)
 
 
-def test_verdict_says_the_error_its_sign_where_time_went_and_what_to_open(demo):
+def test_verdict_says_the_error_its_sign_and_where_time_went(demo):
     text = "\n".join(demo.verdict)
     f = demo.comparison.forward
     assert f"error {f.error:+.0%}" in text
@@ -109,9 +109,29 @@ def test_verdict_says_the_error_its_sign_where_time_went_and_what_to_open(demo):
     assert ("too fast" if f.error < 0 else "too slow") in text
     assert "Where the time went (measured): gemm" in text
     assert "Error bars:" in text and "During the capture" in text and "Machine check" in text
-    assert f"layerscope open {demo.simulated_n.trace_path}" in text
-    assert "layerscope compare --sim" in text and "validation.json" in text
     assert "layerscope calibrate --quick" in text  # measured now: says how to make it tighter
+
+
+def test_the_demo_lists_every_file_it_wrote_and_what_to_open(demo, capsys):
+    from layerscope.cli.common import console
+    from layerscope.cli.demo import _render_files
+
+    doc = result_of(demo)
+    out = demo.out_dir
+    listed = {f.path for f in doc.files}
+    # Every file in the output directory, and the measurement kept for the next demo when it was kept.
+    assert {str(p) for p in out.iterdir()} <= listed
+    assert (str(demo.kept_spec) in listed) == (demo.kept_spec is not None)
+    assert all(f.what for f in doc.files)
+    cap, sim = demo.validation.traces["captured"], demo.validation.traces["simulated_prefill"]
+    assert [o.command for o in doc.open] == [f"layerscope open {demo.simulated_n.trace_path}",
+                                             f"layerscope open {cap}", f"layerscope compare --sim {sim} --real {cap}"]
+    _render_files(console(), doc)
+    shown = capsys.readouterr().out
+    assert f"Files written ({len(doc.files)})" in shown and "Open" in shown
+    for f in doc.files:
+        assert f.path in shown and f.what in shown
+    assert f"the capture, in ui.perfetto.dev: layerscope open {cap}" in shown
 
 
 def test_verdict_names_a_busy_machine_and_a_drifting_machine_check(demo):

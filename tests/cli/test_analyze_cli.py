@@ -241,3 +241,58 @@ def test_compare_with_nothing_joined_is_an_error(run_cli: Run, simulated: dict[s
     _error_line(run_cli("compare", "--sim", sim, "--real", CPU), "no op of the simulated trace", "0 in both")
     _error_line(run_cli("compare", "--sim", sim, "--real", str(simulated[".pftrace"])),
                 "is itself a layerscope simulation")
+
+
+def _table_rows(stdout: str, title: str) -> list[list[str]]:
+    """The cells of the rich table titled ``title…`` in ``stdout``, header first (box-drawing rows only)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith(("┃", "│")):
+            rows.append([cell.strip() for cell in line.strip("┃│").replace("┃", "│").split("│")])
+        elif line.startswith("└"):
+            break
+    return rows
+
+
+def test_analyze_prints_times_in_readable_units_and_shares_as_percentages(run_cli: Run) -> None:
+    """The human tables: no ``_ms``/``_us`` column of raw numbers; each time in the unit that suits it (the
+    sampled trace's ProfilerStep#552 slice, 622.928 ms, and its 3.367 s profiler span), shares, idle and
+    bandwidths in words; the JSON keeps the columns and numbers."""
+    out = run_cli("analyze", SAMPLED, "--rows", "50")
+    assert out.returncode == 0, out.stderr
+    assert "_ms" not in out.stdout and "_us" not in out.stdout and "e+06" not in out.stdout
+    top = _table_rows(out.stdout, "top_ops")
+    assert top[0] == ["name", "category", "count", "total", "mean", "max"]
+    cells = {row[0]: row for row in top[1:]}
+    assert cells["ProfilerStep#552"][3:] == ["622.928 ms", "622.928 ms", "622.928 ms"]
+    assert cells["PyTorch Profiler (0)"][3] == "3.367 s"
+    assert all(row[4].endswith((" s", " ms", " µs", " ns")) for row in top[1:])
+    category = _table_rows(out.stdout, "category_time")
+    assert category[0][-1] == "share" and all(row[-1].endswith("%") for row in category[1:])
+    idle = _table_rows(out.stdout, "gpu_idle")
+    assert idle[0][-2:] == ["idle", "idle %"] and idle[1][-1] == "55.2%"
+    memory = _table_rows(out.stdout, "memory_ops")
+    assert memory[0][-2:] == ["bytes", "bandwidth"] and all(row[-1].endswith("B/s") for row in memory[1:])
+    doc = json.loads(run_cli("analyze", SAMPLED, "--json").stdout)
+    assert {"total_ms", "mean_us", "max_us"} <= set(doc["top_ops"][0])
+
+
+def test_compare_shows_errors_and_deltas_as_percentages(run_cli: Run) -> None:
+    a, b = str(DATA / "gpu-training-control.json.gz"), str(DATA / "gpu-training-test.json.gz")
+    out = run_cli("compare", a, b, "--rows", "5")
+    assert out.returncode == 0, out.stderr
+    summary = {row[0]: row for row in _table_rows(out.stdout, "summary")}
+    assert summary["metric"] == ["metric", "a", "b", "delta", "delta %"]
+    # kernel_count 8568 -> 9852: +15.0%; the span in ms, as its metric says.
+    assert summary["kernel_count"][1:] == ["8568", "9852", "1284", "+15.0%"]
+    assert summary["span_ms"][1].endswith(" ms") and summary["span_ms"][4].endswith("%")
+    sim = run_cli("compare", "--sim", SAMPLED, "--real", SAMPLED, "--iterations", "1", "--rows", "5")
+    assert sim.returncode == 0, sim.stderr
+    ops = _table_rows(sim.stdout, "predicted vs measured")
+    header = ops[0]
+    assert header[header.index("error")] == "error" and "predicted" in header and "measured" in header
+    assert all(row[header.index("error")] == "+0.0%" and row[header.index("abs_error")] == "0.0%"
+               for row in ops[1:])
+    assert "median |error| 0.0%" in sim.stdout

@@ -247,3 +247,31 @@ def test_a_measured_spec_is_kept_as_this_machines_for_the_demo(replayed: None, t
                                      "--out", str(tmp_path / "c.yaml")])
     assert refit.exit_code == 0, refit.output
     assert not saved.exists()
+
+
+def test_measuring_reports_its_progress_to_a_bar_and_none_for_json(replay_calibration, tmp_path: Path,
+                                                                    monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The bar (layerscope.cli.common.step_progress: on a terminal only, tests/cli/test_common.py) gets every
+    task as it starts and the end; with --json the bar is off."""
+    from contextlib import contextmanager
+
+    import layerscope.cli.common as common
+
+    replay_calibration()
+    asked: list[tuple[bool, str]] = []
+    reports: list[tuple[int, int, str]] = []
+
+    @contextmanager
+    def recording(enabled: bool, name: str):  # type: ignore[no-untyped-def]
+        asked.append((enabled, name))
+        yield lambda done, total, label: reports.append((done, total, label))
+
+    monkeypatch.setattr(common, "step_progress", recording)
+    result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(tmp_path / "hw.yaml")])
+    assert result.exit_code == 0, result.output
+    assert asked == [(True, "calibrate")]
+    total = reports[0][1]
+    assert reports[0][0] == 0 and (total, total, "done") in reports and len(reports) > 2
+    result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", str(tmp_path / "j.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert asked[-1] == (False, "calibrate")

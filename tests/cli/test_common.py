@@ -16,3 +16,86 @@ from layerscope.cli.common import fmt_time_s
 ])
 def test_fmt_time_s(seconds: float, text: str) -> None:
     assert fmt_time_s(seconds) == text
+
+
+@pytest.fixture
+def root_level():
+    """The root logger's level as ``layerscope`` (plain) or ``layerscope -v`` sets it; restored after."""
+    import logging
+
+    root = logging.getLogger()
+    before = root.level
+
+    def set_level(verbose: bool) -> None:
+        root.setLevel(logging.INFO if verbose else logging.WARNING)
+
+    yield set_level
+    root.setLevel(before)
+
+
+def test_quiet_third_party_hides_their_warnings_unless_verbose(root_level, capsys, monkeypatch) -> None:
+    import logging
+    import os
+    import warnings
+
+    from layerscope.cli.common import quiet_third_party
+
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    transformers_log = logging.getLogger("transformers")
+    root_level(False)
+    with quiet_third_party():
+        warnings.warn("torch: TypedStorage is deprecated", UserWarning, stacklevel=1)
+        assert not transformers_log.isEnabledFor(logging.WARNING)
+        assert os.environ["TRANSFORMERS_VERBOSITY"] == "error"  # for a transformers imported later
+        assert logging.getLogger("layerscope.capture").isEnabledFor(logging.WARNING)  # ours still speak
+    assert "TypedStorage" not in capsys.readouterr().err
+    assert "TRANSFORMERS_VERBOSITY" not in os.environ and transformers_log.level == logging.NOTSET  # as before
+    root_level(True)
+    with pytest.MonkeyPatch.context() as mp, quiet_third_party():
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = records.append  # type: ignore[method-assign]
+        mp.setattr(logging.getLogger("py.warnings"), "handlers", [handler])
+        warnings.warn("torch: TypedStorage is deprecated", UserWarning, stacklevel=1)
+    assert any("TypedStorage" in r.getMessage() for r in records)  # -v: logged
+
+
+class _Terminal:
+    """A text stream that says it is a terminal, keeping what was written."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("no descriptor")
+
+
+def test_step_progress_draws_on_a_terminal_and_not_for_json(monkeypatch) -> None:
+    import sys
+
+    from layerscope.cli.common import step_progress
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with step_progress(False, "capture") as progress:
+        assert progress is None  # --json
+    with step_progress(True, "capture") as progress:
+        assert progress is not None
+        progress(0, 3, "loading the model")
+        progress(2, 3, "profiled iteration 1/1")
+        progress(3, 3, "done")
+    shown = "".join(terminal.parts)
+    assert "capture" in shown and "profiled iteration 1/1" in shown and "2/3" in shown
+    monkeypatch.setattr(terminal, "isatty", lambda: False)
+    with step_progress(True, "capture") as progress:
+        assert progress is None  # not a terminal: no bar

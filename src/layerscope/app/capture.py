@@ -17,6 +17,7 @@ from layerscope.app.requests import MODEL_CONFIG, ModelRef
 
 if TYPE_CHECKING:
     from layerscope.capture import CaptureResult as CaptureRun
+    from layerscope.capture.progress import ProgressFn
 
 __all__ = ["CaptureRequest", "CaptureResult", "capture", "result_of"]
 
@@ -203,9 +204,9 @@ def result_of(run: CaptureRun) -> CaptureResult:
     return CaptureResult.model_validate(run.model_dump())
 
 
-def capture(request: CaptureRequest) -> CaptureResult:
+def capture(request: CaptureRequest, *, progress: ProgressFn | None = None) -> CaptureResult:
     """Capture a profiled run of ``request.model`` and write its annotated trace (see
-    :func:`layerscope.capture.capture`)."""
+    :func:`layerscope.capture.capture`); ``progress`` is told each step as it starts."""
     from layerscope.capture import capture as run_capture
 
     return result_of(run_capture(
@@ -213,4 +214,5 @@ def capture(request: CaptureRequest) -> CaptureResult:
         device=request.device, batch=request.batch, prompt_len=request.prompt_len, decode_steps=request.decode_steps,
         warmup=request.warmup, iterations=request.iterations, cache=request.cache,
         random_weights=request.random_weights, out=request.out, seed=request.seed, unprofiled=request.unprofiled,
+        progress=progress,
     ))

@@ -22,8 +22,8 @@ The default request takes Llama-3.2-1B's layer 0 (a real config, random weights,
    with torch.profiler, the machine checked before and after, and joins predicted and measured time op by op
    (:func:`layerscope.app.validate.run_validation`);
 5. says what the numbers mean (:func:`verdict`): the whole forward's error with its sign, where the time went,
-   how busy the machine was and the error bars that follow, which ops are off and the known reason, which files to
-   open.
+   how busy the machine was and the error bars that follow, which ops are off and the known reason; lists the files
+   it wrote (:func:`written_files`) and what to open next (:func:`open_commands`).
 
 Without torch, steps 1–2 and 4 are skipped and the ``server-cpu`` preset is used instead.
 """
@@ -58,6 +58,7 @@ from layerscope.app.validate import (
     resolve_hardware,
     run_validation,
     thread_choice_row,
+    validation_steps,
 )
 from layerscope.errors import OutputError, WorkloadError
 from layerscope.hardware import HardwareSpec, load_hardware
@@ -67,6 +68,7 @@ from layerscope.units import make_output_dir
 
 if TYPE_CHECKING:
     from layerscope.capture.machine import MachineMeasurement, ThreadChoice
+    from layerscope.capture.progress import ProgressFn
     from layerscope.cost import Estimate
     from layerscope.model import ModelSpec
 
@@ -134,6 +136,8 @@ class DemoRun:
     predicted_slowest_s: float | None = None
     """The validated forward predicted with each measured figure's slowest round (``measured`` only)."""
     verdict: tuple[str, ...] = field(default=())
+    kept_spec: Path | None = None
+    """Where the measurement was kept for the next demo (``measured`` on a quiet machine), else None."""
 
     @property
     def capture(self) -> Any | None:
@@ -159,6 +163,28 @@ class DemoEstimate(BaseModel):
     """Ops estimated."""
     by_kind: list[KindRow]
     """Per op kind, largest time first."""
+
+
+class WrittenFile(BaseModel):
+    """A file the demo wrote."""
+
+    model_config = _RESULT_CONFIG
+
+    path: str
+    """Where it is."""
+    what: str
+    """What it holds."""
+
+
+class OpenCommand(BaseModel):
+    """Something to look at next, and the command that shows it."""
+
+    model_config = _RESULT_CONFIG
+
+    command: str
+    """The command line."""
+    what: str
+    """What it shows."""
 
 
 class DemoResult(BaseModel):
@@ -206,6 +232,10 @@ class DemoResult(BaseModel):
     """What to know about the run."""
     verdict: list[str]
     """The result in plain words, one sentence per question."""
+    files: list[WrittenFile]
+    """Every file the demo wrote (the spec kept for the next demo too), and what each holds."""
+    open: list[OpenCommand]
+    """What to open next: the simulated overlap, the capture, the op-by-op comparison."""
 
 
 def result_of(r: DemoRun) -> DemoResult:
@@ -225,26 +255,28 @@ def result_of(r: DemoRun) -> DemoResult:
         machine_probes=[] if v is None else probe_rows(v.probes),
         predicted_slowest_s=r.predicted_slowest_s,
         machine_adjusted_error=None if v is None else machine_adjusted_error(v),
-        error_sign=ERROR_SIGN, notes=list(r.notes), verdict=list(r.verdict),
+        error_sign=ERROR_SIGN, notes=list(r.notes), verdict=list(r.verdict), files=written_files(r),
+        open=open_commands(r),
     )
 
 
-def demo(request: DemoRequest) -> DemoResult:
+def demo(request: DemoRequest, *, progress: ProgressFn | None = None) -> DemoResult:
     """Run the demo of ``request`` (:func:`run_demo`) and describe what it computed."""
-    return result_of(run_demo(request))
+    return result_of(run_demo(request, progress=progress))
 
 
 def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 
 
-def run_demo(request: DemoRequest) -> DemoRun:
+def run_demo(request: DemoRequest, *, progress: ProgressFn | None = None) -> DemoRun:
     """Run the main job; traces, the spec and ``validation.json`` go to ``out_dir`` (created).
 
     ``threads``: torch's intra-op threads, ``"auto"`` as many as other processes leave a free core. ``max_wait_s``:
     how long measuring may wait for a busy machine. ``use_saved``: time on the spec ``calibrate`` saved for this
     machine when there is one, else on the quick measurement an earlier demo kept (else measure, and keep the
-    measurement when the machine was not busy)."""
+    measurement when the machine was not busy). ``progress`` is told each step as it starts
+    (:mod:`layerscope.capture.progress`)."""
     out_dir, model, prompt_len, engines = request.out_dir, request.model, request.prompt_len, request.engines
     iterations, hardware, threads = request.iterations, request.hardware, request.threads
     max_wait_s, use_saved = request.max_wait_s, request.use_saved
@@ -269,6 +301,7 @@ def run_demo(request: DemoRequest) -> DemoRun:
         return _with_verdict(result)
 
     from layerscope.capture.machine import choose_threads, torch_threads
+    from layerscope.capture.progress import Steps
 
     choice = choose_threads(None if threads == "auto" else threads)
     make_output_dir(out)
@@ -279,6 +312,15 @@ def run_demo(request: DemoRequest) -> DemoRun:
         source: HardwareSource
         saved = saved_spec_path("cpu", cpu_name(), choice.threads)
         quick = quick_spec_path("cpu", cpu_name(), choice.threads)
+        kept: Path | None = None
+        measure_now = user_hw is None and not (use_saved and (saved.is_file() or quick.is_file()))
+        # The spec comes later; any spec but "measure" makes the validation's steps.
+        validate_request = ValidateRequest(model=model, hardware="server-cpu", layers=1, dtype="fp32",
+                                           prompt_len=prompt_len, warmup=2, iterations=iterations, device="cpu",
+                                           out_dir=out)
+        steps = Steps(progress, measure_now + 1 + validation_steps(validate_request))
+        if measure_now:
+            steps.next("measuring this machine")
         if user_hw is not None:
             hw, source = user_hw, "given"
         elif use_saved and saved.is_file():
@@ -293,20 +335,22 @@ def run_demo(request: DemoRequest) -> DemoRun:
                 # Kept for the next demo: this VM's GEMM rate moves 15-20% between minutes (bench/RESULTS.md, "demo
                 # stability"), so two fresh measurements disagree by that much while one kept spec predicts the same.
                 keep_spec(quick, (out / "this-machine.yaml").read_text())
+                kept = quick
             others = saved_spec_paths("cpu", cpu_name()) if use_saved else []
             if others:
                 names = ", ".join(o.stem for o in others)
                 notes.append(f"a calibrated spec of this CPU exists for other thread counts ({names}); this run "
                              f"uses {choice.threads} threads, so it measured instead")
+        steps.next(f"estimating and simulating on 1 and {engines} engines")
         est, sim1, simn = _predict(spec, hw, out, prompt_len, engines)
-        validation = run_validation(ValidateRequest(model=model, hardware=hw, layers=1, dtype="fp32",
-                                                    prompt_len=prompt_len, warmup=2, iterations=iterations,
-                                                    device="cpu", out_dir=out))
+        validation = run_validation(validate_request.model_copy(update={"hardware": hw}),
+                                    progress=steps.nested(validation_steps(validate_request)))
         slowest_s = None
         if measurement is not None and validation.spec is not None:
             slowest_s = _slowest_forward_s(validation, measurement)
     result = DemoRun(out, hw, hw_path, source, est, sim1, simn, validation, tuple(notes), measurement, choice,
-                     slowest_s)
+                     slowest_s, kept_spec=kept)
+    steps.finish()
     return _with_verdict(result)
 
 
@@ -422,7 +466,6 @@ def verdict(r: DemoRun) -> tuple[str, ...]:
         lines.append(f"Predicted: the layer's {r.estimate.workload.prompt_len}-token prefill takes "
                      f"{_ms(r.estimate.ttft_s or 0.0)} on {r.hardware.name}; nothing was measured (no torch), so "
                      "there is no error to report.")
-        lines.append(f"Open the simulated trace: layerscope open {r.simulated_n.trace_path}")
         return tuple(lines)
     v = r.validation
     f = phase.forward
@@ -452,13 +495,48 @@ def verdict(r: DemoRun) -> tuple[str, ...]:
                      f"hw.yaml`, about {round(QUICK_CALIBRATION_S / 60)} minutes here; the full grid takes longer): it "
                      f"keeps the spec in {saved_spec_path('cpu', cpu_name(), v.threads).parent} and the demo uses "
                      "it from then on.")
-    sim = v.traces.get("simulated_prefill")
-    cap = v.traces.get("captured")
-    lines.append(f"Open: the simulated overlap on {r.simulated_n.sweep.rows[-1]['engines']} engines with "
-                 f"`layerscope open {r.simulated_n.trace_path}`; the capture with `layerscope open {cap}`; op by "
-                 f"op with `layerscope compare --sim {sim} --real {cap}`; every row in "
-                 f"{r.out_dir / 'validation.json'}.")
     return tuple(lines)
+
+
+def written_files(r: DemoRun) -> list[WrittenFile]:
+    """Every file the demo wrote, in the order it wrote them, and what each holds."""
+    files: list[WrittenFile] = []
+    if r.hardware_source == "measured" and r.hardware_path is not None:
+        files.append(WrittenFile(path=str(r.hardware_path), what="this machine's spec, measured now (--hardware FILE "
+                                                                  "times on it)"))
+    if r.kept_spec is not None:
+        files.append(WrittenFile(path=str(r.kept_spec), what="the same spec, kept for the next demo"))
+    engines = r.simulated_n.sweep.rows[-1]["engines"]
+    files.append(WrittenFile(path=str(r.simulated_1.trace_path), what="layer 0 simulated on 1 engine (Perfetto "
+                                                                      "trace)"))
+    files.append(WrittenFile(path=str(r.simulated_n.trace_path), what=f"layer 0 simulated on {engines} engines "
+                                                                      "(Perfetto trace)"))
+    v = r.validation
+    if v is not None:
+        what = {"simulated_prefill": "the captured model (1 layer, embedding, final norm, lm_head) simulated, prefill",
+                "simulated_decode": "the captured model simulated, decode",
+                "captured": "the capture on this machine (torch.profiler trace, every module annotated)"}
+        for key, path in v.traces.items():
+            files.append(WrittenFile(path=str(path), what=what.get(key, key.replace("_", " "))))
+        files.append(WrittenFile(path=str(r.out_dir / "validation.json"),
+                                 what="predicted vs measured, every op (the JSON of layerscope validate)"))
+    return files
+
+
+def open_commands(r: DemoRun) -> list[OpenCommand]:
+    """What to open next, and the command that opens it."""
+    engines = r.simulated_n.sweep.rows[-1]["engines"]
+    commands = [OpenCommand(command=f"layerscope open {r.simulated_n.trace_path}",
+                            what=f"the simulated overlap on {engines} engines, in ui.perfetto.dev")]
+    v = r.validation
+    cap = None if v is None else v.traces.get("captured")
+    sim = None if v is None else v.traces.get("simulated_prefill")
+    if cap is not None:
+        commands.append(OpenCommand(command=f"layerscope open {cap}", what="the capture, in ui.perfetto.dev"))
+        if sim is not None:
+            commands.append(OpenCommand(command=f"layerscope compare --sim {sim} --real {cap}",
+                                        what="predicted vs measured, op by op"))
+    return commands
 
 
 def _machine_lines(r: DemoRun, v: ValidationResult, err: float) -> list[str]:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from layerscope.app.simulate import SimulationRun
     from layerscope.capture import CaptureResult
     from layerscope.capture.machine import MachineMeasurement, ThreadChoice
+    from layerscope.capture.progress import ProgressFn
     from layerscope.cost import Estimate
     from layerscope.hardware import HardwareSpec
     from layerscope.model import ModelSpec
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["MEASURE", "PhaseResult", "ResolvedHardware", "ValidateRequest", "ValidateResult", "rejoin",
-           "resolve_hardware", "result_of", "run_validation", "validate"]
+           "resolve_hardware", "result_of", "run_validation", "validate", "validation_steps"]
 
 #: Hardware argument that measures this machine instead of loading a spec.
 MEASURE = "measure"
@@ -611,7 +612,27 @@ def _captured_name(repeat: int) -> str:
     return "captured.json.gz" if repeat == 1 else f"captured-{repeat}.json.gz"
 
 
-def run_validation(request: ValidateRequest) -> ValidationResult:
+def _unprofiled(r: ValidateRequest) -> bool:
+    return r.unprofiled and r.correct_instrumentation and r.device == "cpu"
+
+
+def _measuring(r: ValidateRequest) -> bool:
+    from layerscope.hardware import HardwareSpec
+
+    return not isinstance(r.hardware, HardwareSpec) and os.fspath(r.hardware) == MEASURE
+
+
+def validation_steps(request: ValidateRequest) -> int:
+    """The steps :func:`run_validation` reports to its ``progress``: loading torch, measuring this machine
+    (``measure``), the predictions, and per capture its machine checks, its own steps and the join; the write."""
+    from layerscope.capture.api import capture_steps
+
+    r = request
+    per_capture = capture_steps(device=r.device, warmup=r.warmup, iterations=r.iterations, unprofiled=_unprofiled(r))
+    return 1 + _measuring(r) + 1 + r.repeats * (per_capture + 2 * r.probe + 1) + 1
+
+
+def run_validation(request: ValidateRequest, *, progress: ProgressFn | None = None) -> ValidationResult:
     """Estimate, simulate (1 engine) and capture the same workload, and join them op by op.
 
     Writes to ``out_dir`` (created): ``simulated-prefill.json.gz``, ``simulated-decode.json.gz``
@@ -626,12 +647,15 @@ def run_validation(request: ValidateRequest) -> ValidationResult:
     ``max_wait_s``: how long measuring this machine may wait for a busy one to quieten (:func:`resolve_hardware`).
     ``threads`` (CPU): torch's intra-op threads for the measurement and the captures, ``"auto"`` as many as other
     processes leave a free core (:func:`~layerscope.capture.machine.choose_threads`), ``None`` torch's current
-    count. Raises :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
+    count. ``progress`` is told each step as it starts (:mod:`layerscope.capture.progress`). Raises
+    :class:`~layerscope.errors.LayerscopeError` subclasses on bad input.
     """
     from layerscope.capture import capture
+    from layerscope.capture.api import capture_steps
     from layerscope.capture.build import capture_dtype, require_torch
     from layerscope.capture.machine import choose_threads, torch_threads
     from layerscope.capture.probe import probe_machine
+    from layerscope.capture.progress import Steps
     from layerscope.cost.models import get_cost_model
     from layerscope.hardware import HardwareSpec, load_hardware
 
@@ -648,29 +672,42 @@ def run_validation(request: ValidateRequest) -> ValidationResult:
     spec = _captured_spec(model, r.layers, r.random_weights)
     if not isinstance(hardware, HardwareSpec) and os.fspath(hardware) != MEASURE:
         hardware = load_hardware(os.fspath(hardware))  # a bad name fails before torch is imported
+    unprofiled = _unprofiled(r)
+    per_capture = capture_steps(device=device, warmup=r.warmup, iterations=r.iterations, unprofiled=unprofiled)
+    measuring = _measuring(r)
+    steps = Steps(progress, validation_steps(r))
+    steps.next("loading torch")
     torch, _ = require_torch()
     choice = None
     if r.threads is not None and device == "cpu":
         choice = choose_threads(None if r.threads == "auto" else int(r.threads))
     with torch_threads(choice.threads) if choice is not None else contextlib.nullcontext():
         make_output_dir(out)
+        if measuring:
+            steps.next("measuring this machine")
         hw, hw_path, measurement = resolve_hardware(hardware, device=device, out=out / "hardware.yaml",
                                                     max_wait_s=r.max_wait_s)
-
+        steps.next("estimating and simulating the captured model")
         est, sims, traces = _predict(spec, hw, dtype=dt, batch=r.batch, prompt_len=r.prompt_len,
                                      decode_steps=r.decode_steps, cost_model=cost_model, out=out)
         results = []
         for repeat in range(1, r.repeats + 1):
+            which = f"capture {repeat}/{r.repeats}: " if r.repeats > 1 else "capture: "
+            if r.probe:
+                steps.next(which + "machine check before")
             before = (probe_machine(hw, when="before", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
                       ) if r.probe else ()
             start = cpu_sample()
             cap = capture(model, layers=r.layers, dtype=dt, device=device, batch=r.batch, prompt_len=r.prompt_len,
                           decode_steps=r.decode_steps, warmup=r.warmup, iterations=r.iterations,
                           random_weights=r.random_weights, seed=r.seed, out=out / _captured_name(repeat),
-                          unprofiled=r.unprofiled and r.correct_instrumentation and device == "cpu")
+                          unprofiled=unprofiled, progress=steps.nested(per_capture, which))
             load = load_between(start, cpu_sample()) if device == "cpu" else None
+            if r.probe:
+                steps.next(which + "machine check after")
             after = (probe_machine(hw, when="after", capture=repeat, device=device, dtype=dt, cost_model=cost_model),
                      ) if r.probe else ()
+            steps.next(which + "joining predicted and measured op by op")
             phases = _join_capture(cap, sims, device=device, decode_steps=r.decode_steps,
                                    correct_instrumentation=r.correct_instrumentation)
             results.append(ValidationResult(
@@ -683,11 +720,14 @@ def run_validation(request: ValidateRequest) -> ValidationResult:
             if r.repeats > 1:
                 log.info("capture %d/%d: forward measured %s", repeat, r.repeats,
                          ", ".join(f"{p.phase} {p.forward.measured_s:.4g} s" for p in phases))
+        steps.next("writing validation.json")
         result = combine_repeats(results)
         write_validation_json(result, out / "validation.json")
         for p in result.phases:
+            median = "-" if p.median_abs_error is None else f"{p.median_abs_error:.1%}"
             log.info("%s: forward error %+.1f%%, median |error| %s over %d ops", p.phase, 100 * p.forward.error,
-                     p.median_abs_error, len(p.rows))
+                     median, len(p.rows))
+    steps.finish()
     return result
 
 

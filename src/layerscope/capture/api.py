@@ -34,6 +34,7 @@ from layerscope.capture.build import (
 from layerscope.capture.machine import last_level_cache_bytes
 from layerscope.capture.memory_guard import available_memory_bytes, check_memory, estimate_memory
 from layerscope.capture.profiler_cost import ProfilerEventCost, measure_profiler_event_cost
+from layerscope.capture.progress import ProgressFn, Steps
 from layerscope.capture.runner import SAMPLING, RunPlan, run_profiled, run_unprofiled
 from layerscope.capture.source import ModelSource, resolve_model
 from layerscope.capture.summary import ModuleRecord, PhaseRecord, module_records, phase_records
@@ -88,6 +89,13 @@ class CaptureResult(BaseModel):
     def metadata(self) -> dict[str, Any]:
         """The ``"layerscope"`` object written into the trace (everything but the records)."""
         return self.model_dump(mode="json", exclude={"phases", "summary", "trace_path"})
+
+
+def capture_steps(*, device: str, warmup: int, iterations: int, unprofiled: bool) -> int:
+    """The steps a capture reports to its ``progress``: the build, the profiler's cost (CPU), every iteration
+    profiled (warm-up included), every iteration timed again without the profiler (``unprofiled``), the write."""
+    untimed = (min(warmup, 1) + iterations) if unprofiled else 0
+    return 1 + (device == "cpu") + warmup + iterations + untimed + 1
 
 
 def default_out_path(model: str, layers: int) -> Path:
@@ -200,6 +208,7 @@ def capture(
     out: str | os.PathLike[str] | None = None,
     seed: int = 0,
     unprofiled: bool = False,
+    progress: ProgressFn | None = None,
 ) -> CaptureResult:
     """Capture a profiled run of ``model`` and write its annotated trace to ``out``.
 
@@ -211,7 +220,8 @@ def capture(
     keeps the first N decoder layers. Each recorded iteration is one ``prefill`` of
     ``prompt_len`` random tokens and ``decode_steps`` greedy ``decode_step_K`` steps. With
     ``unprofiled`` (CPU only) the recorded iterations run once more without the profiler, their
-    module times taken by ``perf_counter`` (``CaptureResult.unprofiled``).
+    module times taken by ``perf_counter`` (``CaptureResult.unprofiled``). ``progress`` is told each step as it
+    starts (:mod:`layerscope.capture.progress`; :func:`capture_steps` of them).
 
     Raises :class:`CaptureError` (no torch, unknown model, missing checkpoint, no GPU, model too
     big, bad argument) or :class:`ConfigError` (unreadable config).
@@ -226,6 +236,8 @@ def capture(
         # config, or that cannot be written, is refused at once.
         given = Path(model)
         check_writable(out, (given,) if given.exists() else ())
+    steps = Steps(progress, capture_steps(device=device, warmup=warmup, iterations=iterations, unprofiled=unprofiled))
+    steps.next("loading the model")
     torch, transformers = require_torch()
     _check_device(torch, device)
 
@@ -271,7 +283,8 @@ def capture(
         if weights == "loaded":
             empty = None  # free the meta-device skeleton before the checkpoint loads
         elif source.weights_dir is None and not random_weights:
-            logger.warning("%s: no weights found (config only); building it with random weights "
+            # Said in the result too (weights: random), so a plain run does not print it.
+            logger.info("%s: no weights found (config only); building it with random weights "
                            "(seed %d)", name, seed)
         hf_model = instantiate(source, config, config_dict, parsed_dtype, device=device, seed=seed,
                                load=weights == "loaded", empty=empty)
@@ -280,14 +293,15 @@ def capture(
                    warmup=warmup, iterations=iterations, cache=str(cache), seed=seed)
     profiler_event = None
     if device == "cpu":
+        steps.next("measuring the profiler's own cost")
         profiler_event = measure_profiler_event_cost(last_level_cache_bytes()[0])
         logger.info("profiler cost per recorded op: %.2f us hot, %.2f us cold", profiler_event.per_event_s * 1e6,
                     profiler_event.cold_per_event_s * 1e6)
     with tempfile.TemporaryDirectory(prefix="layerscope-capture-") as tmp:
         raw = Path(tmp) / "trace.json"
         try:
-            annotator = run_profiled(hf_model, plan, root=root, trace_path=raw)
-            untimed = run_unprofiled(hf_model, plan, root=root) if unprofiled else None
+            annotator = run_profiled(hf_model, plan, root=root, trace_path=raw, tick=steps.next)
+            untimed = run_unprofiled(hf_model, plan, root=root, tick=steps.next) if unprofiled else None
         except torch.OutOfMemoryError as exc:
             raise CaptureError(f"out of memory while running the model: {exc}; try --layers 1") from None
         result = CaptureResult(
@@ -315,8 +329,11 @@ def capture(
             phases=[],
             summary=[],
         )
+        steps.next("writing the trace")
         trace = _write_trace(raw, out_path, result.metadata(), inputs)
-    return result.model_copy(update={
+    done = result.model_copy(update={
         "phases": phase_records(trace),
         "summary": module_records(trace, annotator.calls, annotator.names, extra=(SAMPLING,)),
     })
+    steps.finish()
+    return done

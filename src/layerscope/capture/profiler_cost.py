@@ -14,15 +14,14 @@ torch is imported only inside functions.
 
 from __future__ import annotations
 
-import os
+import logging
 import statistics
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from layerscope.capture.quiet import native_stderr_logged
 
 #: Weight-stream size per sample, in last-level caches (as ``calibrate``'s cold small ops).
 STREAM_LLC_FACTOR = 2
@@ -58,21 +57,6 @@ class ProfilerEventCost(BaseModel):
     """Events the profiler records for one call."""
     samples: int = Field(ge=1)
     """Cold calls timed on each side (hot: ``HOT_BLOCKS`` blocks of ``HOT_CALLS`` calls)."""
-
-
-@contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null: this torch build's profiler logs two lines (USDT
-    start/stop) per session from C++, which the A/B's sessions would print by the dozen."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _rmsnorm_hf(torch: Any, x: Any, weight: Any) -> Any:
@@ -114,7 +98,9 @@ def measure_profiler_event_cost(llc_bytes: float, *, samples: int = DEFAULT_SAMP
 
     hot: tuple[list[float], list[float]] = ([], [])
     cold: tuple[list[float], list[float]] = ([], [])
-    with torch.inference_mode(), _quiet_native_stderr():
+    # This torch build's profiler writes two lines per session from C++; the A/B's sessions would print them by
+    # the dozen: they go to the log at DEBUG.
+    with torch.inference_mode(), native_stderr_logged(logging.DEBUG):
         with session() as prof:
             _rmsnorm_hf(torch, x, w)
         events = max(1, len(prof.events()))

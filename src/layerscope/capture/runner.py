@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from layerscope.capture.annotate import ModuleAnnotator, annotated_modules
+from layerscope.capture.quiet import QuietProfiler
 from layerscope.capture.unprofiled import ModuleCallTimer, SpanClock, UnprofiledTimes, unprofiled_times
 from layerscope.workload.steps import PREFILL_RANGE, step_range
 
@@ -123,8 +125,14 @@ def prompt_ids(torch: Any, vocab: int, plan: RunPlan) -> Any:
     return torch.randint(0, vocab, (plan.batch, plan.prompt_len), generator=generator).to(plan.device)
 
 
-def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Path) -> ModuleAnnotator:
-    """Run ``plan`` on ``model`` and write the profiler's Chrome JSON trace to ``trace_path``.
+def _silent(label: str) -> None:
+    """No progress reported."""
+
+
+def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Path,
+                 tick: Callable[[str], None] | None = None) -> ModuleAnnotator:
+    """Run ``plan`` on ``model`` and write the profiler's Chrome JSON trace to ``trace_path``; ``tick(label)`` is
+    called as each iteration (warm-up ones included) starts.
 
     Profiler schedule: wait=0, warmup=1 when there is a warm-up iteration to spend on it (the
     profiler's own start-up cost then stays out of the recorded steps), active=iterations.
@@ -146,8 +154,10 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
         prof.export_chrome_trace(str(trace_path))
         exported.append(trace_path)
 
+    say = tick if tick is not None else _silent
     with torch.inference_mode():
-        for _ in range(plan.warmup - profiler_warmup):
+        for i in range(plan.warmup - profiler_warmup):
+            say(f"warm-up {i + 1}/{plan.warmup}")
             with ModuleAnnotator(model, root) as scratch:
                 _one_iteration(torch, transformers, model, input_ids, plan, scratch)
         _sync(torch, plan.device)
@@ -155,14 +165,17 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
             # warmup=0 is what the caller asked for (--warmup 0); torch warns about it.
             warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
             sched = schedule(wait=0, warmup=profiler_warmup, active=plan.iterations, repeat=1)
-        with profile(activities=activities, schedule=sched, record_shapes=True,
-                     on_trace_ready=on_trace_ready) as prof:
+        # Kineto's own lines (profiler_start/stop) go to the log, not the terminal (layerscope.capture.quiet).
+        with QuietProfiler(profile(activities=activities, schedule=sched, record_shapes=True,
+                                   on_trace_ready=on_trace_ready)) as prof:
             for _ in range(profiler_warmup):
+                say(f"warm-up {plan.warmup}/{plan.warmup} (profiler)")
                 with ModuleAnnotator(model, root) as scratch:
                     _one_iteration(torch, transformers, model, input_ids, plan, scratch)
                 prof.step()
             with ModuleAnnotator(model, root) as annotator:
-                for _ in range(plan.iterations):
+                for i in range(plan.iterations):
+                    say(f"profiled iteration {i + 1}/{plan.iterations}")
                     _one_iteration(torch, transformers, model, input_ids, plan, annotator)
                     prof.step()
     if not exported:  # the schedule's last active step ends with the profiler context
@@ -171,25 +184,30 @@ def run_profiled(model: Any, plan: RunPlan, *, root: str | None, trace_path: Pat
     return annotator
 
 
-def run_unprofiled(model: Any, plan: RunPlan, *, root: str | None) -> UnprofiledTimes:
+def run_unprofiled(model: Any, plan: RunPlan, *, root: str | None,
+                   tick: Callable[[str], None] | None = None) -> UnprofiledTimes:
     """Run ``plan``'s recorded iterations again without the profiler, every module call (whole, by
     :class:`ModuleCallTimer`) and phase range timed by a :class:`SpanClock`
     (:mod:`layerscope.capture.unprofiled`), after one untimed
     iteration when the plan has warm-up. CPU only (``capture`` refuses other devices): on a GPU,
-    ``perf_counter`` around a module measures its launches, not its kernels."""
+    ``perf_counter`` around a module measures its launches, not its kernels. ``tick(label)`` is called as each
+    iteration starts."""
     import torch
     import transformers
 
     input_ids = prompt_ids(torch, int(model.config.vocab_size), plan)
     modules = annotated_modules(model, root)
     clock = SpanClock()
+    say = tick if tick is not None else _silent
     with torch.inference_mode():
         if plan.warmup >= 1:
+            say("warm-up (no profiler)")
             scratch_clock = SpanClock()
             with ModuleCallTimer(torch.nn.Module, modules, scratch_clock.span) as scratch:
                 _one_iteration(torch, transformers, model, input_ids, plan, scratch, span=scratch_clock.span)
         with ModuleCallTimer(torch.nn.Module, modules, clock.span) as timer:
-            for _ in range(plan.iterations):
+            for i in range(plan.iterations):
+                say(f"iteration {i + 1}/{plan.iterations} without the profiler")
                 _one_iteration(torch, transformers, model, input_ids, plan, timer, span=clock.span)
     logger.info("timed %d iteration(s) without the profiler", plan.iterations)
     return unprofiled_times(clock, plan.iterations)

@@ -163,8 +163,11 @@ def analyze_cmd(
     if trace.is_dir():
         _analyze_ranks(trace, as_json, csv_dir, rows, not no_cache, straggler_pct, include_last_step)
         return
-    tables = report_tables(build_request(AnalyzeRequest, AnalysisError, trace=trace, threshold_ms=threshold_ms,
-                                         csv_dir=csv_dir, use_cache=not no_cache))
+    from layerscope.cli.common import quiet_third_party
+
+    with quiet_third_party():
+        tables = report_tables(build_request(AnalyzeRequest, AnalysisError, trace=trace, threshold_ms=threshold_ms,
+                                             csv_dir=csv_dir, use_cache=not no_cache))
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -172,7 +175,8 @@ def analyze_cmd(
         return
     for name, table in tables.items():
         if table.num_rows:
-            _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})")
+            _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})",
+                         readable=True)
 
 
 def _analyze_ranks(directory: Path, as_json: bool, csv_dir: Path | None, rows: int, use_cache: bool,
@@ -190,13 +194,13 @@ def _analyze_ranks(directory: Path, as_json: bool, csv_dir: Path | None, rows: i
 
         print_json(result)
         return
-    from layerscope.cli.common import console
+    from layerscope.cli.common import console, fmt_time_s
 
     _print_table(table.drop_columns(["file"]).slice(0, rows),
-                 title=f"rank_breakdown ({min(rows, table.num_rows)} of {table.num_rows} ranks)")
+                 title=f"rank_breakdown ({min(rows, table.num_rows)} of {table.num_rows} ranks)", readable=True)
     who = ", ".join(str(r) for r in result.stragglers) or "none"
-    console().print(f"stragglers (GPU work > median {result.median_work_ms:.3f} ms + {request.straggler_pct:g}%): "
-                    f"{who}")
+    console().print(f"stragglers (GPU work > median {fmt_time_s(result.median_work_ms / 1e3)} + "
+                    f"{request.straggler_pct:g}%): {who}")
 
 
 def compare_cmd(
@@ -219,8 +223,11 @@ def compare_cmd(
     from layerscope.errors import AnalysisError
 
     _check_rows(rows)
-    comparison = run_compare(build_request(CompareRequest, AnalysisError, a=a, b=b, sim=sim, real=real,
-                                           iterations=iterations, phase=phase, use_cache=not no_cache))
+    from layerscope.cli.common import quiet_third_party
+
+    with quiet_third_party():
+        comparison = run_compare(build_request(CompareRequest, AnalysisError, a=a, b=b, sim=sim, real=real,
+                                               iterations=iterations, phase=phase, use_cache=not no_cache))
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -230,19 +237,20 @@ def compare_cmd(
     else:
         for name, table in comparison.tables().items():
             if table.num_rows:
-                _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})")
+                _print_table(table.slice(0, rows), title=f"{name} ({min(rows, table.num_rows)} of {table.num_rows})",
+                             readable=True)
 
 
 def _render_sim_real(result: SimRealComparison, rows: int) -> None:
-    from layerscope.cli.common import ERROR_SIGN, console, esc
+    from layerscope.cli.common import ERROR_SIGN, console, esc, fmt_time_s
 
     how = f"{result.phase}, joined by module" if result.join == "modules" else "joined by name"
     _print_table(result.ops.sort_by([("abs_error", "descending")]).slice(0, rows),
-                 title=f"predicted vs measured ({result.ops.num_rows} ops, {how})", caption=ERROR_SIGN)
+                 title=f"predicted vs measured ({result.ops.num_rows} ops, {how})", caption=ERROR_SIGN, readable=True)
     s = result.summary()
     forward = ("" if s["forward_error"] is None else
-               f"forward {s['forward_predicted_us'] / 1e3:.3f} ms predicted, {s['forward_measured_us'] / 1e3:.3f} "
-               f"ms measured ({100 * s['forward_error']:+.1f}%) · ")
+               f"forward {fmt_time_s(s['forward_predicted_us'] / 1e6)} predicted, "
+               f"{fmt_time_s(s['forward_measured_us'] / 1e6)} measured ({100 * s['forward_error']:+.1f}%) · ")
     console().print(f"{forward}median |error| {_pct(s['median_abs_error'])} · p90 |error| "
                     f"{_pct(s['p90_abs_error'])} · iterations {s['iterations']} · only in sim {s['only_sim']}"
                     f" · only in real {s['only_real']}")
@@ -263,16 +271,84 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
-def _print_table(table: Any, title: str | None, caption: str | None = None) -> None:
-    """``table`` (a pyarrow Table) as a rich table; names and values print literally (no markup)."""
+def _print_table(table: Any, title: str | None, caption: str | None = None, readable: bool = False) -> None:
+    """``table`` (a pyarrow Table) as a rich table; names and values print literally (no markup).
+
+    ``readable`` (the reports, not a user's SQL): columns whose name carries a unit print in words a person reads
+    (:func:`_readable_column`): times in the unit that suits each value, shares and errors as percentages."""
     from rich.table import Table
 
     from layerscope.cli.common import console, text
 
     out = Table(title=None if title is None else text(title), caption=None if caption is None else text(caption))
-    for name in table.column_names:
-        out.add_column(text(name), overflow="fold")
+    names = table.column_names
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    for row in zip(*columns, strict=True):  # by position: SQL may give two columns one name
-        out.add_row(*(text(_cell(v)) for v in row))
+    if readable:
+        units = _row_units(names, columns)
+        styled = [_readable_column(name, units if name in _METRIC_VALUES else None) for name in names]
+        headers = [header for header, _ in styled]
+        cells = [[fmt(v, row) for row, v in enumerate(column)]
+                 for (_, fmt), column in zip(styled, columns, strict=True)]
+        # A column the formatter changed holds quantities: right-aligned, so their magnitudes line up.
+        right = [header != name or name in _METRIC_VALUES or name in ("share", "bytes") or name.endswith("error")
+                 for header, name in zip(headers, names, strict=True)]
+    else:
+        headers = list(names)
+        cells = [[_cell(v) for v in column] for column in columns]
+        right = [False] * len(names)
+    for header, align_right in zip(headers, right, strict=True):
+        out.add_column(text(header), overflow="fold", justify="right" if align_right else "left")
+    for row in zip(*cells, strict=True):  # by position: SQL may give two columns one name
+        out.add_row(*(text(v) for v in row))
     console().print(out)
+
+
+#: Seconds per unit of a column name's unit token (``total_ms``, ``mean_us_a``, ``total_ns``).
+_TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+#: A comparison summary's value columns: their unit is the row's metric's (``span_ms``, ``kernel_count``).
+_METRIC_VALUES = ("a", "b", "delta")
+
+
+def _row_units(names: list[str], columns: list[list[Any]]) -> list[str] | None:
+    """Each row's metric name, for a table with a ``metric`` column (the comparison summary), else None."""
+    if "metric" not in names:
+        return None
+    return [str(m) for m in columns[names.index("metric")]]
+
+
+def _readable_column(name: str, row_metrics: list[str] | None = None) -> tuple[str, Any]:
+    """The header and the cell formatter ``fmt(value, row)`` of a report column, chosen by its name: a time unit
+    token (``ms``, ``us``, ``ns``) -> the time in the unit that suits it, the token dropped from the header;
+    ``pct`` (already x100) and ``share``, ``error``, ``abs_error`` (fractions) -> percentages; ``bytes`` -> SI
+    bytes; ``gb_per_s`` -> a bandwidth. ``row_metrics``: each row's metric, whose name gives the unit instead."""
+    from layerscope.cli.common import fmt_si, fmt_time_s
+
+    def missing(value: Any) -> bool:
+        return value is None or (isinstance(value, float) and value != value)
+
+    if row_metrics is not None:
+        def by_metric(value: Any, row: int) -> str:
+            metric = row_metrics[row] if row < len(row_metrics) else ""
+            return _readable_column(metric)[1](value, row)
+
+        return name, by_metric
+    tokens = name.split("_")
+    unit = next((t for t in tokens if t in _TIME_UNITS), None)
+    if unit is not None:
+        scale = _TIME_UNITS[unit]
+        header = "_".join(t for t in tokens if t != unit) or name
+        return header, lambda v, _row: "" if missing(v) else fmt_time_s(float(v) * scale)
+    if "pct" in tokens:
+        signed = "delta" in tokens
+        header = "_".join(t for t in tokens if t != "pct") + " %"
+        return header, lambda v, _row: "" if missing(v) else (f"{v:+.1f}%" if signed else f"{v:.1f}%")
+    if name == "share":
+        return name, lambda v, _row: "" if missing(v) else f"{v:.1%}"
+    if name == "error" or name.endswith("_error"):
+        signed = not name.startswith("abs") and "abs" not in tokens
+        return name, lambda v, _row: "" if missing(v) else (f"{v:+.1%}" if signed else f"{v:.1%}")
+    if name == "bytes" or name.endswith("_bytes"):
+        return name, lambda v, _row: "" if missing(v) else fmt_si(float(v), "B")
+    if name == "gb_per_s":
+        return "bandwidth", lambda v, _row: "" if missing(v) else fmt_si(float(v) * 1e9, "B/s")
+    return name, lambda v, _row: _cell(v)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -59,6 +57,7 @@ def calibrate_cmd(
     """
     from layerscope.app.calibrate import CalibrateRequest, calibrate
     from layerscope.app.requests import build_request
+    from layerscope.cli.common import quiet_third_party, step_progress
     from layerscope.errors import OutputError
 
     if from_table is not None or table_hardware is not None:
@@ -73,8 +72,8 @@ def calibrate_cmd(
     if from_measurements is not None:
         result = calibrate(request, warn=_warn)
     else:
-        with _progress() as (progress, notify):
-            result = calibrate(request, progress=progress, notify=notify, warn=_warn)
+        with quiet_third_party(), step_progress(not as_json, "calibrate") as progress:
+            result = calibrate(request, progress=progress, notify=_notify, warn=_warn)
     for flag in result.flags:
         _warn(flag.to_flag().message())
     if as_json:
@@ -91,34 +90,8 @@ def _warn(message: str) -> None:
     typer.echo(f"warning: calibrate: {message}", err=True)
 
 
-@contextmanager
-def _progress() -> Iterator[tuple[Any, Any]]:
-    """(progress, notify) callbacks for the measurement: a progress bar on stderr, started by the first progress
-    report (a request refused before measuring prints its one error line alone)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-    # Redrawn between tasks only: no refresh thread takes the interpreter during the timings.
-    bar = Progress(TextColumn("calibrate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
-                   auto_refresh=False)
-    task: TaskID | None = None
-
-    def progress(done: int, total: int, label: str) -> None:
-        nonlocal task
-        if task is None:
-            bar.start()
-            task = bar.add_task("", total=None)
-        bar.update(task, completed=done, total=total, description=label, refresh=True)
-
-    def notify(line: str) -> None:
-        bar.console.print(f"note: calibrate: {line}", markup=False, highlight=False, soft_wrap=True)
-
-    try:
-        yield progress, notify
-    finally:
-        if task is not None:
-            bar.stop()
+def _notify(line: str) -> None:
+    typer.echo(f"note: calibrate: {line}", err=True)
 
 
 def _render(fit: CalibrateResult) -> None:
@@ -190,14 +163,16 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
 
         print_json(result)
         return
+    from layerscope.cli.common import fmt_time_s
+
     typer.echo(f"{result.hardware} fitted on {result.table} ({result.rows_read} rows) -> {result.out}")
     typer.echo(f"  memory efficiency {result.memory_efficiency:.3f} (rows {', '.join(result.memory_rows) or '-'}"
                + (f"; {result.memory_from}" if result.memory_from else "") + ")")
-    typer.echo(f"  fixed cost per kernel {result.launch_overhead_s * 1e6:.2f} µs")
+    typer.echo(f"  fixed cost per kernel {fmt_time_s(result.launch_overhead_s)}")
     for g in result.gemm:
         borrowed = "; ".join(f"{k}: {v}" for k, v in g.taken_from.items())
         typer.echo(f"  {g.dtype} GEMM: efficiency {g.efficiency:.3f}, W½ {g.half_flops:.3g} FLOPs, weights stream at "
-                   f"{g.weight_stream:.3f} of the bandwidth, RMS log error {g.rms_log_error:.3f} over rows "
+                   f"{g.weight_stream:.3f} of the bandwidth, RMS error {_log_pct(g.rms_log_error)} over rows "
                    f"{', '.join(g.rows)}" + (f" ({borrowed})" if borrowed else ""))
     attn = result.attention
     for c in attn.prefill:
@@ -206,6 +181,13 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
                    f"x M / (M + {c.half_m:g}) on rows {', '.join(c.rows)}" + (f" ({c.note})" if c.note else "")
                    + (f"; {attn.prefill_from}" if attn.prefill_from else ""))
     if attn.decode_memory is not None and attn.decode_floor_s is not None:
-        typer.echo(f"  decode attention: {attn.decode_floor_s * 1e6:.1f} µs + bytes at {attn.decode_memory:.3f} of the "
+        typer.echo(f"  decode attention: {fmt_time_s(attn.decode_floor_s)} + bytes at {attn.decode_memory:.3f} of the "
                    f"bandwidth on rows {', '.join(attn.decode_rows)}"
                    + (f"; {attn.decode_from}" if attn.decode_from else ""))
+
+
+def _log_pct(rms_log_error: float) -> str:
+    """An RMS error of log(predicted / measured) as the percentage it means: 0.095 -> '±10%' (e^0.095 - 1)."""
+    import math
+
+    return f"±{math.expm1(rms_log_error):.0%}"

@@ -42,13 +42,16 @@ def capture_cmd(
     """Profile a Hugging Face causal LM (prefill + decode steps) and write an annotated trace."""
     from layerscope.app.capture import CaptureRequest, capture
     from layerscope.app.requests import build_request
+    from layerscope.cli.common import quiet_third_party, step_progress
     from layerscope.errors import CaptureError
 
-    result = capture(build_request(
+    request = build_request(
         CaptureRequest, CaptureError, model=model, layers=layers, dtype=dtype, device=device, batch=batch,
         prompt_len=prompt_len, decode_steps=decode_steps, warmup=warmup, iterations=iterations, cache=cache,
         random_weights=random_weights, out=out, seed=seed,
-    ))
+    )
+    with quiet_third_party(), step_progress(not as_json, "capture") as progress:
+        result = capture(request, progress=progress)
     if as_json:
         from layerscope.cli.common import print_json
 

@@ -8,8 +8,12 @@ only. Data goes into a markup string through :func:`esc`, or into a table as :fu
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 
@@ -135,3 +139,81 @@ class progress_bar:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def verbose() -> bool:
+    """Whether the run was asked to say more (``layerscope -v``: the root logger at INFO or below)."""
+    return logging.getLogger().getEffectiveLevel() <= logging.INFO
+
+
+#: Third-party loggers a plain run keeps to errors: their warnings are about their own internals, not the run.
+QUIET_LOGGERS = ("transformers", "torch", "accelerate", "huggingface_hub", "urllib3", "filelock")
+
+
+@contextmanager
+def quiet_third_party() -> Iterator[None]:
+    """While the block runs, keep other libraries' warnings off stderr unless ``-v``: Python warnings are ignored,
+    the :data:`QUIET_LOGGERS` log errors only, and transformers is told the same before it loads; with ``-v`` Python
+    warnings are logged (``WARNING py.warnings: …``). Our own warnings (``warning: …`` lines, ``WARNING
+    layerscope…`` records) are not touched; the profiler's native lines go to the log at INFO
+    (:mod:`layerscope.capture.quiet`). Everything is as before once the block ends."""
+    import warnings
+
+    loud = verbose()
+    env = {"TRANSFORMERS_VERBOSITY": "error", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    saved_env = {name: os.environ.get(name) for name in env}
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    saved_levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        if loud:
+            logging.captureWarnings(True)
+        else:
+            warnings.simplefilter("ignore")
+            for name, value in env.items():
+                os.environ.setdefault(name, value)
+            for lg in loggers:
+                lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            if loud:
+                logging.captureWarnings(False)
+            for name, before in saved_env.items():
+                if before is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = before
+            for lg, level in zip(loggers, saved_levels, strict=True):
+                lg.setLevel(level)
+
+
+@contextmanager
+def step_progress(enabled: bool, name: str) -> Iterator[Any]:
+    """A progress bar on stderr for a run that reports ``progress(done, total, label)`` as each step starts
+    (:mod:`layerscope.capture.progress`): ``name``, the bar, done of total, elapsed time and the step running.
+
+    Yields the callback, or None when ``enabled`` is false (``--json``) or stderr is no terminal. The bar starts at
+    the first report (a request refused before it prints its one error line alone), redraws only when told (no
+    refresh thread takes the interpreter while something is timed) and leaves nothing behind."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=Console(stderr=True), transient=True, auto_refresh=False)
+    task: TaskID | None = None
+
+    def progress(done: int, total: int, label: str) -> None:
+        nonlocal task
+        if task is None:
+            task = bar.add_task(label, total=total, completed=done)
+            bar.start()
+        bar.update(task, completed=done, total=total, description=label, refresh=True)
+
+    try:
+        yield progress
+    finally:
+        if task is not None:
+            bar.stop()

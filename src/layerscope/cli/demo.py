@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -42,12 +42,13 @@ def demo_cmd(
     there; a measurement taken now in rounds (kept there when the machine was not busy)."""
     from layerscope.app.demo import DemoRequest, demo
     from layerscope.app.requests import build_request
-    from layerscope.cli.common import parse_threads
+    from layerscope.cli.common import parse_threads, quiet_third_party, step_progress
 
     request = build_request(DemoRequest, out_dir=out, model=model, prompt_len=prompt_len, engines=engines,
                             iterations=iterations, hardware=hardware, threads=parse_threads(threads),
                             max_wait_s=wait_quiet, use_saved=not remeasure)
-    result = demo(request)
+    with quiet_third_party(), step_progress(not as_json, "demo") as progress:
+        result = demo(request, progress=progress)
     if as_json:
         from layerscope.cli.common import print_json
 
@@ -81,3 +82,20 @@ def _render(r: DemoResult, request: DemoRequest) -> None:
     con.print("[bold]What this means[/]")
     for line in r.verdict:
         con.print("• " + esc(line))
+    _render_files(con, r)
+
+
+def _render_files(con: Any, r: DemoResult) -> None:
+    """The closing lines: every file written, what it holds, and what to open."""
+    from rich.table import Table
+
+    from layerscope.cli.common import text
+
+    files = Table.grid(padding=(0, 2))
+    for f in r.files:
+        files.add_row(text(f"  {f.path}"), text(f.what))
+    con.print(f"[bold]Files written[/] ({len(r.files)})")
+    con.print(files)
+    con.print("[bold]Open[/]")
+    for o in r.open:
+        con.print(text(f"  {o.what}: {o.command}"), soft_wrap=True)

@@ -60,7 +60,7 @@ def validate_cmd(
     """Predicted vs measured time per op, per kind and per forward, on this device."""
     from layerscope.app.requests import build_request
     from layerscope.app.validate import ValidateRequest, result_of, run_validation
-    from layerscope.cli.common import parse_threads
+    from layerscope.cli.common import parse_threads, quiet_third_party, step_progress
     from layerscope.errors import AnalysisError, WorkloadError
 
     if prompt_len is not None and context is not None and prompt_len != context:
@@ -73,7 +73,8 @@ def validate_cmd(
         device=device, random_weights=random_weights, out_dir=out, correct_instrumentation=not raw_times,
         repeats=repeats, unprofiled=not profiled_times, probe=probe, max_wait_s=wait_quiet,
         threads=parse_threads(threads))
-    result = result_of(run_validation(request))
+    with quiet_third_party(), step_progress(not as_json, "validate") as progress:
+        result = result_of(run_validation(request, progress=progress))
     if as_json:
         from layerscope.cli.common import print_json
 
