@@ -184,3 +184,17 @@ def test_a_quiet_measurement_is_kept_and_the_next_demo_predicts_on_it(demo, demo
     assert second.estimate.ttft_s == demo.estimate.ttft_s
     assert any("the quick measurement an earlier demo kept" in line for line in second.verdict)
     assert known_reason("kept", "gemm") == known_reason("measured", "gemm")
+
+
+def test_the_demo_says_what_bounds_its_n_engines_and_why_they_may_be_slower(demo, capsys):
+    from layerscope.cli.demo import _render
+
+    doc = result_of(demo)
+    n1, nn = doc.simulated_1_engine, doc.simulated_n_engines
+    _render(doc, DemoRequest(out_dir=demo.out_dir, prompt_len=32, engines=4))
+    shown = capsys.readouterr().out
+    assert f"4 engines split this chip's compute (0.25 of it each), the bandwidth shared: {nn.sweep[-1].bound}-bound" \
+        in shown
+    slower = nn.schedule.makespan_ns > n1.schedule.makespan_ns
+    assert ("slower than 1 engine because" in shown) == slower
+    assert "--engine-mode add" in shown

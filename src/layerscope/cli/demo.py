@@ -69,6 +69,14 @@ def _render(r: DemoResult, request: DemoRequest) -> None:
     con.print(f"[bold]3. simulate[/]: 1 engine {fmt_time_s(n1.schedule.makespan_ns / 1e9)} → {esc(n1.trace)}; "
               f"{nn.sweep[-1].engines} engines {fmt_time_s(nn.schedule.makespan_ns / 1e9)} → "
               f"{esc(nn.trace)}")
+    if len(nn.sweep) == 1:
+        n_row = nn.sweep[-1]
+        slower = nn.schedule.makespan_ns > n1.schedule.makespan_ns
+        con.print(f"   {n_row.engines} engines split this chip's compute ({1 / n_row.engines:.3g} of it each), the "
+                  f"bandwidth shared: {n_row.bound}-bound"
+                  + ("; slower than 1 engine because the ops that cannot overlap run on a smaller engine"
+                     if slower else "")
+                  + " (`layerscope simulate --engine-mode add` adds engines of a fixed size instead)")
     cap = r.captured
     if cap is not None:
         con.print(f"[bold]4. capture[/]: {esc(cap['trace_path'])} ({cap['weights']} weights, "
