@@ -337,7 +337,7 @@ def _readable_column(name: str, row_metrics: list[str] | None = None) -> tuple[s
     if unit is not None:
         scale = _TIME_UNITS[unit]
         header = "_".join(t for t in tokens if t != unit) or name
-        return header, lambda v, _row: "" if missing(v) else fmt_time_s(float(v) * scale)
+        return header, lambda v, _row: "" if missing(v) else "0" if v == 0 else fmt_time_s(float(v) * scale)
     if "pct" in tokens:
         signed = "delta" in tokens
         header = "_".join(t for t in tokens if t != "pct") + " %"

@@ -78,7 +78,10 @@ def _open(path: Path) -> None:
 def _render(result: CaptureResult, top: int) -> None:
     from rich.table import Table
 
-    from layerscope.cli.common import console, esc, fmt_si
+    from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else fmt_time_s(value / 1e3)
 
     con = console()
     con.print(
@@ -88,23 +91,21 @@ def _render(result: CaptureResult, top: int) -> None:
         f"{result.iterations} iteration(s) after {result.warmup} warm-up · {fmt_si(result.param_count)} params"
     )
     phases = Table(title="phases")
-    for col in ("phase", "calls", "total ms", "mean ms"):
+    for col in ("phase", "calls", "total", "mean"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
     for p in result.phases:
-        phases.add_row(esc(p.name), str(p.calls), f"{p.total_ms:.3f}", f"{p.mean_ms:.3f}")
+        phases.add_row(esc(p.name), str(p.calls), ms(p.total_ms), ms(p.mean_ms))
     con.print(phases)
     records = sorted(result.summary, key=lambda r: -r.total_ms)
     shown = records[:top] if top > 0 else records
     table = Table(title=f"modules by time ({len(shown)} of {len(records)}; parents include children)")
-    for col in ("module", "phase", "calls", "total ms", "mean ms", "device ms", "busy ms", "input shapes",
+    for col in ("module", "phase", "calls", "total", "mean", "device", "device busy", "input shapes",
                 "output shapes"):
-        table.add_column(col, justify="right" if "ms" in col or col == "calls" else "left")
+        table.add_column(col, justify="left" if col in ("module", "phase") or "shapes" in col else "right")
     for r in shown:
         table.add_row(
-            esc(r.name), esc(r.phase), str(r.calls), f"{r.total_ms:.3f}", f"{r.mean_ms:.3f}",
-            "-" if r.device_ms is None else f"{r.device_ms:.3f}",
-            "-" if r.device_busy_ms is None else f"{r.device_busy_ms:.3f}",
-            _shapes(r.input_shapes), _shapes(r.output_shapes),
+            esc(r.name), esc(r.phase), str(r.calls), ms(r.total_ms), ms(r.mean_ms), ms(r.device_ms),
+            ms(r.device_busy_ms), _shapes(r.input_shapes), _shapes(r.output_shapes),
         )
     con.print(table)
     con.print(f"trace: {esc(result.trace_path)}")
