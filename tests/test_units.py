@@ -146,3 +146,15 @@ def test_json_value_converts_what_sql_results_and_results_hold():
     assert json_value(Colour.RED) == "red"
     with pytest.raises(TypeError, match="object"):
         json_value(object())
+
+
+def test_readable_seconds_by_magnitude() -> None:
+    from layerscope.units import readable_seconds
+
+    assert readable_seconds(1.5) == "1.500 s"
+    assert readable_seconds(0.0123) == "12.300 ms"
+    assert readable_seconds(-4.5e-6) == "-4.50 µs"
+    assert readable_seconds(3e-9) == "3 ns"
+    assert readable_seconds(0.0) == "0 ns"
+    assert readable_seconds(1.2345e-5, significant=3) == "12.3 µs"
+    assert readable_seconds(None, missing="n/a") == "n/a" and readable_seconds(float("nan")) == "-"

@@ -133,6 +133,24 @@ def quote(value: Any) -> str:
     return text if len(text) <= 2 * MAX_QUOTED_CHARS else text[: 2 * MAX_QUOTED_CHARS - 1] + "…"
 
 
+#: Readable time units by magnitude: (lower bound in seconds, scale, unit, decimals of the fixed style).
+_TIME_UNITS = ((1.0, 1.0, "s", 3), (1e-3, 1e3, "ms", 3), (1e-6, 1e6, "µs", 2), (0.0, 1e9, "ns", 0))
+
+
+def readable_seconds(seconds: float | None, *, significant: int | None = None, missing: str = "-") -> str:
+    """``seconds`` in the unit its magnitude reads best in (s, ms, µs, ns; a negative time keeps its sign): with
+    fixed decimals (``12.35 µs``, ``4.560 ms``), or ``significant`` digits (``12.3 µs``); ``missing`` for None or
+    a non-finite value."""
+    if seconds is None or not math.isfinite(seconds):
+        return missing
+    size = abs(seconds)
+    for bound, scale, unit, decimals in _TIME_UNITS:
+        if size >= bound:
+            value = seconds * scale
+            return f"{value:.{significant}g} {unit}" if significant is not None else f"{value:.{decimals}f} {unit}"
+    raise AssertionError("unreachable: the last unit's bound is 0")
+
+
 def s_to_ns(seconds: float) -> int:
     """Seconds to integer nanoseconds, rounded to nearest."""
     return round(seconds * NS_PER_S)

@@ -84,17 +84,10 @@ def fmt_si(value: float, unit: str = "") -> str:
 
 
 def fmt_time_s(seconds: float) -> str:
-    """Seconds in the most readable unit (chosen by magnitude: a negative time keeps its sign)."""
-    if not math.isfinite(seconds):
-        return "-"
-    size = abs(seconds)
-    if size >= 1:
-        return f"{seconds:.3f} s"
-    if size >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    if size >= 1e-6:
-        return f"{seconds * 1e6:.2f} µs"
-    return f"{seconds * 1e9:.0f} ns"
+    """Seconds in the most readable unit (chosen by magnitude: a negative time keeps its sign; ``units``)."""
+    from layerscope.units import readable_seconds
+
+    return readable_seconds(seconds)
 
 
 #: The sign convention printed under every table with an error column.

@@ -3,12 +3,12 @@ missing), one layout and a summary table per document."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from layerscope.report.documents import ReportError
+from layerscope.units import readable_seconds
 
 __all__ = ["PLOTLY_EXTRA", "Chart", "Fact", "Section", "go", "layout", "left_out_note", "require_plotly",
            "seconds_text"]
@@ -86,16 +86,7 @@ def layout(figure: Any, title: str, *, height: int = 420, **axes: Any) -> Any:
 
 def seconds_text(seconds: float | None) -> str:
     """``seconds`` in a readable unit (``12.3 µs``, ``4.56 ms``, ``1.23 s``); ``n/a`` when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "n/a"
-    magnitude = abs(seconds)
-    if magnitude >= 1:
-        return f"{seconds:.3g} s"
-    if magnitude >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    if magnitude >= 1e-6:
-        return f"{seconds * 1e6:.3g} µs"
-    return f"{seconds * 1e9:.3g} ns"
+    return readable_seconds(seconds, significant=3, missing="n/a")
 
 
 def left_out_note(left_out: int, what: str, why: str) -> str | None:
