@@ -101,6 +101,7 @@ def test_swapped_sim_and_real_are_refused(tmp_path: Path) -> None:
         compare_sim_real(simulated, simulated, use_cache=False)
 
 
+@pytest.mark.slow  # about 50 s (a capture and a simulation); make test keeps the README tour's compare --sim --real
 def test_sim_vs_capture_joins_as_validate_does(tmp_path: Path) -> None:
     """`compare --sim S --real R` on validate's own files gives validate's rows, phase by phase: the
     simulated traces carry each op's module, the capture its iterations, unprofiled pass and profiler cost."""

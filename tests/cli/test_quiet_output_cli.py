@@ -68,6 +68,7 @@ def test_capture_is_quiet_and_draws_a_progress_bar_on_a_terminal(config: Path, t
         assert step in terminal, step
 
 
+@pytest.mark.slow  # 13 s (two captures); make test keeps the capture's quiet stderr
 def test_verbose_logs_what_a_plain_run_hides_and_json_draws_no_bar(config: Path, tmp_path: Path) -> None:
     code, stdout, terminal = run_on_terminal("-v", "capture", "--model", str(config), "--prompt-len", "4",
                                              "--warmup", "0", "--out", str(tmp_path / "t.json.gz"), "--json")
@@ -79,6 +80,7 @@ def test_verbose_logs_what_a_plain_run_hides_and_json_draws_no_bar(config: Path,
     assert "profiled iteration" not in terminal and "━" not in terminal  # --json: no bar
 
 
+@pytest.mark.slow  # 13 s (a validate run); make test keeps the capture's quiet stderr
 def test_validate_is_quiet_and_prints_errors_as_percentages(run_cli, config: Path, tmp_path: Path) -> None:
     proc = run_cli("validate", "--model", str(config), "--hardware", "server-cpu", "--prompt-len", "6", "--warmup",
                    "0", "--iterations", "1", "--no-probe", "--profiled-times", "--threads", "1",

@@ -78,6 +78,7 @@ def test_captured_run_verifies_against_graph(config: Path, tmp_path: Path) -> No
     assert report["ok"] and {c["category"] for c in report["categories"]} >= {"moe_router", "moe_topk", "moe_experts"}
 
 
+@pytest.mark.slow  # 15 s; the graph path's size check runs in make test
 def test_captured_run_of_a_model_too_big_fails_before_building(run_cli: Run, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

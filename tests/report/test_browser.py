@@ -61,7 +61,11 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
         chromium.close()
 
 
-@pytest.mark.parametrize("kind", list(KIND_FIXTURES))
+#: The validate report's input is a validate run (15-20 s): its browser check runs in make test-slow.
+_KINDS = [pytest.param(k, marks=pytest.mark.slow) if k == "validate" else k for k in KIND_FIXTURES]
+
+
+@pytest.mark.parametrize("kind", _KINDS)
 def test_every_chart_renders_offline_with_no_console_error(browser: Any, request: pytest.FixtureRequest,
                                                            tmp_path: Path, kind: str) -> None:
     document = request.getfixturevalue(KIND_FIXTURES[kind])

@@ -12,6 +12,7 @@ from layerscope.report.validate import charts
 pytest.importorskip("plotly", reason="the report's charts need plotly: pip install 'layerscope[report]'")
 
 
+@pytest.mark.slow  # its input is a validate run (15-20 s); the other report kinds run in make test
 def test_each_phase_has_its_scatter_and_its_errors_by_kind(validate_json: Path) -> None:
     doc = load_document(validate_json)
     section = charts(doc)
