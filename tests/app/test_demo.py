@@ -152,6 +152,7 @@ def test_every_known_reason_is_reachable_and_unknown_kinds_say_so():
     assert known_reason("measured", "no-such-kind") is None
 
 
+@pytest.mark.slow  # a second demo run (15 s); make test keeps the demo's own run and its checks
 def test_demo_prefers_the_spec_calibrate_kept_for_this_machine(demo, tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERSCOPE_MACHINES_DIR", str(tmp_path / "machines"))
     threads = demo.validation.threads
@@ -167,6 +168,7 @@ def test_demo_prefers_the_spec_calibrate_kept_for_this_machine(demo, tmp_path, m
 
 
 
+@pytest.mark.slow  # a second demo run (14 s); make test keeps the demo's own run and its checks
 def test_a_quiet_measurement_is_kept_and_the_next_demo_predicts_on_it(demo, demo_machines, tmp_path, monkeypatch):
     from layerscope.hardware.host import quick_spec_path
 
