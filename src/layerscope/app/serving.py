@@ -157,27 +157,9 @@ def write_requests_table(run: ServingRun, path: Path, *, inputs: tuple[str | os.
     """One row per request (times in seconds from the first arrival, TTFT, TPOT, E2E, the largest inter-token
     gap, queueing, preemptions, and its joules where the hardware has energy figures), as CSV or, for a
     ``.parquet`` path, Parquet; written atomically."""
-    import pyarrow as pa
+    from layerscope.app.tables import write_columns
 
-    from layerscope.errors import OutputError
-    from layerscope.units import atomic_write, check_output
-
-    check_output(path, inputs=inputs)
-    table = pa.table(_table_columns(run))
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        with atomic_write(path, "wb") as fh:
-            pq.write_table(table, fh)
-    elif suffix == ".csv":
-        import pyarrow.csv as pcsv
-
-        with atomic_write(path, "wb") as fh:
-            pcsv.write_csv(table, fh)
-    else:
-        raise OutputError(f"{path}: a per-request table is .csv or .parquet")
-    return path
+    return write_columns(_table_columns(run), path, what="per-request table", inputs=inputs)
 
 
 def find_max_rate(request: ServingRequest, slo: SLO, *, target: float = 0.9, low: float | None = None,

@@ -151,28 +151,10 @@ def run_sweep(request: SweepRequest) -> SweepResult:
 
 def write_sweep_table(result: SweepResult, path: Path, *, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
     """The rows as CSV or, for a ``.parquet`` path, Parquet (pyarrow); written atomically."""
-    from layerscope.units import atomic_write, check_output
+    from layerscope.app.tables import write_columns
 
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet"):
-        raise OutputError(f"sweep table {str(path)!r}: write .csv or .parquet")
-    check_output(path, inputs=inputs)
-    try:
-        import pyarrow as pa
-    except ImportError:
-        raise OutputError("writing a sweep table needs pyarrow (pip install pyarrow)") from None
-    columns = list(SweepRow.model_fields)
-    table = pa.table({c: [getattr(r, c) for r in result.rows] for c in columns})
-    with atomic_write(path, "wb") as fh:
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            pq.write_table(table, fh)
-        else:
-            import pyarrow.csv as pcsv
-
-            pcsv.write_csv(table, fh)
-    return path
+    columns = {c: [getattr(r, c) for r in result.rows] for c in SweepRow.model_fields}
+    return write_columns(columns, path, what="sweep table", inputs=inputs)
 
 
 def sweep_figures(result: SweepResult) -> list[Any]:
