@@ -5,8 +5,10 @@
 One trace: ``--requests`` (10,000) Poisson arrivals at ``--rate`` (20/s), 512 prompt and 128 output tokens, from
 ``layerscope.serving.generate_requests`` (seed 0). Llama-2-7B (``llama-2-7b-hf`` here, Vidur's
 ``meta-llama/Llama-2-7b-hf``, the one model both have for an H100: Vidur has profiles for it on ``h100``) on one
-H100 SXM, TP1, one replica, bf16. Per scheduler pair, the same cap of 256 running requests and 8192-token
-step budget, KV blocks of 16 tokens:
+H100 SXM, TP1, one replica, bf16. Per scheduler pair, the same cap of 256 running requests and step budget
+(``--budget``, 4096 tokens: the largest step in Vidur's profile of the linear layers; beyond it Vidur's
+predictor extrapolates, and its linear regression gives steps of ~6,000 tokens and more a negative time), KV blocks
+of 16 tokens:
 
 * ``vllm``: layerscope ``vllm`` without chunked prefill, prompts first (vLLM V0's default) against Vidur's
   ``vllm`` replica scheduler (``batch_size_cap``, ``max_tokens_in_batch``);
@@ -19,7 +21,9 @@ graphs) and warm (reused). Vidur runs in its own virtualenv (``bench/peers/.vidu
 same requests written as its trace-replay CSV; its first run fits its execution-time predictor (``--predictor``:
 random forest, its default, or linear regression; cached under ``bench/peers/.vidur-work/cache``) and tabulates its
 predictions, a second run reuses both. Either way Vidur's event loop reads step times from those tables, so its
-``run`` phase costs the same whichever predictor filled them. Wall times are reported
+``run`` phase costs the same whichever predictor filled them. Both simulators also time a few fixed step
+compositions (``PROBES``: prompts alone, decodes alone, mixed) and print them side by side, with Vidur's count of
+steps whose predicted time is not positive. Wall times are reported
 as Vidur / layerscope. Where the venv or the source is missing the script says so and runs layerscope alone.
 Set up Vidur with ``--setup`` (pip into the venv from the package index; the source from the local mirror of
 microsoft/vidur, or ``--vidur-src``).
@@ -41,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from layerscope.model import load_model_spec
 from layerscope.serving import (
@@ -69,13 +75,25 @@ VIDUR_PATHS = ["vidur", "setup.py", "requirements.txt", "LICENSE",
 
 MODEL, HARDWARE = "llama-2-7b-hf", "h100-sxm"
 VIDUR_MODEL, VIDUR_DEVICE, VIDUR_NETWORK = "meta-llama/Llama-2-7b-hf", "h100", "h100_pairwise_nvlink"
-MAX_SEQS, BUDGET, BLOCK = 256, 8192, 16
-SCHEDULERS = {
-    "vllm": SchedulerSpec(name="vllm", max_num_seqs=MAX_SEQS, max_num_batched_tokens=BUDGET, chunked_prefill=False,
-                          priority="prefill-first", block_tokens=BLOCK),
-    "sarathi": SchedulerSpec(name="sarathi", max_num_seqs=MAX_SEQS, max_num_batched_tokens=BUDGET,
-                             block_tokens=BLOCK),
-}
+MAX_SEQS, BLOCK = 256, 16
+#: The most tokens per step in Vidur's profile of the linear layers (its mlp.csv): beyond, its predictor
+#: extrapolates (the linear regression's polynomial goes negative near 6,000 tokens).
+VIDUR_PROFILED_TOKENS = 4096
+#: Tokens per step on both sides: within Vidur's profile.
+BUDGET = VIDUR_PROFILED_TOKENS
+
+
+def schedulers(budget: int) -> dict[str, SchedulerSpec]:
+    """The paired scheduler specs at a step budget of ``budget`` tokens."""
+    return {
+        "vllm": SchedulerSpec(name="vllm", max_num_seqs=MAX_SEQS, max_num_batched_tokens=budget,
+                              chunked_prefill=False, priority="prefill-first", block_tokens=BLOCK),
+        "sarathi": SchedulerSpec(name="sarathi", max_num_seqs=MAX_SEQS, max_num_batched_tokens=budget,
+                                 block_tokens=BLOCK),
+    }
+
+
+SCHEDULERS = schedulers(BUDGET)
 
 
 def setup(src: Path | None) -> None:
@@ -113,6 +131,40 @@ def vidur_commit() -> str:
     return r.stdout.strip() or "?"
 
 
+#: Step compositions timed by both simulators: prompts as (new, cached) tokens, decodes by cached tokens.
+PROBES: list[dict[str, Any]] = (
+    [{"prompts": [(512, 0)] * n} for n in (1, 8, 16)]
+    + [{"decodes": [576] * b} for b in (32, 128, 191, 256)]
+    + [{"prompts": [(512, 0)] * 8, "decodes": [576] * 128}])
+
+
+def probe_tokens(probe: dict[str, Any]) -> int:
+    return sum(c for c, _ in probe.get("prompts", [])) + len(probe.get("decodes", []))
+
+
+def probe_label(probe: dict[str, Any]) -> str:
+    parts = []
+    if probe.get("prompts"):
+        parts.append(f"{len(probe['prompts'])} x {probe['prompts'][0][0]}-token prompt")
+    if probe.get("decodes"):
+        parts.append(f"{len(probe['decodes'])} decodes at {probe['decodes'][0]}")
+    return " + ".join(parts)
+
+
+def layerscope_probe_s(request: ServingRequest, probe: dict[str, Any]) -> float:
+    """layerscope's seconds for the step ``probe`` describes, by the timer and host terms its simulation uses."""
+    import numpy as np
+
+    from layerscope.serving import simulator
+
+    spec, hw = simulator._resolve(request)
+    timer = simulator._timer(spec, hw, simulator._template(spec, request), request.cost_model, request.timer)
+    chunks = [(int(c), int(p)) for c, p in probe.get("prompts", [])]
+    ctx = np.asarray(probe.get("decodes", []), dtype=np.int64)
+    forward = timer.forward_s(chunks, ctx)
+    return timer.step_s(forward, len(chunks) + len(ctx), first=bool(chunks), admitted=bool(chunks))
+
+
 def write_trace(requests: list[Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
@@ -143,6 +195,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--schedulers", default="vllm,sarathi")
+    parser.add_argument("--budget", type=int, default=BUDGET,
+                        help=f"tokens per step on both sides ({BUDGET}: Vidur's linear layers are profiled up to "
+                             f"{VIDUR_PROFILED_TOKENS} tokens, beyond which its predictor extrapolates)")
     parser.add_argument("--setup", action="store_true", help="create Vidur's venv and source checkout first")
     parser.add_argument("--vidur-src", type=Path, default=None, help="a clone of microsoft/vidur for --setup")
     parser.add_argument("--no-vidur", action="store_true", help="run layerscope alone")
@@ -165,6 +220,9 @@ def main() -> None:
     write_trace(requests, trace)
     print(f"trace: {len(requests)} requests, Poisson {args.rate:g}/s, 512 in / 128 out ({trace})")
 
+    if args.budget > VIDUR_PROFILED_TOKENS:
+        print(f"note: a budget of {args.budget} tokens per step is beyond Vidur's profile of its linear layers "
+              f"({VIDUR_PROFILED_TOKENS} tokens): its steps of more tokens are extrapolated (see 'step time <= 0')")
     missing = "--no-vidur" if args.no_vidur else vidur_missing()
     if missing:
         print(f"Vidur not run: {missing}; layerscope alone")
@@ -177,7 +235,8 @@ def main() -> None:
     from layerscope.serving import simulator
 
     for name in args.schedulers.split(","):
-        request = ServingRequest(model=MODEL, hardware=HARDWARE, scheduler=SCHEDULERS[name], traffic=traffic)
+        request = ServingRequest(model=MODEL, hardware=HARDWARE, scheduler=schedulers(args.budget)[name],
+                                 traffic=traffic)
         simulator._TIMERS.clear()  # cold: the step timer's tables built from graphs
         t0 = time.perf_counter()
         run = simulate_requests(request, requests)
@@ -189,6 +248,11 @@ def main() -> None:
             warms.append(time.perf_counter() - t0)
         warm = min(warms)  # the machine is shared: the least disturbed of the repeats
         m = summarize(run)
+        prefill = run.prefill_tokens > 0
+        print(f"[{name}] layerscope  preemptions {int(run.preemptions.sum())}  prompt tokens run "
+              f"{int(run.prefill_tokens.sum()):,} (of {sum(r.prompt_len for r in requests):,})  decode-only steps: "
+              f"batch p50 {float(np.median(run.decode_seqs[~prefill])) if (~prefill).any() else 0:.0f}  "
+              f"running max {int(run.running.max())}")
         print(f"[{name}] layerscope  cold {cold:7.2f} s  warm {warm:7.2f} s (min of {len(warms)})  "
               f"steps {m.iterations:7d}  {m.request_throughput:6.2f} req/s  TTFT p50 {m.median_ttft_ms:8.1f} ms  "
               f"p99 {m.p99_ttft_ms:8.1f} ms  "
@@ -198,8 +262,9 @@ def main() -> None:
             continue
         job = {"trace": str(trace), "vidur_root": str(VIDUR_SRC), "work_dir": str(WORK), "device": VIDUR_DEVICE,
                "network_device": VIDUR_NETWORK, "vidur_model": VIDUR_MODEL, "scheduler": name,
-               "max_num_seqs": MAX_SEQS, "max_num_batched_tokens": BUDGET, "block_tokens": BLOCK,
+               "max_num_seqs": MAX_SEQS, "max_num_batched_tokens": args.budget, "block_tokens": BLOCK,
                "max_tokens": max_tokens, "model_arch": arch, "predictor": args.predictor,
+               "probe": [p for p in PROBES if probe_tokens(p) <= args.budget],
                "vidur_version": f"git {vidur_commit()}",
                "hw": {"peak_flops_per_s": hw.engines.peak_flops_per_s["bf16"],
                       "bandwidth_bytes_per_s": hw.memory[-1].bandwidth_bytes_per_s,
@@ -219,6 +284,17 @@ def main() -> None:
                   f"  KV {r['kv_blocks'] * BLOCK if r.get('kv_blocks') else '?'} tokens  restarts {r['restarts']}  "
                   f"attention: {r['attention_profile']}", flush=True)
         ok = [r for r in results if "error" not in r]
+        if ok:
+            r = ok[-1]
+            print(f"[{name}] Vidur  batches with a step time <= 0: {r['batches_not_positive']} (least "
+                  f"{r['batch_time_min_s'] * 1e3:.1f} ms)  prompt tokens run {r['prefill_tokens_run']:,}  "
+                  f"decode-only batch p50 {r['decode_batch_p50']}")
+            for probe in r["probe"]:
+                ours = layerscope_probe_s(request, probe)
+                print(f"[{name}] step {probe_label(probe):40s} layerscope {ours * 1e3:8.2f} ms  Vidur "
+                      f"{probe['total_s'] * 1e3:8.2f} ms (decode attention {probe['attention_decode_s'] * 1e3:.2f},"
+                      f" prefill attention {probe['attention_prefill_s'] * 1e3:.2f}, MLP up+down "
+                      f"{probe['mlp_up_down_s'] * 1e3:.2f})", flush=True)
         if ok:
             rest = ok[1:] or ok
             last = {"process_s": min(r["process_s"] for r in rest), "run_s": min(r["run_s"] for r in rest)}

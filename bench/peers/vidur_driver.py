@@ -26,6 +26,7 @@ layers, norms, activation, RoPE and residual adds come from Vidur's profiled ``m
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -98,6 +99,48 @@ def write_standin_attention(path: Path, model: dict[str, Any], hw: dict[str, Any
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False)
     return len(rows)
+
+
+def probe_step_times(predictor: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Vidur's predicted time (seconds) of each probed step: ``prompts`` (new tokens, cached tokens) chunks and
+    ``decodes`` (cached tokens each), built as Vidur's own ``Batch`` of ``Request`` objects and timed by the
+    predictor its replica uses (``total_time``, and the summed per-layer parts for a look inside)."""
+    from vidur.entities import Batch, Request
+
+    out = []
+    for probe in probes:
+        requests, tokens = [], []
+        for new, cached in probe.get("prompts", []):
+            r = Request(arrived_at=0.0, num_prefill_tokens=int(new + cached), num_decode_tokens=2,
+                        num_processed_tokens=int(cached))
+            requests.append(r)
+            tokens.append(int(new))
+        for ctx in probe.get("decodes", []):
+            r = Request(arrived_at=0.0, num_prefill_tokens=int(ctx), num_decode_tokens=2,
+                        num_processed_tokens=int(ctx))
+            r._is_prefill_complete = True
+            requests.append(r)
+            tokens.append(1)
+        t = predictor.get_execution_time(Batch(0, requests, tokens), 0)
+        layers = t.num_layers
+        out.append({**probe, "total_s": t.total_time,
+                    "attention_decode_s": t.attention_decode_execution_time * layers * 1e-3,
+                    "attention_prefill_s": t.attention_prefill_execution_time * layers * 1e-3,
+                    "mlp_up_down_s": (t.mlp_layer_up_proj_execution_time + t.mlp_layer_down_proj_execution_time)
+                    * layers * 1e-3})
+    return out
+
+
+def batch_series(sim: Any) -> dict[str, list[float]]:
+    """Vidur's per-batch records (in batch order): execution time (s), tokens, prefill tokens, decode tokens."""
+    store = sim.metric_store
+    series: dict[str, list[float]] = {}
+    for table in (store._batch_metrics_time_distribution_per_batch,
+                  store._batch_metrics_count_distribution_per_batch):
+        for name, data in table.items():
+            rows = sorted(data._data_series)
+            series[name.value] = [float(y) for _, y in rows]
+    return series
 
 
 def _pct(values: Any, q: float) -> float:
@@ -183,7 +226,18 @@ def main() -> None:
 
     atexit.unregister(sim._write_output)  # Vidur registers it to run again at exit
 
+    import numpy as np
     import pandas as pd
+
+    stage = sim.scheduler.get_replica_scheduler(0)._replica_stage_schedulers[0]
+    probes = probe_step_times(stage._execution_time_predictor, job.get("probe", []))
+    batches = batch_series(sim)
+    exec_s = np.asarray(batches.get("batch_execution_time", []))
+    prefill_tok = np.asarray(batches.get("batch_num_prefill_tokens", []))
+    decode_tok = np.asarray(batches.get("batch_num_decode_tokens", []))
+    decode_only = prefill_tok == 0
+    batches_path = work / f"batches-{sched}.json"
+    batches_path.write_text(json.dumps(batches))
 
     out_dir = Path(config.metrics_config.output_dir)
     req = pd.read_csv(out_dir / "request_metrics.csv").sort_values("Request Id")
@@ -208,6 +262,12 @@ def main() -> None:
         "e2e_p50_s": _pct(e2e, 50), "req_per_s": len(req) / span if span > 0 else None,
         "restarts": int(req["request_num_restarts"].sum()) if "request_num_restarts" in req else None,
         "output_dir": str(out_dir),
+        "probe": probes, "batches_file": str(batches_path),
+        "batch_time_min_s": float(exec_s.min()) if len(exec_s) else None,
+        "batches_not_positive": int((exec_s <= 0).sum()),
+        "batch_time_sum_s": float(exec_s.sum()),
+        "prefill_tokens_run": int(prefill_tok.sum()),
+        "decode_batch_p50": float(np.median(decode_tok[decode_only])) if decode_only.any() else None,
     })
 
 
