@@ -18,6 +18,12 @@ from hypothesis import settings
 # would make a demo test time on whatever the developer calibrated last.
 os.environ["LAYERSCOPE_MACHINES_DIR"] = tempfile.mkdtemp(prefix="layerscope-machines-")
 
+# Most CLI tests start a `layerscope` process. Where PYTHONDONTWRITEBYTECODE is set (this machine's environment
+# sets it), every such process would compile the whole package from source again, ~0.35 s each: the processes
+# keep their bytecode under one temporary prefix instead, so only the first compiles (the checkout is untouched).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", tempfile.mkdtemp(prefix="layerscope-pycache-"))
+
 # CI runs a fixed, reproducible set of examples (a red CI must be reproducible); local runs explore.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):

@@ -16,8 +16,8 @@ LAYERS = ("errors", "units", "registry", "model", "hardware", "workload", "graph
           "serving",
           "trace", "capture", "analysis", "app", "report", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
-# errors, units and registry are one layer.
-RANK["units"] = RANK["registry"] = RANK["errors"]
+# errors, units, registry, docstrings and lazy are one layer.
+RANK["units"] = RANK["registry"] = RANK["docstrings"] = RANK["lazy"] = RANK["errors"]
 
 
 def _layer_of(path: Path) -> str:

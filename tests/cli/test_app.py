@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -28,3 +30,58 @@ def test_layerscope_error_is_one_line_exit_2(run_cli: Run) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_command_modules_list_what_each_module_registers() -> None:
+    import importlib
+
+    import typer
+
+    from layerscope.cli.app import COMMAND_MODULES
+
+    for module, commands in COMMAND_MODULES.items():
+        one = typer.Typer()
+        importlib.import_module(f"layerscope.cli.{module}").register(one)
+        assert tuple(c.name for c in one.registered_commands) == commands, module
+
+
+@pytest.mark.parametrize(("argv", "modules"), [
+    (["estimate", "--model", "llama-3.1-8b"], ("estimate",)),
+    (["-v", "models", "--json"], ("catalogs",)),
+    (["serving-grid", "--help"], ("serving",)),
+    (["open", "t.json"], ("simulate",)),
+    ([], None),
+    (["--help"], None),
+    (["-v"], None),
+    (["no-such-command"], None),
+])
+def test_a_command_line_loads_only_its_command_module(argv: list[str], modules: tuple[str, ...] | None) -> None:
+    from layerscope.cli.app import COMMAND_MODULES, make_app, modules_for
+
+    assert modules_for(argv) == modules
+    app = make_app(modules)
+    expected = [c for m in (COMMAND_MODULES if modules is None else modules) for c in COMMAND_MODULES[m]]
+    assert [c.name for c in app.registered_commands] == expected
+
+
+def test_the_root_help_lists_every_command_and_a_command_help_its_own(run_cli: Run) -> None:
+    from layerscope.cli.app import COMMAND_MODULES
+
+    root = run_cli("--help")
+    assert root.returncode == 0, root.stderr
+    assert all(c in root.stdout for commands in COMMAND_MODULES.values() for c in commands)
+    own = run_cli("serving-grid", "--help")
+    assert own.returncode == 0 and "--ray" in own.stdout, own.stderr
+
+
+def test_the_process_setup_raises_the_collector_threshold_and_skips_the_plugin_scan() -> None:
+    code = ("import gc, os, sys; sys.argv = ['layerscope', 'models', '--json']\n"
+            "from layerscope.cli import app\n"
+            "try:\n    app.main()\nexcept SystemExit:\n    pass\n"
+            "print(gc.get_threshold()[0], os.environ.get('PYDANTIC_DISABLE_PLUGINS'), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"})
+    assert done.returncode == 0, done.stderr
+    from layerscope.cli.app import GC_THRESHOLD_0
+
+    assert done.stderr.split() == [str(GC_THRESHOLD_0), "__all__"]

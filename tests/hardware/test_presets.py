@@ -175,3 +175,43 @@ def test_every_gpu_base_preset_cites_calibration_md_for_its_efficiencies() -> No
             assert "calibration.md" in source, (spec.name, source)
         if eff.matmul_per_dtype:
             assert "calibration.md" in eff.matmul_per_dtype_source, spec.name
+
+
+def test_compiled_presets_are_up_to_date() -> None:
+    from layerscope.hardware.presets import COMPILED, compiled_text
+
+    assert COMPILED.read_text(encoding="utf-8") == compiled_text(), "run `make presets`"
+
+
+@pytest.mark.parametrize("name", [n for n in preset_names() if n not in ("nvl-ax", "jgs")])
+def test_a_compiled_preset_is_the_spec_its_yaml_gives(name: str) -> None:
+    from layerscope.hardware.loaders import load_hardware_file
+    from layerscope.hardware.presets import PRESET_DIR
+
+    assert load_hardware(name) == load_hardware_file(PRESET_DIR / f"{name}.yaml")
+
+
+def test_an_edited_file_is_read_from_its_text_not_from_the_compiled_copy(tmp_path) -> None:
+    import zlib
+
+    from layerscope.hardware.presets import _compiled_entry
+
+    path = tmp_path / "x.yaml"
+    path.write_text("name: x\n")
+    entry = {"crc32": zlib.crc32(b"name: x\n"), "data": {"name": "x"}}
+    assert _compiled_entry(entry, path) is entry
+    path.write_text("name: y\n")
+    assert _compiled_entry(entry, path) is None
+    assert _compiled_entry(entry, tmp_path / "missing.yaml") is None
+    assert _compiled_entry(None, path) is None
+
+
+def test_loading_a_preset_reads_no_yaml_and_no_spreadsheet() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import layerscope.hardware.loaders as L; L.sheet_devices = None\n"
+            "from layerscope.hardware import load_hardware; load_hardware('h100-sxm'); load_hardware('H100_SXM')\n"
+            "print(sorted(m for m in ('yaml', 'openpyxl', 'layerscope.hardware.cluster') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

@@ -25,6 +25,7 @@ from layerscope.app.requests import (
     ParallelPlan,
     WorkloadRequest,
 )
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import CostModelError
 from layerscope.units import atomic_write
 from layerscope.workload import Workload
@@ -41,8 +42,7 @@ _RESULT_CONFIG = MODEL_CONFIG
 class EstimateRequest(BaseModel):
     """What to estimate: a model on a hardware spec under a workload and a parallel plan."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(**RESULT_CONFIG, arbitrary_types_allowed=True)
 
     model: ModelRef = "llama-3.2-1b"
     """Catalog name, Hugging Face id, ``config.json`` or directory, or a loaded ModelSpec."""

@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from layerscope.app.requests import MODEL_CONFIG, HardwareRef, ModelRef, ParallelPlan, WorkloadRequest
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import HardwareSpecError, LayerscopeError, WorkloadError
 
 if TYPE_CHECKING:
@@ -44,8 +45,7 @@ MAX_PLAN_GPUS = 4096
 class PlanRequest(BaseModel):
     """What to plan: a model on a GPU or cluster, over a range of GPU counts, for one workload."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(**RESULT_CONFIG, arbitrary_types_allowed=True)
 
     model: ModelRef = "llama-3.1-8b"
     """Catalog name, Hugging Face id, ``config.json`` or directory, or a loaded ModelSpec."""

@@ -44,7 +44,9 @@ def fitted_preset_texts() -> dict[str, str]:
 
 
 def write_presets(directory: Path = PRESET_DIR) -> list[Path]:
-    """Write every fitted preset into ``directory``; the paths written."""
+    """Write every fitted preset into ``directory``, then (for the bundled directory) ``compiled.json`` from
+    every bundled file as it now reads (:mod:`layerscope.hardware.presets`); the paths written."""
+    from layerscope.hardware.presets import COMPILED, compiled_text
     from layerscope.units import atomic_write
 
     written = []
@@ -53,6 +55,10 @@ def write_presets(directory: Path = PRESET_DIR) -> list[Path]:
         with atomic_write(path, "w") as fh:
             fh.write(text)
         written.append(path)
+    if directory == PRESET_DIR:
+        with atomic_write(COMPILED, "w") as fh:
+            fh.write(compiled_text())
+        written.append(COMPILED)
     return written
 
 

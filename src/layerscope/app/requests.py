@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from layerscope.app.defaults import DEFAULT_ATTENTION
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import LayerscopeError, WorkloadError
 from layerscope.graph.attention import AttentionView
 from layerscope.workload.workload import MAX_BATCH, MAX_DEVICES, MAX_TOKENS
@@ -26,8 +27,8 @@ __all__ = ["DEFAULT_ATTENTION", "MODEL_CONFIG", "AttentionView", "HardwareRef", 
 M = TypeVar("M", bound=BaseModel)
 
 #: The configuration of every request and result model of the verbs: immutable, no unknown fields, attribute
-#: docstrings exported as the JSON schema's descriptions.
-MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+#: docstrings exported as the JSON schema's descriptions (read only then), validators built on first use.
+MODEL_CONFIG = RESULT_CONFIG
 
 
 #: A model: a catalog name (``llama-3.2-1b``), a Hugging Face id, a ``config.json`` or a directory,

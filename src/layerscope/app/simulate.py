@@ -27,6 +27,7 @@ from layerscope.app.requests import (
     WorkloadRequest,
     check_devices,
 )
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import ScheduleError
 from layerscope.schedule.core import Schedule, ScheduleProblem, get_policy
 from layerscope.schedule.sweep import Sweep, parse_engine_counts, sweep_engines
@@ -54,8 +55,7 @@ class SimulateRequest(BaseModel):
     """What to simulate: which graph (one layer, the first N layers, the whole model, decode steps), on which
     hardware, split into how many engines, scheduled by which policy, and where to write the trace."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(**RESULT_CONFIG, arbitrary_types_allowed=True)
 
     model: ModelRef = "llama-3.2-1b"
     """Catalog name, Hugging Face id, ``config.json`` or directory, or a loaded ModelSpec."""

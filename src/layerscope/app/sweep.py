@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import OutputError, WorkloadError
 
 #: Weight-only types: their GEMMs run in the activation dtype (bf16 here), as :data:`cost.features` times them.
@@ -25,7 +26,7 @@ _WEIGHT_ONLY = ("int4", "int8", "nf4", "mxfp4", "fp4")
 class SweepRequest(BaseModel):
     """The grid: every combination of the lists is one point."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = RESULT_CONFIG
 
     models: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
@@ -49,7 +50,7 @@ class SweepRequest(BaseModel):
 
 
 class SweepRow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = RESULT_CONFIG
 
     model: str
     """The model's name (its config's)."""
@@ -80,7 +81,7 @@ class SweepRow(BaseModel):
 class SweepResult(BaseModel):
     """``layerscope sweep --json``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = RESULT_CONFIG
 
     phase: str
     """decode or prefill."""

@@ -19,9 +19,10 @@ import statistics
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from layerscope.capture.quiet import native_stderr_logged
+from layerscope.docstrings import SPEC_CONFIG
 
 #: Weight-stream size per sample, in last-level caches (as ``calibrate``'s cold small ops).
 STREAM_LLC_FACTOR = 2
@@ -37,7 +38,7 @@ _WIDTH = 2048
 class ProfilerEventCost(BaseModel):
     """The profiler's time per recorded event, from a hot and a cold A/B of one small eager op sequence."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     per_event_s: float = Field(ge=0)
     """The hot figure, ``max(0, hot_on_s - hot_off_s) / events``: a lower bound of what each

@@ -25,15 +25,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.workload.steps import is_phase_range
 
 
 class UnprofiledTimes(BaseModel):
     """Module times of the iterations run without the profiler, per iteration (seconds)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     iterations: int = Field(ge=1)
     ranges: dict[str, float]

@@ -7,9 +7,12 @@ so ``layerscope --help`` stays fast and never imports torch.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Iterable, Sequence
 
 import typer
 
@@ -17,34 +20,26 @@ from layerscope.cli.options import flush_deprecations
 from layerscope.errors import LayerscopeError
 from layerscope.units import reading_inputs
 
-#: Command modules of this package, in help order.
-COMMAND_MODULES: tuple[str, ...] = (
-    "estimate",
-    "plan",
-    "sweep",
-    "serving",
-    "catalogs",
-    "simulate",
-    "capture",
-    "analyze",
-    "demo",
-    "validate",
-    "calibrate",
-    "records",
-    "report",
-)
-
-app = typer.Typer(
-    name="layerscope",
-    help="Where the time goes when a transformer LM runs, and where it would go on other hardware.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+#: Command modules of this package, in help order, with the commands each registers (``tests/cli/test_app.py``
+#: checks the lists against what the modules register).
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "estimate": ("estimate",),
+    "plan": ("plan",),
+    "sweep": ("sweep",),
+    "serving": ("serving", "serving-grid"),
+    "catalogs": ("models", "hardware"),
+    "simulate": ("simulate", "open"),
+    "capture": ("capture",),
+    "analyze": ("query", "analyze", "compare"),
+    "demo": ("demo",),
+    "validate": ("validate",),
+    "calibrate": ("calibrate",),
+    "records": ("workloads", "verify"),
+    "report": ("report",),
+}
+_MODULE_OF = {command: module for module, commands in COMMAND_MODULES.items() for command in commands}
 
 
-@app.callback()
 def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress to stderr."),
 ) -> None:
@@ -55,18 +50,40 @@ def _root(
     )
 
 
-def _register_all() -> None:
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"layerscope.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"layerscope.cli.{name}":
-                continue
-            raise
-        module.register(app)
+def make_app(modules: Iterable[str] | None = None) -> typer.Typer:
+    """The ``layerscope`` app with the commands of ``modules`` (default: every command module)."""
+    application = typer.Typer(
+        name="layerscope",
+        help="Where the time goes when a transformer LM runs, and where it would go on other hardware.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    application.callback()(_root)
+    for name in COMMAND_MODULES if modules is None else modules:
+        importlib.import_module(f"layerscope.cli.{name}").register(application)
+    return application
 
 
-_register_all()
+def modules_for(args: Sequence[str]) -> tuple[str, ...] | None:
+    """The command modules a command line needs: the one registering its command, or ``None`` (all of them)
+    for the root help, no command, or a name no module registers (click then lists the commands).
+
+    Building the app converts every registered command's signature into click parameters; for one command
+    that is a few milliseconds, for all nineteen ~40 ms of each run (bench/RESULTS.md "whole process")."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    module = _MODULE_OF.get(command) if command is not None else None
+    return None if module is None else (module,)
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: every command registered, built on first use (tests and documentation tools import it)."""
+    if name == "app":
+        application = make_app()
+        globals()["app"] = application
+        return application
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Longest error line printed: a message that quotes user input (a huge YAML value, a trace name)
@@ -83,15 +100,32 @@ def error_line(message: str) -> str:
     return f"error: {text}"
 
 
+#: The cyclic collector's first-generation threshold in a ``layerscope`` process (CPython's default: 700). A
+#: command's start allocates hundreds of thousands of objects that live to the end (modules, classes, pydantic
+#: validators, the op graph) and that the default collector traverses again and again: 50 ms of a 0.5 s
+#: ``estimate`` (bench/RESULTS.md "whole process"). Cycles are still collected, every 100,000 allocations.
+GC_THRESHOLD_0 = 100_000
+
+
+def _process_setup() -> None:
+    """What only a ``layerscope`` process does (never a program importing the library): the collector threshold
+    above, and no scan of every installed distribution for pydantic plugins (our models are validated by
+    pydantic itself; a user who wants plugins sets ``PYDANTIC_DISABLE_PLUGINS`` to an empty string)."""
+    gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+
 def main() -> None:
     """Console-script entry point: bad input (a :class:`LayerscopeError`, a usage error) becomes one
     line ``error: …`` on stderr and exit code 2; a command's own exit code is passed on."""
+    _process_setup()
     try:
         # Without standalone mode click *returns* a command's exit code (typer.Exit(1) included)
         # instead of exiting with it: pass it on, or every "gaps found" exit would become 0.
         # Every input a loader reads is remembered, so no writer of this command overwrites one.
+        application = make_app(modules_for(sys.argv[1:]))
         with reading_inputs():
-            code = app(standalone_mode=False)
+            code = application(standalone_mode=False)
         flush_deprecations()
     except LayerscopeError as exc:
         flush_deprecations(print_them=False)

@@ -7,27 +7,32 @@ overhead, efficiencies, and a citation for each figure); bundled presets
 the NVLink-domain fabric and the network (:func:`load_cluster`, :func:`cluster_names`; docs/clusters.md).
 """
 
-from layerscope.hardware.cluster import ClusterSpec, GroupPlacement, cluster_names, load_cluster
-from layerscope.hardware.loaders import (
-    LOADERS,
-    dump_hardware_json,
-    dump_hardware_yaml,
-    load_hardware,
-    write_hardware_sheet,
-)
-from layerscope.hardware.presets import bundled_spreadsheet_example, list_presets, preset_names
-from layerscope.hardware.spec import (
-    ColdCost,
-    EfficiencySpec,
-    EnergySpec,
-    EngineSpec,
-    ExecutionSpec,
-    FreshPages,
-    HardwareSpec,
-    InterconnectSpec,
-    MemoryLevel,
-    ResolvedFlops,
-)
+from typing import TYPE_CHECKING
+
+from layerscope.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from layerscope.hardware.cluster import ClusterSpec, GroupPlacement, cluster_names, load_cluster
+    from layerscope.hardware.loaders import (
+        LOADERS,
+        dump_hardware_json,
+        dump_hardware_yaml,
+        load_hardware,
+        write_hardware_sheet,
+    )
+    from layerscope.hardware.presets import bundled_spreadsheet_example, list_presets, preset_names
+    from layerscope.hardware.spec import (
+        ColdCost,
+        EfficiencySpec,
+        EnergySpec,
+        EngineSpec,
+        ExecutionSpec,
+        FreshPages,
+        HardwareSpec,
+        InterconnectSpec,
+        MemoryLevel,
+        ResolvedFlops,
+    )
 
 __all__ = [
     "LOADERS",
@@ -53,3 +58,15 @@ __all__ = [
     "preset_names",
     "write_hardware_sheet",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "layerscope.hardware.cluster": ("ClusterSpec", "GroupPlacement", "cluster_names", "load_cluster"),
+    "layerscope.hardware.loaders": (
+        "LOADERS", "dump_hardware_json", "dump_hardware_yaml", "load_hardware", "write_hardware_sheet",
+    ),
+    "layerscope.hardware.presets": ("bundled_spreadsheet_example", "list_presets", "preset_names"),
+    "layerscope.hardware.spec": (
+        "ColdCost", "EfficiencySpec", "EnergySpec", "EngineSpec", "ExecutionSpec", "FreshPages", "HardwareSpec",
+        "InterconnectSpec", "MemoryLevel", "ResolvedFlops",
+    ),
+})

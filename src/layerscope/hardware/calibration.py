@@ -15,8 +15,9 @@ import json
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.errors import HardwareSpecError
 from layerscope.units import DType
 
@@ -24,7 +25,7 @@ from layerscope.units import DType
 class _Table(BaseModel):
     """Columns of equal length; subclasses declare the columns as list fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     @model_validator(mode="after")
     def _equal_lengths(self) -> _Table:
@@ -95,7 +96,7 @@ class AttentionTable(_Table):
 class CalibrationMeasurements(BaseModel):
     """What was measured, where, and how."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     device: str = "cpu"
     """torch device type: ``cpu`` or ``cuda``."""
@@ -162,7 +163,7 @@ class CalibrationMeasurements(BaseModel):
 class FitStats(BaseModel):
     """Relative residuals ``predicted / measured - 1`` of a fit over the points it describes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     points: int = Field(ge=0)
     """Measurements the statistics are over (those the fit kept)."""
@@ -176,7 +177,7 @@ class FitStats(BaseModel):
 class MatmulFit(BaseModel):
     """GEMM throughput of one dtype as a Hockney curve: rate(W) = peak · W / (W + half_flops)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     peak_flops_per_s: float = Field(gt=0)
     """Asymptotic rate (Hockney's r∞) of large GEMMs."""
@@ -191,7 +192,7 @@ class MatmulFit(BaseModel):
 class BandwidthFit(BaseModel):
     """``time = intercept_s + moved_bytes / bandwidth_bytes_per_s`` over one range of footprints."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     bandwidth_bytes_per_s: float = Field(gt=0)
     intercept_s: float
@@ -203,7 +204,7 @@ class BandwidthFit(BaseModel):
 class VectorFit(BaseModel):
     """The non-matrix FLOP rate that makes ``max(F / rate, bytes / bandwidth) + overhead`` fit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     vector_flops_per_s: float = Field(gt=0)
     per_kernel_flops_per_s: dict[str, float] = Field(default_factory=dict)
@@ -214,7 +215,7 @@ class VectorFit(BaseModel):
 class FreshPagesFit(BaseModel):
     """Page faults of large allocations: the extra time of a tensor allocated anew over one reused, per byte."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     sizes_bytes: list[float]
     """The tensor sizes measured, ascending."""
@@ -233,7 +234,7 @@ class FreshPagesFit(BaseModel):
 class OverheadFit(BaseModel):
     """Per-op fixed cost: the larger of the empty-op time and the time-vs-bytes intercept."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     empty_op_s: float = Field(ge=0)
     """Median of the one-element add timings: dispatch with no work."""
@@ -267,7 +268,7 @@ class OverheadFit(BaseModel):
 class CalibrationFlag(BaseModel):
     """A fitted figure outside its valid range after the re-measurements, and what the fit did with it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     figure: str
     """The figure's dotted path in the spec (``efficiency.weight_stream_k.bf16``) or the record
@@ -305,7 +306,7 @@ class CalibrationFlag(BaseModel):
 class CalibrationFit(BaseModel):
     """Every fitted parameter, with its residuals."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     method: str = ""
     """One line on how the figures were fitted (weighted least squares on relative errors …)."""
@@ -370,7 +371,7 @@ class CalibrationFit(BaseModel):
 class CalibrationRecord(BaseModel):
     """The measurements and the fit behind a calibrated spec."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     measurements: CalibrationMeasurements
     fit: CalibrationFit
@@ -403,7 +404,7 @@ class CalibrationRun(BaseModel):
     written while it measures and again before it fits, so a crash or a failed fit keeps the run
     (``layerscope calibrate --from-measurements FILE`` refits it without measuring)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     format: Literal["layerscope-calibration-measurements"] = MEASUREMENTS_FORMAT
     version: Literal[1] = 1

@@ -25,9 +25,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.errors import HardwareSpecError
+from layerscope.hardware.loaders import is_cluster_mapping
 from layerscope.hardware.spec import (
     CollectiveAlgorithmSpec,
     HardwareSpec,
@@ -91,7 +93,7 @@ def _units_touched(gpus: int, stride: int, unit: int) -> int:
 class ClusterSpec(BaseModel):
     """N nodes of G GPUs: the GPU, the fabric of one NVLink domain and the network between domains."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = RESULT_CONFIG
 
     name: str = Field(min_length=1)
     """Preset-style name (``dgx-h100``)."""
@@ -261,14 +263,6 @@ def _terms(given: dict[str, CollectiveAlgorithmSpec], own: dict[str, CollectiveA
 
 
 # -- presets and files ---------------------------------------------------------------------------------------------
-
-
-def is_cluster_mapping(data: Any) -> bool:
-    """True for a mapping that describes a cluster: a top-level ``cluster:`` mapping, or ``nodes`` or
-    ``gpus_per_node`` among its keys (a chip's spec has neither)."""
-    if not isinstance(data, dict):
-        return False
-    return isinstance(data.get("cluster"), dict) or "nodes" in data or "gpus_per_node" in data
 
 
 @functools.cache

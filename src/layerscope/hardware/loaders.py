@@ -46,13 +46,10 @@ import json
 import logging
 import math
 import re
-import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
-from xml.etree.ElementTree import ParseError
 
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.quantities import BASE_UNITS, Dimension, parse_quantity, split_number
@@ -635,6 +632,8 @@ def _csv_sheet(path: Path) -> Sheet:
 def _check_xlsx_package(path: Path) -> None:
     """Refuse an XLSX that is too large, not a zip, or that unpacks to more than
     :data:`MAX_XLSX_UNPACKED_BYTES` (a zip bomb), before openpyxl reads it."""
+    import zipfile  # deferred, as every spreadsheet-only module: a YAML or preset spec never needs it
+
     data = _read_bytes(path, MAX_XLSX_FILE_BYTES)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as package:
@@ -648,10 +647,15 @@ def _check_xlsx_package(path: Path) -> None:
         )
 
 
-# What openpyxl raises on a zip that is not a well-formed workbook: it reports a malformed
-# package with whatever its XML or zip layer hit.
-_XLSX_ERRORS = (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, IndexError, AttributeError,
-                ParseError, zlib.error, EOFError)
+def _xlsx_errors() -> tuple[type[BaseException], ...]:
+    """What openpyxl raises on a zip that is not a well-formed workbook: it reports a malformed package with
+    whatever its XML or zip layer hit."""
+    import zipfile
+    import zlib
+    from xml.etree.ElementTree import ParseError
+
+    return (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, IndexError, AttributeError, ParseError,
+            zlib.error, EOFError)
 
 
 def _xlsx_grid(path: Path) -> Grid:
@@ -673,7 +677,7 @@ def _xlsx_grid(path: Path) -> Grid:
                 max_row=MAX_SHEET_ROWS + 1, max_col=MAX_SHEET_COLUMNS + 2, values_only=True)]
         finally:
             workbook.close()
-    except (InvalidFileException, *_XLSX_ERRORS) as exc:
+    except (InvalidFileException, *_xlsx_errors()) as exc:
         raise HardwareSpecError(f"{path}: cannot read as XLSX: {quote(str(exc))}") from None
     return grid, lambda r, c: f"sheet {quote(title)} cell {get_column_letter(c + 1)}{r + 1}"
 
@@ -795,15 +799,23 @@ def _with_units(value: Any, key: str, origin: str, path: str) -> Any:
     return value
 
 
-def _mapping_spec(data: Any, origin: str, file: Path | None = None) -> HardwareSpec:
-    """The spec a YAML/JSON mapping holds; a cluster's (``hardware.cluster``) is its one GPU, ``device_spec()``."""
-    from layerscope.hardware.cluster import cluster_from_mapping, is_cluster_mapping
+def is_cluster_mapping(data: Any) -> bool:
+    """True for a mapping that describes a cluster: a top-level ``cluster:`` mapping, or ``nodes`` or
+    ``gpus_per_node`` among its keys (a chip's spec has neither)."""
+    if not isinstance(data, dict):
+        return False
+    return isinstance(data.get("cluster"), dict) or "nodes" in data or "gpus_per_node" in data
 
+
+def spec_from_mapping(data: Any, origin: str, file: Path | None = None) -> HardwareSpec:
+    """The spec a YAML/JSON mapping holds; a cluster's (``hardware.cluster``) is its one GPU, ``device_spec()``."""
     if not isinstance(data, dict):
         raise HardwareSpecError(
             f"{origin}: expected a mapping of HardwareSpec fields, got {type(data).__name__}"
         )
     if is_cluster_mapping(data):
+        from layerscope.hardware.cluster import cluster_from_mapping  # only for a cluster's file
+
         return cluster_from_mapping(_with_units(data, "", origin, ""), file or Path(origin)).device_spec()
     return HardwareSpec.from_dict(_with_units(data, "", origin, ""), origin=origin)
 
@@ -866,7 +878,7 @@ def _yaml_data(path: Path) -> Any:
 
 def _load_yaml(path: Path, device: str | None) -> HardwareSpec:
     _refuse_device(path, device)
-    return _mapping_spec(_yaml_data(path), str(path), path)
+    return spec_from_mapping(_yaml_data(path), str(path), path)
 
 
 def _check_nesting(data: Any, origin: str) -> None:
@@ -895,7 +907,7 @@ def _json_data(path: Path) -> Any:
 
 def _load_json(path: Path, device: str | None) -> HardwareSpec:
     _refuse_device(path, device)
-    return _mapping_spec(_json_data(path), str(path), path)
+    return spec_from_mapping(_json_data(path), str(path), path)
 
 
 def _sheet_spec(sheet: Sheet, device: str | None) -> HardwareSpec:
@@ -1011,7 +1023,6 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
     cluster presets (a cluster stands for its one GPU: :meth:`~layerscope.hardware.cluster.ClusterSpec.device_spec`).
     ``device`` picks the column of a multi-device spreadsheet (and is refused for anything else).
     """
-    from layerscope.hardware.cluster import cluster_names, find_cluster, load_cluster
     from layerscope.hardware.presets import find_preset, load_preset, preset_names
 
     path = Path(source)
@@ -1021,6 +1032,8 @@ def load_hardware(source: str | Path, device: str | None = None) -> HardwareSpec
     if preset is not None:
         _refuse_device(f"preset {preset!r}", device)
         return load_preset(preset)
+    from layerscope.hardware.cluster import cluster_names, find_cluster, load_cluster  # only when not a preset
+
     cluster = find_cluster(str(source))
     if cluster is not None:
         _refuse_device(f"cluster {cluster!r}", device)

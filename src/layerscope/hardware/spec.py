@@ -17,8 +17,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.errors import HardwareSpecError, WorkloadError
 from layerscope.hardware.calibration import CalibrationRecord
 from layerscope.units import DType, parse_dtype, quote
@@ -70,7 +71,7 @@ def _positive_number(value: Any) -> float | None:
 class EngineSpec(BaseModel):
     """The compute engines of a chip and their peak arithmetic throughput."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     count: int = Field(gt=0, le=MAX_ENGINES)
     """Number of identical engines: SMs (NVIDIA), CUs (AMD), cores (CPU, NPU), TensorCores (TPU)."""
@@ -127,7 +128,7 @@ class EngineSpec(BaseModel):
 class MemoryLevel(BaseModel):
     """One level of the memory hierarchy (shared memory/L1, L2/L3, HBM/DRAM)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str = Field(min_length=1)
     """Short name used by :meth:`HardwareSpec.level` (``smem``, ``l2``, ``hbm``, ``dram``)."""
@@ -151,7 +152,7 @@ class CollectiveAlgorithmSpec(BaseModel):
     """Fitted α-β terms of one collective algorithm on one link (Hockney's model of a message, as Thakur,
     Rabenseifner & Gropp 2005 use it per algorithm step: ``t = steps · α + bytes / (β · bandwidth)``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     alpha_s: float = Field(ge=0, le=1e-2, allow_inf_nan=False)
     """Fixed time of one step of the algorithm (latency, synchronization, the kernel's per-step work)."""
@@ -173,7 +174,7 @@ class NetworkSpec(BaseModel):
     """The inter-node network: one NIC per GPU (the rail-optimized HGX/DGX layout), used by collectives whose
     GPUs span more than one NVLink domain."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str = Field(min_length=1)
     """NIC or fabric name (``connectx7-ndr400``, ``efa-v3``)."""
@@ -199,7 +200,7 @@ class InterconnectSpec(BaseModel):
     """The chip-to-chip links used by tensor/pipeline/expert parallel collectives: the intra-node link (the NVLink
     domain), optionally an in-switch reduction, and optionally the inter-node network (``cost.collectives``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str = Field(min_length=1)
     """Link name (``nvlink4``, ``pcie5-x16``, ``ici``, ``xgmi``)."""
@@ -251,7 +252,7 @@ class InterconnectSpec(BaseModel):
 class EfficiencySpec(BaseModel):
     """Fractions of the peaks that real kernels reach; each in (0, 1] with its citation."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     matmul: float = Field(default=1.0, gt=0, le=1)
     """Achievable fraction of the dense matrix-unit peak for GEMMs (best measured GEMM / peak)."""
@@ -430,7 +431,7 @@ class ColdCost(BaseModel):
     """The host cost of one small eager op inside a model, when the same code last ran ``reuse_bytes``
     of memory traffic ago (one decoder layer's weights, for an op every layer runs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     reuse_bytes: float = Field(gt=0, allow_inf_nan=False)
     kernel_s: float = Field(ge=0, allow_inf_nan=False)
@@ -446,7 +447,7 @@ class FreshPages(BaseModel):
     them by ``munmap`` on free (its dynamic mmap threshold stops at 32 MiB on 64-bit); smaller ones are
     reused from the heap, hot."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     min_bytes: float = Field(gt=0, allow_inf_nan=False)
     s_per_byte: float = Field(ge=0, allow_inf_nan=False)
@@ -470,7 +471,7 @@ class ExecutionSpec(BaseModel):
     Off by default; ``layerscope calibrate`` turns it on for CPUs.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     kernels: ExecutionKernels = "fused"
     activations_in_cache: bool = False
@@ -569,7 +570,7 @@ class EnergySpec(BaseModel):
     FLOPs, bytes and time by. Each figure's citation, and whether it is measured, derived or assumed, is in
     :attr:`HardwareSpec.sources` under ``energy.<field>`` (``energy.matrix_pj_per_flop.bf16``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     matrix_pj_per_flop: dict[DType, float] = Field(default_factory=dict)
     """Picojoules per FLOP on the matrix units (tensor cores) per dtype, operand delivery from on-chip memory
@@ -618,7 +619,7 @@ class EnergySpec(BaseModel):
 class HardwareSpec(BaseModel):
     """One chip (GPU, CPU socket, NPU, TPU chip) as the cost models see it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str = Field(min_length=1)
     """Preset-style name (``h100-sxm``) or the device column of a spreadsheet."""

@@ -12,8 +12,9 @@ from functools import lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.errors import ConfigError
 
 _CATALOG_DIR = "catalog"
@@ -22,7 +23,7 @@ _CATALOG_DIR = "catalog"
 class CatalogEntry(BaseModel):
     """One bundled config and the published facts about its model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     id: str
     """HF id of the delivered file (``meta-llama/Llama-3.1-8B``)."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 
@@ -36,7 +37,7 @@ QUANTIZABLE: tuple[str, ...] = ("attention", "dense_mlp", "routed_experts", "sha
 class ParamCounts(BaseModel):
     """Parameter counts (elements) per component of a model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     embedding: int
     """Token embedding table (shared with ``lm_head`` when tied)."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.units import DType
 
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -28,7 +29,7 @@ class ModuleNames(BaseModel):
     becomes ``layers.0.self_attn.q_proj``. ``None`` means the family has no such module.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     root: str = "model."
     """Prefix of the decoder stack in ``named_modules()`` that op names drop (``model.``,
@@ -90,7 +91,7 @@ class ModuleNames(BaseModel):
 class MoESpec(BaseModel):
     """Mixture-of-experts layout (Mixtral, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     num_experts: int = Field(gt=0)
     """Routed experts per MoE layer."""
@@ -133,7 +134,7 @@ class MoESpec(BaseModel):
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 §2.1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     q_lora_rank: int | None = Field(default=None, gt=0)
     """Rank of the query down-projection; ``None`` means a full ``q_proj`` (V2-Lite)."""
@@ -155,7 +156,7 @@ class MLASpec(BaseModel):
 class ModelSpec(BaseModel):
     """A decoder-only LM's architecture; every size is an element count."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str
     """Catalog or HF id (``meta-llama/Llama-3.2-1B``) or the config's path."""

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError, model_validator
 
+from layerscope.docstrings import SPEC_CONFIG
 from layerscope.errors import RecordsError
 from layerscope.records.optypes import INDEX_DTYPE_NAME, OpType, op_type
 from layerscope.units import DType, atomic_write, make_output_dir, note_input
@@ -48,7 +49,7 @@ def dtype_name(dtype: DType | str) -> str:
 class Axis(BaseModel):
     """One axis of a definition: ``const`` with its value, or ``var`` (set per workload)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     type: Literal["const", "var"]
     value: int | None = None
@@ -67,7 +68,7 @@ class Axis(BaseModel):
 class TensorDecl(BaseModel):
     """A tensor of a definition: shape as axis names, dtype name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     shape: list[str]
     dtype: str
@@ -77,7 +78,7 @@ class TensorDecl(BaseModel):
 class Definition(BaseModel):
     """A flashinfer-bench definition: one operator instance up to its var axes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     name: str
     op_type: str
@@ -109,7 +110,7 @@ class InputDesc(BaseModel):
     """One input of a workload: random data of this shape and dtype (flashinfer-bench ``RandomInput``
     with the shape and dtype written out, which its loader ignores)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     type: Literal["random"] = "random"
     shape: list[int]
@@ -117,7 +118,7 @@ class InputDesc(BaseModel):
 
 
 class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     uuid: str
     axes: dict[str, int]
@@ -127,7 +128,7 @@ class WorkloadSpec(BaseModel):
 class WorkloadEntry(BaseModel):
     """One line of a workload JSONL file (a flashinfer-bench workload-only trace)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     definition: str
     workload: WorkloadSpec
@@ -138,7 +139,7 @@ class WorkloadEntry(BaseModel):
 class CallCount(BaseModel):
     """Calls of one definition in one layer (``None``: outside the decoder layers) and phase."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     definition: str
     op_type: str

@@ -8,8 +8,9 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from layerscope.docstrings import RESULT_CONFIG
 from layerscope.report.charts import Section, require_plotly
 from layerscope.report.documents import Document, ReportError, load_document
 from layerscope.report.page import Part, chart_div_id, render_page
@@ -18,7 +19,7 @@ __all__ = ["DEFAULT_TITLE", "ChartRow", "ReportResult", "SectionRow", "build_par
 
 DEFAULT_TITLE = "layerscope report"
 
-_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_CONFIG = RESULT_CONFIG
 
 
 class ChartRow(BaseModel):

@@ -24,8 +24,9 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from layerscope.docstrings import RESULT_CONFIG, SPEC_CONFIG
 from layerscope.errors import WorkloadError
 from layerscope.units import DType, parse_dtype
 
@@ -39,7 +40,7 @@ PHASES: tuple[Phase, ...] = ("prefill", "decode", "chunked", "generate")
 class SequenceGroup(BaseModel):
     """``count`` sequences, each adding ``new_tokens`` on top of ``cached_tokens`` in the KV cache."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     count: int = Field(gt=0)
     new_tokens: int = Field(gt=0)
@@ -53,7 +54,7 @@ class SequenceGroup(BaseModel):
 class ForwardPass(BaseModel):
     """One invocation of the model over one or more sequence groups."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_CONFIG
 
     groups: tuple[SequenceGroup, ...] = Field(min_length=1)
     label: str = "forward"
@@ -82,7 +83,7 @@ RENAMED_FIELDS = {"batch_size": "batch", "input_len": "prompt_len", "context_len
 class Workload(BaseModel):
     """A phase with its batch, lengths, dtypes and parallelism."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = RESULT_CONFIG
 
     phase: Phase = "decode"
     """``prefill``, ``decode``, ``chunked`` or ``generate``."""

@@ -3,13 +3,22 @@
 Presets are read lazily, on first use, and cached. Names are matched case- and
 dash-insensitively (``h100-sxm`` = ``H100_SXM``). Each device column of ``accelerators.csv``
 (``NVL-AX``, ``JGS``) is a preset too, so the CSV loader runs on shipped data.
+
+``compiled.json`` holds every bundled YAML file already parsed, and the spreadsheet's device names, each with the
+CRC-32 of the text it came from (``make presets`` writes it). A bundled preset is read from there when its file's
+text still has that CRC, else from its YAML: a command that uses a preset never imports a YAML parser or reads the
+spreadsheet (YAML parsing was a tenth of ``layerscope estimate``'s run), and an edited file is never shadowed by a
+stale copy. ``tests/hardware/test_presets.py`` fails until ``make presets`` has been rerun after an edit.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+import zlib
 from pathlib import Path
+from typing import Any
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware.spec import HardwareSpec
@@ -19,6 +28,9 @@ SPREADSHEET = PRESET_DIR / "accelerators.csv"
 #: The GPU presets' hand-written files (datasheet facts, comments, hand-set efficiencies): the shipped GPU presets
 #: are these with their efficiencies fitted on the kernel table (``make presets``, :mod:`layerscope.app.presets`).
 BASE_DIR = PRESET_DIR / "base"
+#: The bundled files parsed ahead of time (see the module docstring).
+COMPILED = PRESET_DIR / "compiled.json"
+COMPILED_FORMAT = "layerscope-compiled-presets"
 
 
 def _key(name: str) -> str:
@@ -36,16 +48,58 @@ def bundled_spreadsheet_example() -> Path:
     return SPREADSHEET
 
 
+def _crc(path: Path) -> int:
+    return zlib.crc32(path.read_bytes())
+
+
+def compiled_text() -> str:
+    """What ``make presets`` writes to :data:`COMPILED`: each bundled YAML file's parsed mapping (a file whose
+    mapping does not survive JSON unchanged is left out, and read from its YAML) and the spreadsheet's devices."""
+    from layerscope.hardware.loaders import MAPPING_READERS, sheet_devices
+
+    read_yaml = MAPPING_READERS.lookup(".yaml")  # the data the YAML loader turns into a spec, as the file reads
+    files: dict[str, Any] = {}
+    for path in sorted(PRESET_DIR.glob("*.yaml")):
+        data = read_yaml(path)
+        if json.loads(json.dumps(data)) == data:
+            files[path.name] = {"crc32": _crc(path), "data": data}
+    sheet = {"crc32": _crc(SPREADSHEET), "devices": sheet_devices(SPREADSHEET)} if SPREADSHEET.is_file() else None
+    return json.dumps({"format": COMPILED_FORMAT, "files": files, "sheet": sheet}, indent=1, sort_keys=True) + "\n"
+
+
+@functools.cache
+def _compiled() -> dict[str, Any]:
+    try:
+        data = json.loads(COMPILED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("format") == COMPILED_FORMAT else {}
+
+
+def _compiled_entry(section: dict[str, Any] | None, path: Path) -> dict[str, Any] | None:
+    """``section`` (a compiled file's or the sheet's entry) when ``path``'s text still has its CRC, else None."""
+    if not isinstance(section, dict) or not path.is_file():
+        return None
+    return section if section.get("crc32") == _crc(path) else None
+
+
+def _sheet_devices() -> list[str]:
+    entry = _compiled_entry(_compiled().get("sheet"), SPREADSHEET)
+    if entry is not None:
+        return list(entry["devices"])
+    from layerscope.hardware.loaders import sheet_devices
+
+    return sheet_devices(SPREADSHEET)
+
+
 @functools.cache
 def _index() -> dict[str, tuple[str, Path, str | None]]:
     """Lookup key → (preset name, file, spreadsheet column or None)."""
-    from layerscope.hardware.loaders import sheet_devices
-
     index: dict[str, tuple[str, Path, str | None]] = {}
     for path in sorted(PRESET_DIR.glob("*.yaml")):
         index[_key(path.stem)] = (path.stem, path, None)
     if SPREADSHEET.is_file():
-        for device in sheet_devices(SPREADSHEET):
+        for device in _sheet_devices():
             name = _canonical(device)
             if _key(name) in index:
                 raise HardwareSpecError(f"{SPREADSHEET}: device {device!r} clashes with preset {name!r}")
@@ -60,10 +114,16 @@ def preset_names() -> list[str]:
 
 @functools.cache
 def _load(key: str) -> HardwareSpec:
-    from layerscope.hardware.loaders import load_hardware_file
+    from layerscope.hardware.loaders import load_hardware_file, spec_from_mapping
+    from layerscope.units import note_input
 
     name, path, device = _index()[key]
-    spec = load_hardware_file(path, device)
+    entry = _compiled_entry(_compiled().get("files", {}).get(path.name), path) if device is None else None
+    if entry is None:
+        spec = load_hardware_file(path, device)
+    else:
+        note_input(path)
+        spec = spec_from_mapping(entry["data"], str(path), path)
     if device is None and spec.name != name:
         raise HardwareSpecError(f"{path}: name {spec.name!r} differs from the file name {name!r}")
     return spec
