@@ -145,10 +145,12 @@ class ServingEnergy:
 def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s: float, start_s: np.ndarray,
                    end_s: np.ndarray, replica: np.ndarray, tokens: np.ndarray, seqs: np.ndarray, ctx: np.ndarray,
                    pairs: np.ndarray, token_time_s: np.ndarray, token_offsets: np.ndarray,
-                   prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> ServingEnergy:
+                   prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                   token_step: np.ndarray | None = None) -> ServingEnergy:
     """Joules of a run's iterations (arrays aligned, ``replica`` the engine of each) and their share per request:
-    each request's tokens after its first take the per-token joules of the step that ended at their time on its
-    replica; its first token's step also pays for its prompt."""
+    each request's tokens after its first take the per-token joules of the step that made them (``token_step``,
+    indices into the iterations; without it, the step that ended at their time on its replica); its first
+    token's step also pays for its prompt."""
     duration = end_s - start_s
     dyn = step.dynamic_j(tokens, seqs, ctx, pairs) * devices
     step_j = dyn + step.idle_power_w * devices * duration
@@ -166,13 +168,16 @@ def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s:
     request_j = np.zeros(n)
     if n and len(token_time_s):
         owner = np.repeat(np.arange(n), np.diff(token_offsets))
-        key_steps = np.lexsort((end_s, replica))
-        ends_sorted, reps_sorted = end_s[key_steps], replica[key_steps]
-        # each request's tokens come from the steps of one replica (its last); a token matches the step of that
-        # replica ending at its time
-        per_request_replica = _replica_of_tokens(owner, reps_sorted, ends_sorted, token_time_s)
-        idx = _step_at(reps_sorted, ends_sorted, per_request_replica, token_time_s)
-        token_j = per_token[key_steps][idx]
+        if token_step is not None:
+            token_j = per_token[token_step]
+        else:
+            key_steps = np.lexsort((end_s, replica))
+            ends_sorted, reps_sorted = end_s[key_steps], replica[key_steps]
+            # each request's tokens come from the steps of one replica (its last); a token matches the step of
+            # that replica ending at its time
+            per_request_replica = _replica_of_tokens(owner, reps_sorted, ends_sorted, token_time_s)
+            idx = _step_at(reps_sorted, ends_sorted, per_request_replica, token_time_s)
+            token_j = per_token[key_steps][idx]
         first = token_offsets[:-1][output_tokens > 0]
         weights = np.ones(len(token_time_s))
         weights[first] = prompt_tokens[output_tokens > 0]  # the first token's step ran the prompt

@@ -14,7 +14,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -90,6 +90,8 @@ class ServingRun:
     """Per iteration: the decodes' cached tokens summed (the KV they read)."""
     prefill_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """Per iteration: the (query, key) pairs the prompt chunks attend (causal)."""
+    token_iteration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per token (as ``token_s``): the iteration (row of the per-iteration arrays) that made it."""
     energy: ServingEnergy | None = None
     """Joules per step and per request (``serving.energy``); None where the hardware spec has no energy figures."""
 
@@ -111,6 +113,51 @@ class ServingRun:
         keep = np.ones(len(gaps), dtype=bool)
         keep[starts[(starts >= 0) & (starts < len(gaps))]] = False
         return gaps[keep]
+
+
+@dataclass(frozen=True)
+class _GrowingBlocks:
+    """The blocks an engine uses at each step of a leap, kept to be counted later (``_blocks_used``):
+    ``used_before`` blocks before it, and its decodes' cached tokens and blocks; at step j (0 …) decode i holds
+    max(blocks_i, ⌈(ctx_i + j + 1) / B⌉) blocks."""
+
+    used_before: int
+    ctx: np.ndarray
+    blocks: np.ndarray
+
+
+def _blocks_used(used: Sequence[np.ndarray | _GrowingBlocks], lens: np.ndarray, block_tokens: int) -> np.ndarray:
+    """Blocks used at every step of the leaps (``lens[i]`` steps each; ``used[i]``: its blocks per step, or a
+    :class:`_GrowingBlocks` to count), concatenated. Decode i, holding b_i ≥ ⌈c_i / B⌉ blocks, first needs a
+    new one at step j_i = b_i·B − c_i and then every B steps: the growth at step j is the count of those
+    crossings at or before j."""
+    out = np.empty(int(lens.sum()), dtype=np.float64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    grow = []
+    for i, u in enumerate(used):
+        if isinstance(u, _GrowingBlocks):
+            grow.append((i, u))
+        else:
+            out[starts[i]:starts[i] + lens[i]] = u
+    if not grow:
+        return out
+    index = np.array([i for i, _ in grow], dtype=np.int64)
+    k = lens[index]
+    base = starts[index]
+    d = np.array([len(g.ctx) for _, g in grow], dtype=np.int64)
+    ctx = np.concatenate([g.ctx for _, g in grow])
+    blocks = np.concatenate([g.blocks for _, g in grow])
+    k_each = np.repeat(k, d)
+    first = blocks * block_tokens - ctx  # the step of each decode's first new block
+    crossings = np.where(first < k_each, (k_each - first + block_tokens - 1) // block_tokens, 0)
+    owner = np.repeat(np.repeat(base, d), crossings)
+    nth = np.arange(int(crossings.sum())) - np.repeat(np.cumsum(crossings) - crossings, crossings)
+    at = owner + np.repeat(first, crossings) + block_tokens * nth
+    total = np.concatenate([[0], np.cumsum(np.bincount(at, minlength=len(out)))])  # crossings before each step
+    steps = np.repeat(base, k) + np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+    used_before = np.array([g.used_before for _, g in grow], dtype=np.int64)
+    out[steps] = np.repeat(used_before - total[base], k) + total[steps + 1]
+    return out
 
 
 class _Engine:
@@ -135,7 +182,19 @@ class _Engine:
         self.free_slots = list(range(slots - 1, -1, -1))
         self.busy = False
         self.inbound = 0  # transfers on their way here
-        self.step: tuple[np.ndarray, list[tuple[int, int]], int] | None = None
+        self.step: tuple[np.ndarray, list[tuple[int, int]], int, int] | None = None  # decodes, chunks, leap, ref
+        self._decoding: np.ndarray | None = None
+
+    def decoding(self) -> np.ndarray:
+        """The running slots whose prompt is in the KV cache, ascending (kept until ``s_dec`` changes: the
+        caller does not write to it)."""
+        if self._decoding is None:
+            self._decoding = np.flatnonzero(self.s_dec)
+        return self._decoding
+
+    def set_decoding(self, slot: int, value: bool) -> None:
+        self.s_dec[slot] = value
+        self._decoding = None
 
     @property
     def load(self) -> int:
@@ -223,7 +282,7 @@ def simulate_requests(request: ServingRequest, requests: list[Request],
             start_s=run.start_s, end_s=run.end_s, replica=run.iteration_replica,
             tokens=(run.prefill_tokens + run.decode_seqs).astype(np.float64),
             seqs=run.batch_seqs.astype(np.float64), ctx=run.decode_context_tokens, pairs=run.prefill_pairs,
-            token_time_s=run.token_s, token_offsets=run.token_offsets,
+            token_time_s=run.token_s, token_offsets=run.token_offsets, token_step=run.token_iteration,
             prompt_tokens=run.prompt_len - run.prefix_hit_tokens, output_tokens=run.output_len)
         run = replace(run, energy=energy, wall_s=time.perf_counter() - wall0)
     return run
@@ -291,10 +350,13 @@ class _Simulation:
         self.decoders = [e for e in self.engines if e.role == "decode"]
         self.heap: list[tuple[float, int, int, int, int]] = []  # (time, kind, seq, engine, request)
         self.seq = 0
-        self.tokens: list[tuple[np.ndarray, np.ndarray]] = []  # (requests, step end times): each made a token each
+        # (requests, step end times, iteration): each request made a token at each time; the iteration of the
+        # first time: i ≥ 0 the i-th of self.it, −(L + 1) the first of leap L (self.it_blocks), the rest after it
+        self.tokens: list[tuple[np.ndarray, np.ndarray, int]] = []
         self.it: list[tuple[float, float, int, int, int, int, int, int, int, float, float]] = []
         # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running, decode context.
-        self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray, int, int, np.ndarray]] = []
+        self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray | _GrowingBlocks, int, int,
+                                   np.ndarray]] = []
         self.done = 0
         self.preempted = 0
         self.next_progress = 0.0
@@ -382,7 +444,7 @@ class _Simulation:
 
     def _release(self, eng: _Engine, slot: int) -> None:
         eng.s_active[slot] = False
-        eng.s_dec[slot] = False
+        eng.set_decoding(slot, False)
         if eng.s_ctx[slot] < eng.s_target[slot]:
             eng.prefilling.remove(slot)
         eng.s_req[slot] = -1
@@ -411,13 +473,13 @@ class _Simulation:
         if ctx < target:
             eng.prefilling.append(slot)
         else:
-            eng.s_dec[slot] = True
+            eng.set_decoding(slot, True)
         if math.isnan(self.first_sched[req]):
             self.first_sched[req] = now
         return slot
 
     def _decodes(self, eng: _Engine, limit: int | None) -> np.ndarray:
-        dec = np.flatnonzero(eng.s_dec)
+        dec = eng.decoding()
         if limit is not None and len(dec) > limit:
             rank = {slot: i for i, slot in enumerate(eng.order)}
             dec = np.array(sorted(dec.tolist(), key=rank.__getitem__)[:limit], dtype=np.int64)
@@ -457,15 +519,19 @@ class _Simulation:
         dec_blocks = 0
         pending = 0  # blocks promised to this step's prompt chunks
 
+        planned: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None  # decodes, contexts, blocks wanted
+
         def plan_decodes(limit: int | None) -> tuple[np.ndarray, int]:
-            nonlocal swap_s
+            nonlocal swap_s, planned
             while True:
                 d = self._decodes(eng, limit)
                 if reserve or not len(d):
                     return d, 0
-                grow = self._blocks_for(eng.s_ctx[d] + 1) - eng.s_blocks[d]
-                need = int(grow.sum())
+                ctx = eng.s_ctx[d]
+                want = -(-(ctx + 1) // self.B)
+                need = int((want - eng.s_blocks[d]).sum())
                 if need <= eng.free or not eng.order:
+                    planned = (d, ctx, want, self.preempted)
                     return d, need
                 swap_s += self._preempt(eng, eng.order[-1])
 
@@ -537,21 +603,21 @@ class _Simulation:
         chunk_reqs: dict[int, int] = {}
         if policy.decode_first():
             dec, dec_blocks = plan_decodes(None)
-            dec_reqs = eng.s_req[dec].copy()
+            dec_reqs = eng.s_req[dec]
             left -= len(dec)
             plan_running_prompts()
             admit_waiting()
         else:
             # Prompts first, with the blocks the running decodes need kept for them.
             dec, dec_blocks = plan_decodes(None)
-            dec_reqs = eng.s_req[dec].copy()
+            dec_reqs = eng.s_req[dec]
             admit_waiting()
             plan_running_prompts()
             if admitted and policy.prompts_only_when_admitting():
                 dec, dec_blocks = np.empty(0, dtype=np.int64), 0
             elif len(dec) > max(left, 0):
                 dec = self._decodes(eng, max(left, 0))
-                dec_reqs = eng.s_req[dec].copy()
+                dec_reqs = eng.s_req[dec]
                 dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                     if not reserve and len(dec) else 0
         # Requests preempted while the step was formed leave it (their slots may hold others now).
@@ -562,9 +628,12 @@ class _Simulation:
                 if not reserve and len(dec) else 0
         if self.preempted != preempted_before:
             chunks = [(slot, c) for slot, c in chunks if eng.s_req[slot] == chunk_reqs[slot]]
-        # Take the blocks: decodes grow by one token, chunks by theirs.
+        # Take the blocks: decodes grow by one token, chunks by theirs. (The decodes as planned, where no
+        # preemption came after: their contexts and blocks wanted are still those.)
+        same = planned is not None and planned[0] is dec and planned[3] == self.preempted
+        dec_ctx = planned[1] if planned is not None and same else eng.s_ctx[dec]
         if len(dec) and not reserve:
-            eng.s_blocks[dec] = self._blocks_for(eng.s_ctx[dec] + 1)
+            eng.s_blocks[dec] = planned[2] if planned is not None and same else -(-(dec_ctx + 1) // self.B)
             eng.free -= dec_blocks
         step_chunks: list[tuple[int, int]] = []
         for slot, c in chunks:
@@ -581,15 +650,16 @@ class _Simulation:
                 return
             raise ServingError(f"engine {eng.index}: no step fits (blocks free {eng.free} of {self.blocks}, "
                                f"{len(eng.waiting)} waiting, {len(eng.order)} running)")
-        dec_ctx = eng.s_ctx[dec]
-        forward = self.timer.forward_s(step_chunks, dec_ctx)
+        ctx_sum = float(int(dec_ctx.sum())) if len(dec) else 0.0
+        forward = self.timer.fast_forward_s(step_chunks, len(dec), ctx_sum) if self.timer.mode == "fast" \
+            else self.timer.forward_s(step_chunks, dec_ctx)
         seqs = len(dec) + len(chunks)
         dt = self.timer.step_s(forward, seqs, first=bool(chunks), admitted=admitted) + swap_s
         eng.busy = True
-        eng.step = (dec, chunks, 0)
+        eng.step = (dec, chunks, 0, len(self.it))
         self.it.append((now, now + dt, eng.index, sum(c for c, _ in step_chunks), len(dec), seqs,
                         self.blocks - eng.free, len(eng.waiting) + len(eng.swapped), len(eng.order),
-                        float(dec_ctx.sum()) if len(dec) else 0.0,
+                        ctx_sum,
                         sum(c * p + c * (c + 1) / 2 for c, p in step_chunks)))
         self._push(now + dt, 0, eng.index, -1)
 
@@ -611,7 +681,7 @@ class _Simulation:
             shortest = timer.step_s(a + b * d, d, first=False, admitted=False)
             if shortest > 0 and t_event != math.inf and t_event - now < 2 * shortest:
                 return False
-        dec = np.flatnonzero(eng.s_dec)
+        dec = eng.decoding()
         ctx, blocks = eng.s_ctx[dec], eng.s_blocks[dec]
         k = min(int((eng.s_out[dec] - eng.s_gen[dec]).min()), _MAX_LEAP)
         if k < 2:
@@ -639,28 +709,38 @@ class _Simulation:
         if k < 2:
             return False
         j = j[:k]
-        held_before = int(blocks.sum())
-        if self.policy.reserve_output():
-            grown_k = np.zeros(k, dtype=np.int64)
-        else:
-            grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0) \
-                - held_before
-            k = min(k, int(np.searchsorted(grown, eng.free, side="right")))
-            if k < 2:
-                return False
-            grown_k = grown[:k]
         used_before = self.blocks - eng.free
+        used: np.ndarray | _GrowingBlocks
+        if self.policy.reserve_output():
+            used = np.full(k, used_before, dtype=np.int64)
+        else:
+            held_before = int(blocks.sum())
+            after = np.maximum(blocks, -(-(ctx + k) // self.B))  # each decode's blocks after k steps
+            grown_last = int(after.sum()) - held_before
+            if grown_last <= eng.free and bool((blocks * self.B >= ctx).all()):
+                # The blocks do not bind (the growth is monotone in the steps): the blocks used at each step
+                # are counted once for all leaps in ``result`` (_GrowingBlocks).
+                used = _GrowingBlocks(used_before, ctx, blocks)
+            else:
+                grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0) \
+                    - held_before
+                k = min(k, int(np.searchsorted(grown, eng.free, side="right")))
+                if k < 2:
+                    return False
+                after = np.maximum(blocks, -(-(ctx + k) // self.B))
+                grown_last = int(grown[k - 1])
+                used = used_before + grown[:k]
+            eng.s_blocks[dec] = after
+            eng.free -= grown_last
         eng.s_ctx[dec] += k
         eng.s_gen[dec] += k
-        if not self.policy.reserve_output():
-            eng.s_blocks[dec] = np.maximum(blocks, -(-(ctx + k) // self.B))
-            eng.free -= int(grown_k[-1])
-        self.tokens.append((eng.s_req[dec].copy(), ends[:k]))
-        rows = (starts[:k], ends[:k], eng.index, d, used_before + grown_k, len(eng.waiting) + len(eng.swapped),
+        ref = -(len(self.it_blocks) + 1)
+        self.tokens.append((eng.s_req[dec], ends[:k], ref))  # fancy indexing copies
+        rows = (starts[:k], ends[:k], eng.index, d, used, len(eng.waiting) + len(eng.swapped),
                 len(eng.order), ctx_sum + d * j[:k])
         self.it_blocks.append(rows)
         eng.busy = True
-        eng.step = (dec, [], k)
+        eng.step = (dec, [], k, ref)
         self._push(float(ends[k - 1]), 0, eng.index, -1)
         return True
 
@@ -668,26 +748,26 @@ class _Simulation:
 
     def _end_step(self, eng: _Engine, now: float) -> None:
         assert eng.step is not None
-        dec, chunks, applied = eng.step
+        dec, chunks, applied, ref = eng.step
         eng.step = None
         eng.busy = False
         emitted: list[int] = []
         if len(dec) and not applied:
             eng.s_ctx[dec] += 1
             eng.s_gen[dec] += 1
-            self.tokens.append((eng.s_req[dec].copy(), np.array([now])))
+            self.tokens.append((eng.s_req[dec], np.array([now]), ref))
         for slot, c in chunks:
             eng.s_ctx[slot] += c
             if eng.s_ctx[slot] >= eng.s_target[slot]:
                 eng.prefilling.remove(slot)
-                eng.s_dec[slot] = True
+                eng.set_decoding(slot, True)
                 eng.s_gen[slot] += 1
                 req = int(eng.s_req[slot])
                 emitted.append(req)
                 if math.isnan(self.first_token[req]):
                     self.first_token[req] = now
         if emitted:
-            self.tokens.append((np.array(emitted, dtype=np.int64), np.array([now])))
+            self.tokens.append((np.array(emitted, dtype=np.int64), np.array([now]), ref))
         if len(dec):
             done = dec[eng.s_gen[dec] >= eng.s_out[dec]]
             for slot in done.tolist():
@@ -738,47 +818,53 @@ class _Simulation:
 
     # -- the result ----------------------------------------------------------------------------------------------
 
-    def _token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every token as (request, time), records in the order they were made (each request's in time order):
-        record i made a token for each of its requests at each of its times, request-major."""
+    def _token_arrays(self, leap_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every token, grouped by request and in time order within each: its time and its iteration (a row of
+        self.it, then of the leaps' rows, which start at ``leap_rows``); and the tokens per request. Each record
+        made a token for each of its requests at each of its times; a request's records are in time order, so
+        sorting the (record, request) pairs by request, stably, lays the tokens out."""
         if not self.tokens:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        rec_reqs = np.concatenate([r for r, _ in self.tokens])
-        rec_times = np.concatenate([t for _, t in self.tokens])
-        d = np.array([len(r) for r, _ in self.tokens], dtype=np.int64)
-        k = np.array([len(t) for _, t in self.tokens], dtype=np.int64)
-        k_each = np.repeat(k, d)  # per (record, request): its record's times
-        reqs = np.repeat(rec_reqs, k_each)
-        block = np.cumsum(k_each) - k_each
-        within = np.arange(len(reqs)) - np.repeat(block, k_each)
-        first_time = np.repeat(np.repeat(np.cumsum(k) - k, d), k_each)
-        return reqs, rec_times[first_time + within]
+            return np.empty(0), np.empty(0, dtype=np.int64), np.zeros(self.n, dtype=np.int64)
+        rec_reqs = np.concatenate([r for r, _, _ in self.tokens])
+        rec_times = np.concatenate([t for _, t, _ in self.tokens])
+        d = np.array([len(r) for r, _, _ in self.tokens], dtype=np.int64)
+        k = np.array([len(t) for _, t, _ in self.tokens], dtype=np.int64)
+        ref = np.array([i for _, _, i in self.tokens], dtype=np.int64)
+        first_row = np.where(ref >= 0, ref, leap_rows[np.maximum(-ref - 1, 0)] if len(leap_rows) else 0)
+        order = np.argsort(rec_reqs, kind="stable")
+        pair_k = np.repeat(k, d)[order]
+        pair_time = np.repeat(np.cumsum(k) - k, d)[order]
+        pair_row = np.repeat(first_row, d)[order]
+        within = np.arange(int(pair_k.sum())) - np.repeat(np.cumsum(pair_k) - pair_k, pair_k)
+        counts = np.bincount(rec_reqs, weights=np.repeat(k, d), minlength=self.n).astype(np.int64)
+        return rec_times[np.repeat(pair_time, pair_k) + within], np.repeat(pair_row, pair_k) + within, counts
 
     def result(self, wall_s: float, kv_bytes_per_token: float) -> ServingRun:
-        reqs, times = self._token_arrays()
-        order = np.argsort(reqs, kind="stable")
-        counts = np.bincount(reqs, minlength=self.n) if self.n else np.zeros(0, dtype=np.int64)
+        lens = np.array([len(b[0]) for b in self.it_blocks], dtype=np.int64)
+        times, token_rows, counts = self._token_arrays(len(self.it) + np.cumsum(lens) - lens)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         leaps = np.empty((0, 11))
         if self.it_blocks:
-            lens = np.array([len(b[0]) for b in self.it_blocks])
             leaps = np.empty((int(lens.sum()), 11))
             leaps[:, 0] = np.concatenate([b[0] for b in self.it_blocks])
             leaps[:, 1] = np.concatenate([b[1] for b in self.it_blocks])
-            leaps[:, 6] = np.concatenate([b[4] for b in self.it_blocks])
+            leaps[:, 6] = _blocks_used([b[4] for b in self.it_blocks], lens, self.B)
             leaps[:, 9] = np.concatenate([b[7] for b in self.it_blocks])
             leaps[:, 10] = 0
             leaps[:, 3] = 0
             for col, field in ((2, 2), (4, 3), (5, 3), (7, 5), (8, 6)):
                 leaps[:, col] = np.repeat(np.array([b[field] for b in self.it_blocks], dtype=np.float64), lens)
         it = np.concatenate([np.array(self.it, dtype=np.float64).reshape(-1, 11), leaps])
-        it = it[np.lexsort((it[:, 2], it[:, 0]))]
+        order = np.lexsort((it[:, 2], it[:, 0]))
+        it = it[order]
+        row_of = np.empty(len(order), dtype=np.int64)
+        row_of[order] = np.arange(len(order))
         ints = it[:, 2:9].astype(np.int64)
         return ServingRun(
             request=self.request, id=np.arange(self.n, dtype=np.int64), arrival_s=self.arrival.copy(),
             first_token_s=self.first_token, finish_s=self.finish, prompt_len=self.prompt, output_len=self.output,
             prefix_hit_tokens=self.hit, queued_s=self.first_sched - self.arrival, preemptions=self.preemptions,
-            replica=self.replica, token_s=times[order], token_offsets=offsets,
+            replica=self.replica, token_s=times, token_offsets=offsets, token_iteration=row_of[token_rows],
             start_s=it[:, 0].copy(), end_s=it[:, 1].copy(), iteration_replica=ints[:, 0].copy(),
             prefill_tokens=ints[:, 1].copy(), decode_seqs=ints[:, 2].copy(), batch_seqs=ints[:, 3].copy(),
             kv_blocks_used=ints[:, 4].copy(), queue_len=ints[:, 5].copy(), running=ints[:, 6].copy(),
