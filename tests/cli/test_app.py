@@ -52,6 +52,7 @@ def test_command_modules_list_what_each_module_registers() -> None:
     (["open", "t.json"], ("simulate",)),
     ([], None),
     (["--help"], None),
+    (["--help", "estimate"], None),
     (["-v"], None),
     (["no-such-command"], None),
 ])
@@ -85,3 +86,18 @@ def test_the_process_setup_raises_the_collector_threshold_and_skips_the_plugin_s
     from layerscope.cli.app import GC_THRESHOLD_0
 
     assert done.stderr.split() == [str(GC_THRESHOLD_0), "__all__"]
+
+
+def test_an_estimate_loads_nothing_it_does_not_run() -> None:
+    """#31.4: ``layerscope estimate`` on a preset imports no YAML parser, spreadsheet reader, cluster model, kernel
+    table, masked arrays or other command; its process keeps bytecode (as an installed package does)."""
+    unneeded = ("yaml", "openpyxl", "numpy.ma", "layerscope.hardware.cluster", "layerscope.hardware.kernel_table",
+                "layerscope.cli.plan",
+                "layerscope.cli.serving", "layerscope.serving", "layerscope.schedule", "layerscope.trace")
+    code = ("import sys; sys.argv = ['layerscope', 'estimate', '--model', 'llama-3.1-8b', '--hardware', 'h100-sxm']\n"
+            "from layerscope.cli.app import main\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print(sorted(m for m in {unneeded!r} if m in sys.modules), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -72,9 +72,13 @@ def modules_for(args: Sequence[str]) -> tuple[str, ...] | None:
 
     Building the app converts every registered command's signature into click parameters; for one command
     that is a few milliseconds, for all nineteen ~40 ms of each run (bench/RESULTS.md "whole process")."""
-    command = next((a for a in args if not a.startswith("-")), None)
-    module = _MODULE_OF.get(command) if command is not None else None
-    return None if module is None else (module,)
+    for arg in args:
+        if arg == "--help":  # the root's help, asked before any command: it lists them all
+            return None
+        if not arg.startswith("-"):
+            module = _MODULE_OF.get(arg)
+            return None if module is None else (module,)
+    return None
 
 
 def __getattr__(name: str) -> typer.Typer:
