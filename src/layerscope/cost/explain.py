@@ -56,7 +56,7 @@ from typing import Literal
 import numpy as np
 
 from layerscope.cost.execution import KernelPlan, kernel_plan
-from layerscope.cost.features import DTYPE_ORDER, OpFeatures, op_features
+from layerscope.cost.features import DTYPE_ORDER, OpFeatures, distinct, op_features
 from layerscope.cost.models import (
     BOUND_NAMES,
     CostArrays,
@@ -786,7 +786,7 @@ def _figures(ctx: ExplainContext) -> tuple[dict[str, FigureUse], tuple[tuple[str
         else:
             codes, names = rule.variant(ctx)
             codes = np.asarray(codes)
-            members = [(names[c], applies & (codes == c)) for c in np.unique(codes[applies]).tolist()]
+            members = [(names[c], applies & (codes == c)) for c in distinct(codes[applies])]
         for variant, sel in members:
             for use in rule.resolve(ctx, variant):
                 figures.setdefault(use.path, use)

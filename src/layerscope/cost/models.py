@@ -25,7 +25,7 @@ from layerscope.cost.execution import (
     previous_same_role,
     reuse_bytes,
 )
-from layerscope.cost.features import DTYPE_ORDER, OpFeatures
+from layerscope.cost.features import DTYPE_ORDER, OpFeatures, distinct
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS, Op
 from layerscope.hardware.attention_fit import head_dim_factor
@@ -465,7 +465,7 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     applies = (k > 0) & has_weights
     factor = _per_dtype_rows(features, applies, k, hw.weight_stream_k)
     quantized = weight_only_dtypes(features)
-    for code in np.unique(quantized[quantized >= 0]):
+    for code in distinct(quantized[quantized >= 0]):
         # weight-only quantized GEMMs (int4/int8 weights, 16-bit arithmetic) stream at their weight dtype's rate,
         # which holds the in-kernel dequantization (hardware.kernel_fit.weight_only_stream)
         rows = hw.weight_stream_k(DTYPE_ORDER[code])
