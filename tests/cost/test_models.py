@@ -200,3 +200,32 @@ def test_a_norm_wider_than_an_sm_moves_its_input_twice_on_the_gpu_presets() -> N
     assert bytes_of(1024, 65536) == 3 * 1024 * 65536 * 4
     assert bytes_of(4096, 16384) == 2 * 4096 * 16384 * 4
     assert bytes_of(1024, 65536, cluster=4) == 2 * 1024 * 65536 * 4
+
+
+def _with_fitted_curve(hw, kind: str = "gpu"):
+    data = hw.model_dump()
+    data["kind"] = kind
+    data["efficiency"]["matmul_half_flops"] = {"fp8": 0.0}
+    return type(hw).from_dict(data)
+
+
+def test_a_fitted_gpu_preset_charges_its_fp8_gemms_tile_and_wave_quantization_by_hand(toy_hw):
+    # fp8 512 x 4096 x 4096 on the toy's 4 SMs: 4 row tiles x 26 column tiles of 160 = 104 tiles in 26 waves (the
+    # fewest any BN reaches), useful share 512·4096 / (26·4·128·160); a preset with the fitted GEMM curve pays it
+    fp8 = DType.FP8
+    flops = 2 * 512 * 4096 * 4096
+    graph = _graph(_gemm_op(512, 4096, 4096, fp8))
+    q = 512 * 4096 / (26 * 4 * 128 * 160)
+    assert time_graph(graph, _with_fitted_curve(toy_hw)).compute_s[0] == pytest.approx(flops / 200e12 / q)
+    # a hand-set efficiency is one measured GEMM's fraction, its tile losses included; a CPU has no SM tiles;
+    # 16-bit GEMMs run a library whose tiles are not published
+    assert time_graph(graph, toy_hw).compute_s[0] == pytest.approx(flops / 200e12)
+    assert time_graph(graph, _with_fitted_curve(toy_hw, "cpu")).compute_s[0] == pytest.approx(flops / 200e12)
+    bf16 = _graph(_gemm_op(512, 4096, 4096))
+    assert time_graph(bf16, _with_fitted_curve(toy_hw)).compute_s[0] == pytest.approx(flops / 100e12)
+    # ops without weights (attention's products, eager bmm) run other kernels and pay none
+    a, b = TensorSpec("a", (512, 4096), fp8), TensorSpec("b", (4096, 4096), fp8)
+    c = TensorSpec("c", (512, 4096), fp8)
+    bmm = Op(name="bmm", kind="gemm", module="bmm", layer=0, inputs=(a, b), outputs=(c,), flops=flops,
+             act_read_bytes=a.nbytes + b.nbytes, act_write_bytes=c.nbytes, gemm=GemmShape(512, 4096, 4096))
+    assert time_graph(_graph(bmm), _with_fitted_curve(toy_hw)).compute_s[0] == pytest.approx(flops / 200e12)

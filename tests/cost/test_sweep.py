@@ -111,8 +111,9 @@ def test_sweep_with_hf_eager_prefill_equals_estimate():
 
 
 def test_the_fitted_gpu_presets_half_performance_work_is_timed_point_by_point():
-    """The shipped h100-sxm charges GEMMs of more than one row Hockney's W½ (a step at M = 1 the fitted linear
-    graph does not carry): sweep times it point by point, equal to estimate; time_grid refuses it."""
+    """The shipped h100-sxm charges each GEMM its tile and wave quantization and, above one row, Hockney's W½
+    (shape terms the fitted linear graph does not carry): sweep times it point by point, equal to estimate;
+    time_grid refuses it."""
     h100 = load_hardware("h100-sxm")
-    assert "matmul_half_flops" in (shape_dependent(h100, "roofline", "decode") or "")
+    assert "tile and wave quantization" in (shape_dependent(h100, "roofline", "decode") or "")
     _sweep_equals_estimate(load_model_spec("llama-3.2-1b"), h100, "decode", batches=(1, 3), lengths=(16, 300))

@@ -93,3 +93,26 @@ def test_shipped_presets_carry_the_attention_fit_and_cite_its_rows() -> None:
     assert "h100-sxm's fit" in h200.attention_decode_source and "h100-sxm's fit" in h200.attention_rows_source
     b200 = load_preset("b200").efficiency
     assert "AX-15" in b200.attention_decode_source and "h100-sxm" not in b200.attention_decode_source
+
+
+def test_one_fixed_cost_per_thread_block_gives_both_half_lengths_by_hand() -> None:
+    # c = 2 key tiles per block: a non-causal block of n = M/128 tiles is busy n/(n + 2) of its time, M½ = 256;
+    # a causal one does j + 1 tiles (its diagonal whole) for n²/2 useful, n/(n + 1 + 4): M½ = 640
+    assert float(af.tile_half_m(2.0, causal=False)) == 256.0
+    assert float(af.tile_half_m(2.0, causal=True)) == 640.0
+    # brute force over the blocks of a 1024-token causal prefill (n = 8): useful tiles over busy tiles
+    n, c = 8, 2.0
+    busy = sum(j + 1 + c for j in range(n))
+    assert (n * n / 2) / busy == pytest.approx(1024 / (1024 + float(af.tile_half_m(c, causal=True))))
+
+
+def test_causal_and_noncausal_curves_share_the_block_cost_they_were_made_from(rows) -> None:
+    truth_c, truth_nc = af.PrefillFit(0.64, 640.0, 0.0, ()), af.PrefillFit(0.70, 256.0, 0.0, ())
+    causal = [_prefill(rows["K-08"], m, 128, float(truth_c.fraction(m))) for m in (512, 16384)]
+    noncausal = [_prefill(rows["K-14"], m, 128, float(truth_nc.fraction(m)), causal=False)
+                 for m in (2048, 16384)]
+    fit_c, fit_nc = af.fit_prefill_pair(causal, noncausal)
+    assert (fit_c.efficiency, fit_nc.efficiency) == pytest.approx((0.64, 0.70), abs=0.011)
+    assert fit_nc.half_m == pytest.approx(256.0, rel=0.06) and fit_c.half_m == pytest.approx(640.0, rel=0.06)
+    # the non-causal curve was pinned only at 2048 and 16384 tokens: its 512-token value comes from the causal rows
+    assert float(fit_nc.fraction(512)) == pytest.approx(float(truth_nc.fraction(512)), rel=0.03)

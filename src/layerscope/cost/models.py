@@ -29,6 +29,7 @@ from layerscope.cost.features import DTYPE_ORDER, OpFeatures, distinct
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS, Op
 from layerscope.hardware.attention_fit import head_dim_factor
+from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel, row_input_reads
 from layerscope.registry import Registry
 from layerscope.units import DType
@@ -70,9 +71,39 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         rate = rate * _matmul_rows_fraction(features, hw)
     if hw.efficiency.attention_rows:
         rate = rate * _attention_rows_fraction(features, hw)
+    if gemm_tiles_apply(hw):
+        rate = rate * gemm_tile_fraction(features, hw.engines.count)
     if not hw.efficiency.matmul_half_flops:
         return features.flops / rate
     return (features.flops + _matmul_half_flops(features, hw)) / rate
+
+
+def gemm_tiles_apply(hw: HardwareSpec) -> bool:
+    """Whether ``hw``'s fp8 GEMMs pay tile and wave quantization by their shape (:func:`gemm_tile_fraction`): a GPU
+    whose preset carries the fitted GEMM curve (``efficiency.matmul_half_flops``, which
+    :func:`~layerscope.hardware.kernel_fit.fit_preset` writes for every dtype it fits, having fitted e and W½ with
+    these losses taken out). A hand-set efficiency is one measured GEMM's fraction of peak, its own tile losses
+    included, so it pays none."""
+    return hw.kind == "gpu" and bool(hw.efficiency.matmul_half_flops)
+
+
+def gemm_tile_fraction(features: OpFeatures, engines: int) -> np.ndarray:
+    """Per op: the useful share of a GPU GEMM's tiles and waves on ``engines`` SMs
+    (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`: tile and wave quantization), for matrix ops with
+    weights in a dtype of ``gemm_tiles.TILED_DTYPES`` (a projection's M × N outputs, per expert for an experts
+    op); 1 for every other op: 16-bit GEMMs (their library's tiles are not published) and fused attention
+    (its own tiling: :func:`attention_occupancy`)."""
+    m = features.gemm_mnkb[:, 0]
+    tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
+    applies = features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
+    applies &= tiled[features.dtype_code] & np.fromiter((k != "attention" for k in features.kinds), dtype=bool,
+                                                          count=len(m))
+    if not applies.any():
+        return np.ones(len(m))
+    mnkb = features.gemm_mnkb[applies]
+    fraction = np.ones(len(m))
+    fraction[applies] = tile_efficiency(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], engines)
+    return fraction
 
 
 def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:

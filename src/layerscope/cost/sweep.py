@@ -19,7 +19,8 @@ the grid: its kind, dtype, weights). It is not when the time reads a GEMM's own 
 the fitted graph keeps from one sample point: the ``tiling`` and ``hierarchical`` cost models
 (tile searches), efficiency tables by row count (``efficiency.matmul_rows``/``matmul_shapes``,
 from ``layerscope calibrate``), Hockney's half-performance work (``efficiency.matmul_half_flops``, charged to
-GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it) and, in prefill, fused attention's
+GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it), those presets' tile and wave
+quantization of each fp8 GEMM (``cost.models.gemm_tile_fraction``) and, in prefill, fused attention's
 efficiency by query length (``efficiency.attention_rows``) and a kernel profile other than ``fused``
 (HF eager's lm_head passes grow with the batch; ``serving-graph`` replays a prefill as a piecewise CUDA graph up
 to ``graph_max_tokens`` tokens). :func:`sweep` times such hardware point by point with
@@ -39,7 +40,7 @@ import numpy as np
 from layerscope.cost.api import estimate
 from layerscope.cost.execution import EXECUTION_PROFILES, engine_terms, host_step_s, kernel_plan, step_time_s
 from layerscope.cost.features import OpFeatures, op_features
-from layerscope.cost.models import get_cost_model
+from layerscope.cost.models import gemm_tiles_apply, get_cost_model
 from layerscope.errors import WorkloadError
 from layerscope.graph import build_model_graph
 from layerscope.hardware.spec import HardwareSpec
@@ -219,6 +220,8 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None
         return f"the {cost_model!r} cost model tiles each GEMM for its own shape"
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
+    if gemm_tiles_apply(hw):
+        return f"{hw.name}'s fp8 GEMMs pay tile and wave quantization by their M and N (cost.models.gemm_tile_fraction)"
     if any(hw.efficiency.matmul_half_flops.values()):
         return (f"{hw.name} charges GEMMs of more than one row a half-performance work "
                 "(efficiency.matmul_half_flops), a step at M = 1")

@@ -8,9 +8,12 @@ Two curves per GPU, in the cost model's own terms (``cost.models``), fitted like
   half-performance form, 1988 §1.3.3, in the query length: a tiled kernel computes the diagonal tiles of a
   causal mask whole, pays its online-softmax bookkeeping per tile row and leaves SMs idle in the last wave,
   all of which shrink relative to the work as M grows: FlashAttention-3's causal H100 figure, K-08/K-09, goes
-  from 292 TFLOP/s at 512 tokens to 616 at 16k). Causal and non-causal kernels are fitted apart; a row whose
-  causality is not stated is read as non-causal (K-14, 430 TFLOP/s at 512 tokens, is 1.5x the causal K-08 at
-  the same length and the same batch x length, and K-12's 621 TFLOP/s at 16k matches the non-causal K-04).
+  from 292 TFLOP/s at 512 tokens to 616 at 16k). Causal and non-causal curves keep their own ``e`` and share
+  one fixed cost per thread block, ``c`` key tiles, from which both ``M½`` follow (:func:`tile_half_m`:
+  ``128·c`` non-causal, ``128·(1 + 2c)`` causal; fitted apart on H100's rows they came out 251 and 631
+  tokens, ``c`` = 1.96 both ways); a row whose causality is not stated is read as non-causal (K-14, 430
+  TFLOP/s at 512 tokens, is 1.5x the causal K-08 at the same length and the same batch x length, and K-12's
+  621 TFLOP/s at 16k matches the non-causal K-04).
   Stored as ``efficiency.attention_rows`` (causal: what a decoder's prefill runs) and
   ``efficiency.attention_rows_noncausal`` (the cached part of a chunked prefill), tabulated at powers of two
   and divided by the GEMM efficiency the cost model applies first (``peak · matmul_for(dtype) · fraction``).
@@ -64,6 +67,11 @@ TABLE_M = tuple(float(2 ** k) for k in range(4, 17))
 _GRID_E = np.linspace(0.20, 1.24, 53)
 _GRID_HALF_M = np.concatenate(([0.0], np.logspace(0.5, 4.5, 41)))
 _GRID_HALF_D = np.concatenate(([0.0], np.linspace(8.0, 160.0, 39)))
+#: A thread block's fixed cost in key tiles (:func:`tile_half_m`): the M½ grid's reach, in tiles.
+_GRID_BLOCK_COST = np.concatenate(([0.0], np.logspace(-1.5, 1.5, 61)))
+#: Query rows (and keys) per tile of FlashAttention-2/-3's forward (Dao 2023, arXiv 2307.08691 §3.3; Shah et al.
+#: 2024, arXiv 2407.08608 §4): one thread block per 128-row query tile.
+KV_TILE = 128.0
 _GRID_FLOOR_S = np.concatenate(([0.0], np.linspace(1e-6, 60e-6, 60)))
 
 
@@ -206,6 +214,19 @@ def decode_rows(rows: Iterable[KernelRow], exclude_sources: Iterable[str] = (),
     return out
 
 
+def tile_half_m(block_cost: np.ndarray | float, *, causal: bool) -> np.ndarray:
+    """The ``M½`` (tokens) of a fused attention kernel whose thread blocks each pay a fixed cost of ``block_cost``
+    key tiles (loading the query tile, writing the output: the prologue and epilogue of FlashAttention's
+    one-block-per-query-tile forward, Dao 2023 arXiv 2307.08691 §3.3) on top of one tile of work per key tile.
+
+    With ``n = M / T`` query tiles of :data:`KV_TILE` rows, a non-causal block does ``n`` key tiles, so the useful
+    share of its time is ``n / (n + c)`` = ``M / (M + T·c)``. A causal block ``j`` does ``j + 1`` (its diagonal
+    tile whole), ``n(n + 1)/2`` in all for ``n²/2`` tiles of useful pairs: ``n / (n + 1 + 2c)`` =
+    ``M / (M + T·(1 + 2c))``. One kernel's two curves thus share ``c``."""
+    c = np.asarray(block_cost, dtype=np.float64)
+    return KV_TILE * (1.0 + 2.0 * c) if causal else KV_TILE * c
+
+
 def fit_prefill(rows: Sequence[PrefillRow], *, half_m: float | None = None,
                 half_d: float | None = None) -> PrefillFit | None:
     """``e``, ``M½`` and ``d½`` minimizing the RMS log error of ``f(M, d)`` over ``rows`` (``M½``, ``d½`` held
@@ -228,6 +249,43 @@ def fit_prefill(rows: Sequence[PrefillRow], *, half_m: float | None = None,
     i, j, k = np.unravel_index(int(np.argmin(err)), err.shape)
     return PrefillFit(efficiency=round(float(_GRID_E[i]), 4), half_m=round(float(halves[j]), 1),
                       half_d=round(float(halves_d[k]), 1), rows=tuple(r.row.id for r in rows))
+
+
+def fit_prefill_pair(causal: Sequence[PrefillRow], noncausal: Sequence[PrefillRow], *,
+                     half_d: float | None = None) -> tuple[PrefillFit, PrefillFit]:
+    """The causal and non-causal curves of one kernel family fitted together: ``e`` apart, one fixed cost per
+    thread block ``c`` (:func:`tile_half_m`) for both, and ``d½`` (held where given, fitted where the rows have
+    two head dims), minimizing the RMS log error over all the rows."""
+    rows = [*causal, *noncausal]
+    m = np.array([r.m for r in rows])
+    d = np.array([r.head_dim for r in rows])
+    f = np.array([r.fraction for r in rows])
+    is_causal = np.array([r.causal for r in rows])
+    if half_d is None:
+        half_d = None if len(set(d.tolist())) > 1 else 0.0
+    halves_d = _GRID_HALF_D if half_d is None else np.array([half_d])
+    half_m = np.where(is_causal[None, :], tile_half_m(_GRID_BLOCK_COST[:, None], causal=True),
+                      tile_half_m(_GRID_BLOCK_COST[:, None], causal=False))  # [c, rows]
+    # [e, c, d½, rows]; each causality's e is chosen apart, as the other's rows do not depend on it
+    hd = halves_d[None, None, :, None]
+    pred = (_GRID_E[:, None, None, None] * m / (m + half_m[None, :, None, :])
+            * d / (d + hd) * (REFERENCE_HEAD_DIM + hd) / REFERENCE_HEAD_DIM)
+    sq = np.log(pred / f) ** 2
+    loss_c = np.where(is_causal, sq, 0.0).sum(axis=-1)  # [e, c, d½]
+    loss_nc = np.where(is_causal, 0.0, sq).sum(axis=-1)
+    best_c, best_nc = loss_c.argmin(axis=0), loss_nc.argmin(axis=0)  # [c, d½]
+    total = loss_c.min(axis=0) + loss_nc.min(axis=0)
+    j, k = np.unravel_index(int(np.argmin(total)), total.shape)
+    block = float(_GRID_BLOCK_COST[j])
+    out = []
+    for subset, flag, i in ((causal, True, best_c[j, k]), (noncausal, False, best_nc[j, k])):
+        out.append(PrefillFit(efficiency=round(float(_GRID_E[i]), 4),
+                              half_m=round(float(tile_half_m(block, causal=flag)), 1),
+                              half_d=round(float(halves_d[k]), 1), rows=tuple(r.row.id for r in subset),
+                              note=(f"fitted with the {'non-causal' if flag else 'causal'} rows "
+                                    f"{', '.join(r.row.id for r in (noncausal if flag else causal))}: "
+                                    f"one fixed cost per thread block, {block:.3g} key tiles")))
+    return out[0], out[1]
 
 
 def fit_decode(rows: Sequence[DecodeRow], bandwidth_bytes_per_s: float, overhead_s: float) -> DecodeFit | None:
@@ -265,7 +323,15 @@ def fit_gpu(gpu: str, prefill: Sequence[PrefillRow], decode: Sequence[DecodeRow]
             for dt in ("bf16", "fp8") for causal in (True, False)}
     fits: dict[tuple[str, bool], PrefillFit] = {}
     half_d: float | None = None  # one d½ per GPU: from the first set with two head dims
+    for dt in ("bf16", "fp8"):  # both causalities of a dtype: one kernel, one fixed cost per block
+        both = sets[(dt, True)] + sets[(dt, False)]
+        if sets[(dt, True)] and sets[(dt, False)] and len({(r.causal, r.m) for r in both}) >= 3:
+            fits[(dt, True)], fits[(dt, False)] = fit_prefill_pair(sets[(dt, True)], sets[(dt, False)], half_d=half_d)
+            if len({r.head_dim for r in both}) > 1:
+                half_d = fits[(dt, True)].half_d
     for key in sorted(sets, key=lambda k: -len(sets[k])):  # the best-pinned sets first
+        if key in fits:
+            continue
         rows = sets[key]
         if len(rows) >= 2 and len({r.m for r in rows}) >= 2:
             fit = fit_prefill(rows, half_d=half_d)
@@ -292,8 +358,10 @@ def fit_gpu(gpu: str, prefill: Sequence[PrefillRow], decode: Sequence[DecodeRow]
     for dt in ("bf16", "fp8"):
         if (dt, True) not in fits and (dt, False) in fits:
             nc = fits[(dt, False)]
-            fits[(dt, True)] = PrefillFit(nc.efficiency, nc.half_m, nc.half_d, nc.rows,
-                                          note="no causal rows: the non-causal curve (an upper bound at short lengths)")
+            block = nc.half_m / KV_TILE
+            fits[(dt, True)] = PrefillFit(nc.efficiency, round(float(tile_half_m(block, causal=True)), 1), nc.half_d,
+                                          nc.rows, note=f"no causal rows: the non-causal curve's fixed cost per thread "
+                                                        f"block ({block:.3g} key tiles) on the causal mask's tiles")
     dec = fit_decode([r for r in decode if r.row.gpu == gpu], bandwidth_bytes_per_s, overhead_s)
     return AttentionFits(prefill=fits, decode=dec)
 

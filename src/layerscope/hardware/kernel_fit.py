@@ -5,13 +5,16 @@ dtype, memory-bound kernels, each with its source. A preset keeps its datasheet 
 part the datasheet cannot say, in the terms the cost model already uses (``cost.models.roofline``):
 
 * **GEMMs** (per GPU and dtype, 16-bit and fp8 apart):
-  ``t = t0 + max((F + W½) / (P · e), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
-  ``P`` the datasheet peak, ``W``/``A`` the weight and activation bytes, ``B`` the datasheet HBM
-  bandwidth, ``m`` the memory efficiency below. Fitted: ``e`` (the asymptotic fraction of peak,
-  ``efficiency.matmul_per_dtype``), ``W½`` (Hockney & Jesshope's half-performance work, 1988 §1.3.3:
-  the work at which a GEMM reaches half its asymptotic rate; ``efficiency.matmul_half_flops``) and ``w``
-  (the rate at which a skinny GEMM streams its weights: *small M is weight streaming*, the time flat in
-  M until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``, as ``w / m``).
+  ``t = t0 + max((F + W½) / (P · e · q), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
+  ``P`` the datasheet peak, ``q`` the useful share of an fp8 GEMM's tiles and waves on the GPU's SMs (tile
+  and wave quantization, :func:`~layerscope.hardware.gemm_tiles.tile_efficiency`: not fitted; 1 for 16-bit
+  GEMMs, whose library's tiles are not published), ``W``/``A`` the
+  weight and activation bytes, ``B`` the datasheet HBM bandwidth, ``m`` the memory efficiency below.
+  Fitted: ``e`` (the asymptotic fraction of peak, ``efficiency.matmul_per_dtype``), ``W½`` (Hockney &
+  Jesshope's half-performance work, 1988 §1.3.3: the work at which a GEMM reaches half its asymptotic rate;
+  ``efficiency.matmul_half_flops``) and ``w`` (the rate at which a skinny GEMM streams its weights: *small M is
+  weight streaming*, the time flat in M until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``,
+  as ``w / m``).
   ``t0`` is the preset's ``launch_overhead_s`` (no published row isolates it; see the module's fallbacks).
 * **Memory-bound kernels**: ``m`` = the median achieved fraction of the datasheet bandwidth over the GPU's
   memory rows (``efficiency.memory``); they all move >= 100 MB, where ``t0`` is under 3 % of their time.
@@ -32,6 +35,7 @@ import numpy as np
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware import attention_fit
+from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
 from layerscope.hardware.kernel_table import KernelRow
 from layerscope.hardware.spec import HardwareSpec, row_input_reads
 from layerscope.units import DType
@@ -139,6 +143,8 @@ class GemmRow:
     time_s: float
     """The kernel's time: the published one less the call's fixed cost of a host-timed source."""
     m: int
+    n: int = 1
+    groups: int = 1
 
     @classmethod
     def of(cls, row: KernelRow) -> GemmRow | None:
@@ -150,7 +156,7 @@ class GemmRow:
         flops = 2.0 * g.m * g.n * g.k * g.groups
         return cls(row=row, dtype=dt, flops=flops, weight_bytes=float(g.groups * g.n * g.k * w_b),
                    act_bytes=float(g.groups * (g.m * g.k * a_in + g.m * g.n * out_b)),
-                   time_s=flops / (row.value * 1e12) - call_overhead_s(row), m=g.m)
+                   time_s=flops / (row.value * 1e12) - call_overhead_s(row), m=g.m, n=g.n, groups=g.groups)
 
 
 @dataclass(frozen=True)
@@ -178,11 +184,13 @@ Scalar = float | np.floating | np.ndarray
 
 def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
                 peak_flops_per_s: Scalar, bandwidth_bytes_per_s: Scalar, memory_eff: Scalar, efficiency: Scalar,
-                half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar) -> np.ndarray:
-    """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1). The
+                half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar,
+                tile_eff: Scalar = 1.0) -> np.ndarray:
+    """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1), the
+    compute term over the rows' ``tile_eff`` (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`). The
     fitted terms may be arrays that broadcast against the rows (the fit's grid search times every grid point
     at once)."""
-    compute = (flops + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency)
+    compute = (flops + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency * tile_eff)
     memory = weight_bytes / (bandwidth_bytes_per_s * weight_stream) + act_bytes / (bandwidth_bytes_per_s * memory_eff)
     return overhead_s + np.maximum(compute, memory)
 
@@ -221,6 +229,11 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     ab = np.array([r.act_bytes for r in rows])
     m = np.array([r.m for r in rows], dtype=float)
     t = np.array([r.time_s for r in rows])
+    # the cost model charges a fitted GPU preset's fp8 GEMMs their tile and wave quantization (cost.models.
+    # gemm_tiles_apply), so e and W½ are fitted with them taken out of each row's time
+    tiled = spec.kind == "gpu" and dtype in TILED_DTYPES
+    tiles = (tile_efficiency(m, np.array([r.n for r in rows]), np.array([r.groups for r in rows]),
+                             spec.engines.count) if tiled else np.ones(len(rows)))
     ridge = peak / bw
     streaming = (flops / (wb + ab)) < 0.5 * ridge
     compute_bound = ~streaming
@@ -259,7 +272,7 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
                        efficiency=grid_e.astype(f32)[:, None, None, None, None],
                        half_flops=grid_half.astype(f32)[None, :, None, None, None],
                        weight_stream=grid_w.astype(f32)[None, None, :, None, None],
-                       overhead_s=grid_t0.astype(f32)[None, None, None, :, None])
+                       overhead_s=grid_t0.astype(f32)[None, None, None, :, None], tile_eff=tiles.astype(f32))
     loss = (np.log(pred / t.astype(f32)) ** 2).sum(axis=-1, dtype=np.float64).ravel()
     e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
     inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
