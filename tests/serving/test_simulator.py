@@ -54,6 +54,10 @@ def _check_invariants(run: ServingRun) -> None:
         assert np.all(run.start_s[mask][1:] >= run.end_s[mask][:-1] - 1e-12)
     # Token accounting of the steps: decodes plus prompt-finishing chunks make the tokens.
     assert int(run.decode_seqs.sum()) <= len(run.token_s)
+    # Each token's iteration ends at its time; a request's last token comes from the engine it finished on.
+    assert np.array_equal(run.end_s[run.token_iteration], run.token_s)
+    last = run.token_iteration[run.token_offsets[1:] - 1]
+    assert np.array_equal(run.iteration_replica[last], run.replica)
 
 
 def test_static_batching_equals_estimate_generate(small_spec, h100):
@@ -202,3 +206,28 @@ def test_chunked_prefill_respects_the_token_budget():
     _check_invariants(run)
     assert int((run.prefill_tokens + run.decode_seqs).max()) <= 1024
     assert int(run.prefill_tokens.sum()) == 20 * 3000
+
+
+def test_blocks_used_in_leaps_equal_the_step_by_step_count():
+    # The closed form (each decode's block crossings) against every step's blocks summed, as a step would count
+    # them: max(blocks_i, ceil((ctx_i + j + 1) / B)) over the decodes, at steps j = 0 … k − 1.
+    from layerscope.serving.simulator import _blocks_used, _GrowingBlocks
+
+    rng = np.random.default_rng(3)
+    block = 16
+    used, lens, expected = [], [], []
+    for _ in range(200):
+        d, k = int(rng.integers(1, 40)), int(rng.integers(2, 300))
+        ctx = rng.integers(1, 3000, d)
+        blocks = -(-ctx // block) + rng.integers(0, 3, d) * (rng.random(d) < 0.2)  # some hold spare blocks
+        before = int(rng.integers(0, 10_000))
+        j = np.arange(k)
+        grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // block)).sum(axis=0) - blocks.sum()
+        if rng.random() < 0.3:  # a leap whose blocks were counted as it ran
+            used.append(before + grown)
+        else:
+            used.append(_GrowingBlocks(before, ctx, blocks))
+        lens.append(k)
+        expected.append(before + grown)
+    got = _blocks_used(used, np.array(lens), block)
+    assert np.array_equal(got, np.concatenate(expected))

@@ -51,3 +51,27 @@ def test_decode_line_is_the_fast_path(small_spec, h100):
     timer = StepTimer(small_spec, h100, Workload(phase="decode"))
     a, b = timer.decode_line(40)
     assert a + b * 40 * 1500 == pytest.approx(timer.fast_forward_s((), 40, 40 * 1500.0), rel=1e-9)
+
+
+def test_steps_of_an_mha_model_respect_the_hardware_floor():
+    # Llama-2-7B (no GQA: 32 KV heads of 128) on one H100 SXM, by hand. A decode step streams the weights
+    # (6.74e9 parameters, bf16) and every decode's KV (2 · 32 heads · 128 · 2 bytes · 32 layers = 524,288 bytes a
+    # token): 191 decodes at 576 cached tokens read 13.5 GB + 57.7 GB, at least 21.2 ms at 3.35 TB/s. A step of
+    # 16 prompts of 512 tokens does 2 · 6.48e9 · 8192 FLOPs in its linear layers, at least 107 ms at 989 TFLOP/s.
+    from layerscope.hardware import load_hardware
+    from layerscope.serving import ServingRequest, TrafficSpec
+    from layerscope.serving.simulator import _template
+
+    spec, hw = load_model_spec("llama-2-7b-hf"), load_hardware("h100-sxm")
+    timer = StepTimer(spec, hw, _template(spec, ServingRequest(model=spec, hardware=hw,
+                                                                traffic=TrafficSpec(rate_per_s=1))))
+    kv_bytes = 2 * 32 * 128 * 2 * 32
+    assert spec.kv_values_per_token_per_layer() * spec.num_layers * 2 == kv_bytes
+    decode_floor_s = (6.74e9 * 2 + 191 * 576 * kv_bytes) / 3.35e12
+    decode_s = timer.forward_s([], np.full(191, 576))
+    assert decode_floor_s == pytest.approx(0.0212, rel=0.01)
+    assert decode_floor_s < decode_s < 2 * decode_floor_s
+    prefill_floor_s = 2 * 6.48e9 * 8192 / 989e12
+    prefill_s = timer.forward_s([(512, 0)] * 16, np.zeros(0, dtype=np.int64))
+    assert prefill_floor_s == pytest.approx(0.107, rel=0.01)
+    assert prefill_floor_s < prefill_s < 2 * prefill_floor_s

@@ -174,22 +174,22 @@ class _Engine:
         self.s_active = np.zeros(slots, dtype=bool)
         self.s_dec = np.zeros(slots, dtype=bool)  # running slots whose prompt is in the KV cache
         self.s_req = np.full(slots, -1, dtype=np.int64)
-        self.s_ctx = np.zeros(slots, dtype=np.int64)
-        self.s_target = np.zeros(slots, dtype=np.int64)
-        self.s_gen = np.zeros(slots, dtype=np.int64)
-        self.s_out = np.zeros(slots, dtype=np.int64)
-        self.s_blocks = np.zeros(slots, dtype=np.int64)
+        # cached tokens, tokens generated, output tokens, blocks held, prompt target: rows of one array, so that one
+        # fancy index reads them all for a set of slots (``state[:, slots]``)
+        self.state = np.zeros((5, slots), dtype=np.int64)
+        self.s_ctx, self.s_gen, self.s_out, self.s_blocks, self.s_target = self.state
         self.free_slots = list(range(slots - 1, -1, -1))
         self.busy = False
         self.inbound = 0  # transfers on their way here
         self.step: tuple[np.ndarray, list[tuple[int, int]], int, int] | None = None  # decodes, chunks, leap, ref
         self._decoding: np.ndarray | None = None
+        self.leap_done = np.empty(0, dtype=np.int64)  # the decodes the running leap finishes
 
     def decoding(self) -> np.ndarray:
         """The running slots whose prompt is in the KV cache, ascending (kept until ``s_dec`` changes: the
         caller does not write to it)."""
         if self._decoding is None:
-            self._decoding = np.flatnonzero(self.s_dec)
+            self._decoding = self.s_dec.nonzero()[0]
         return self._decoding
 
     def set_decoding(self, slot: int, value: bool) -> None:
@@ -370,6 +370,8 @@ class _Simulation:
                 self.next_id += 1
         self.ptr = 0
         self.order = np.argsort(self.arrival, kind="stable") if not self.closed else np.arange(n)
+        # open loop: the arrival times in order, then ∞
+        self.next_arrival: list[float] = ([] if self.closed else self.arrival[self.order].tolist()) + [math.inf]
 
     def _push(self, t: float, kind: int, engine: int, req: int) -> None:
         heapq.heappush(self.heap, (t, kind, self.seq, engine, req))
@@ -381,7 +383,7 @@ class _Simulation:
         dirty: set[int] = set()
         while True:
             t_heap = self.heap[0][0] if self.heap else math.inf
-            t_arr = float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n else math.inf
+            t_arr = self.next_arrival[self.ptr]
             now = min(t_heap, t_arr)
             if now == math.inf:
                 break
@@ -398,7 +400,7 @@ class _Simulation:
                 else:
                     self.arrival[req] = now
                     dirty.add(self._dispatch(req))
-            while not self.closed and self.ptr < self.n and self.arrival[self.order[self.ptr]] <= now:
+            while self.next_arrival[self.ptr] <= now:
                 dirty.add(self._dispatch(int(self.order[self.ptr])))
                 self.ptr += 1
             for index in sorted(dirty):
@@ -671,9 +673,7 @@ class _Simulation:
         evaluated at every step for sliding-window models). False: take one step the ordinary way."""
         d = len(eng.order)  # no prompt in progress: every running request decodes
         timer = self.timer
-        t_event = min(self.heap[0][0] if self.heap else math.inf,
-                      float(self.arrival[self.order[self.ptr]]) if not self.closed and self.ptr < self.n
-                      else math.inf)
+        t_event = min(self.heap[0][0] if self.heap else math.inf, self.next_arrival[self.ptr])
         linear = timer.linear_in_context
         if linear:
             a, b = timer.decode_line(d)
@@ -682,8 +682,10 @@ class _Simulation:
             if shortest > 0 and t_event != math.inf and t_event - now < 2 * shortest:
                 return False
         dec = eng.decoding()
-        ctx, blocks = eng.s_ctx[dec], eng.s_blocks[dec]
-        k = min(int((eng.s_out[dec] - eng.s_gen[dec]).min()), _MAX_LEAP)
+        sub = eng.state[:, dec]
+        ctx, blocks = sub[0], sub[3]
+        left = sub[2] - sub[1]  # tokens each has still to make
+        k = min(int(left.min()), _MAX_LEAP)
         if k < 2:
             return False
         ctx_sum = float(ctx.sum())
@@ -732,8 +734,7 @@ class _Simulation:
                 used = used_before + grown[:k]
             eng.s_blocks[dec] = after
             eng.free -= grown_last
-        eng.s_ctx[dec] += k
-        eng.s_gen[dec] += k
+        eng.state[:2, dec] += k  # cached and generated tokens
         ref = -(len(self.it_blocks) + 1)
         self.tokens.append((eng.s_req[dec], ends[:k], ref))  # fancy indexing copies
         rows = (starts[:k], ends[:k], eng.index, d, used, len(eng.waiting) + len(eng.swapped),
@@ -741,6 +742,7 @@ class _Simulation:
         self.it_blocks.append(rows)
         eng.busy = True
         eng.step = (dec, [], k, ref)
+        eng.leap_done = dec[left == k]
         self._push(float(ends[k - 1]), 0, eng.index, -1)
         return True
 
@@ -753,9 +755,13 @@ class _Simulation:
         eng.busy = False
         emitted: list[int] = []
         if len(dec) and not applied:
-            eng.s_ctx[dec] += 1
-            eng.s_gen[dec] += 1
+            sub = eng.state[:3, dec]
+            sub[:2] += 1
+            eng.state[:2, dec] = sub[:2]  # cached and generated tokens
+            done = dec[sub[1] >= sub[2]]
             self.tokens.append((eng.s_req[dec], np.array([now]), ref))
+        elif len(dec):
+            done = eng.leap_done
         for slot, c in chunks:
             eng.s_ctx[slot] += c
             if eng.s_ctx[slot] >= eng.s_target[slot]:
@@ -769,7 +775,6 @@ class _Simulation:
         if emitted:
             self.tokens.append((np.array(emitted, dtype=np.int64), np.array([now]), ref))
         if len(dec):
-            done = dec[eng.s_gen[dec] >= eng.s_out[dec]]
             for slot in done.tolist():
                 self._finish(eng, slot, now)
         for slot, _ in chunks:
