@@ -173,11 +173,11 @@ class _Engine:
         self.prefilling: list[int] = []  # running slots still computing their prompt, oldest first
         self.s_active = np.zeros(slots, dtype=bool)
         self.s_dec = np.zeros(slots, dtype=bool)  # running slots whose prompt is in the KV cache
-        self.s_req = np.full(slots, -1, dtype=np.int64)
-        # cached tokens, tokens generated, output tokens, blocks held, prompt target: rows of one array, so that one
-        # fancy index reads them all for a set of slots (``state[:, slots]``)
-        self.state = np.zeros((5, slots), dtype=np.int64)
-        self.s_ctx, self.s_gen, self.s_out, self.s_blocks, self.s_target = self.state
+        # cached tokens, tokens generated, output tokens, blocks held, prompt target, request (−1: none): rows of
+        # one array, so that one fancy index reads them all for a set of slots (``state[:, slots]``)
+        self.state = np.zeros((6, slots), dtype=np.int64)
+        self.s_ctx, self.s_gen, self.s_out, self.s_blocks, self.s_target, self.s_req = self.state
+        self.s_req[:] = -1
         self.free_slots = list(range(slots - 1, -1, -1))
         self.busy = False
         self.inbound = 0  # transfers on their way here
@@ -529,9 +529,10 @@ class _Simulation:
                 d = self._decodes(eng, limit)
                 if reserve or not len(d):
                     return d, 0
-                ctx = eng.s_ctx[d]
-                want = -(-(ctx + 1) // self.B)
-                need = int((want - eng.s_blocks[d]).sum())
+                sub = eng.state[:, d]
+                ctx = sub[0]
+                want = (ctx + self.B) // self.B  # ⌈(ctx + 1) / B⌉
+                need = int((want - sub[3]).sum())
                 if need <= eng.free or not eng.order:
                     planned = (d, ctx, want, self.preempted)
                     return d, need
@@ -635,7 +636,7 @@ class _Simulation:
         same = planned is not None and planned[0] is dec and planned[3] == self.preempted
         dec_ctx = planned[1] if planned is not None and same else eng.s_ctx[dec]
         if len(dec) and not reserve:
-            eng.s_blocks[dec] = planned[2] if planned is not None and same else -(-(dec_ctx + 1) // self.B)
+            eng.s_blocks[dec] = planned[2] if planned is not None and same else (dec_ctx + self.B) // self.B
             eng.free -= dec_blocks
         step_chunks: list[tuple[int, int]] = []
         for slot, c in chunks:
@@ -717,7 +718,7 @@ class _Simulation:
             used = np.full(k, used_before, dtype=np.int64)
         else:
             held_before = int(blocks.sum())
-            after = np.maximum(blocks, -(-(ctx + k) // self.B))  # each decode's blocks after k steps
+            after = np.maximum(blocks, (ctx + (k + self.B - 1)) // self.B)  # each decode's blocks after k steps
             grown_last = int(after.sum()) - held_before
             if grown_last <= eng.free and bool((blocks * self.B >= ctx).all()):
                 # The blocks do not bind (the growth is monotone in the steps): the blocks used at each step
@@ -729,14 +730,14 @@ class _Simulation:
                 k = min(k, int(np.searchsorted(grown, eng.free, side="right")))
                 if k < 2:
                     return False
-                after = np.maximum(blocks, -(-(ctx + k) // self.B))
+                after = np.maximum(blocks, (ctx + (k + self.B - 1)) // self.B)
                 grown_last = int(grown[k - 1])
                 used = used_before + grown[:k]
             eng.s_blocks[dec] = after
             eng.free -= grown_last
         eng.state[:2, dec] += k  # cached and generated tokens
         ref = -(len(self.it_blocks) + 1)
-        self.tokens.append((eng.s_req[dec], ends[:k], ref))  # fancy indexing copies
+        self.tokens.append((sub[5], ends[:k], ref))
         rows = (starts[:k], ends[:k], eng.index, d, used, len(eng.waiting) + len(eng.swapped),
                 len(eng.order), ctx_sum + d * j[:k])
         self.it_blocks.append(rows)
@@ -755,11 +756,11 @@ class _Simulation:
         eng.busy = False
         emitted: list[int] = []
         if len(dec) and not applied:
-            sub = eng.state[:3, dec]
+            sub = eng.state[:, dec]
             sub[:2] += 1
             eng.state[:2, dec] = sub[:2]  # cached and generated tokens
             done = dec[sub[1] >= sub[2]]
-            self.tokens.append((eng.s_req[dec], np.array([now]), ref))
+            self.tokens.append((sub[5], np.array([now]), ref))
         elif len(dec):
             done = eng.leap_done
         for slot, c in chunks:
