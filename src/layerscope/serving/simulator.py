@@ -174,7 +174,7 @@ class _Engine:
         self.s_active = np.zeros(slots, dtype=bool)
         self.s_dec = np.zeros(slots, dtype=bool)  # running slots whose prompt is in the KV cache
         # cached tokens, tokens generated, output tokens, blocks held, prompt target, request (−1: none): rows of
-        # one array, so that one fancy index reads them all for a set of slots (``state[:, slots]``)
+        # one array, so that one gather reads them all for a set of slots (``state.take(slots, axis=1)``)
         self.state = np.zeros((6, slots), dtype=np.int64)
         self.s_ctx, self.s_gen, self.s_out, self.s_blocks, self.s_target, self.s_req = self.state
         self.s_req[:] = -1
@@ -529,7 +529,7 @@ class _Simulation:
                 d = self._decodes(eng, limit)
                 if reserve or not len(d):
                     return d, 0
-                sub = eng.state[:, d]
+                sub = eng.state.take(d, axis=1)
                 ctx = sub[0]
                 want = (ctx + self.B) // self.B  # ⌈(ctx + 1) / B⌉
                 need = int((want - sub[3]).sum())
@@ -683,7 +683,7 @@ class _Simulation:
             if shortest > 0 and t_event != math.inf and t_event - now < 2 * shortest:
                 return False
         dec = eng.decoding()
-        sub = eng.state[:, dec]
+        sub = eng.state.take(dec, axis=1)
         ctx, blocks = sub[0], sub[3]
         left = sub[2] - sub[1]  # tokens each has still to make
         k = min(int(left.min()), _MAX_LEAP)
@@ -706,9 +706,9 @@ class _Simulation:
         else:
             forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
         dt = timer.steps_s(forward, d)
-        ends = now + np.cumsum(dt)
+        ends = now + dt.cumsum()
         starts = ends - dt
-        k = min(k, int(np.searchsorted(starts, t_event, side="left")))
+        k = min(k, int(starts.searchsorted(t_event, side="left")))
         if k < 2:
             return False
         j = j[:k]
@@ -727,7 +727,7 @@ class _Simulation:
             else:
                 grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0) \
                     - held_before
-                k = min(k, int(np.searchsorted(grown, eng.free, side="right")))
+                k = min(k, int(grown.searchsorted(eng.free, side="right")))
                 if k < 2:
                     return False
                 after = np.maximum(blocks, (ctx + (k + self.B - 1)) // self.B)
@@ -735,7 +735,8 @@ class _Simulation:
                 used = used_before + grown[:k]
             eng.s_blocks[dec] = after
             eng.free -= grown_last
-        eng.state[:2, dec] += k  # cached and generated tokens
+        eng.s_ctx[dec] = ctx + k
+        eng.s_gen[dec] = sub[1] + k
         ref = -(len(self.it_blocks) + 1)
         self.tokens.append((sub[5], ends[:k], ref))
         rows = (starts[:k], ends[:k], eng.index, d, used, len(eng.waiting) + len(eng.swapped),
@@ -756,10 +757,11 @@ class _Simulation:
         eng.busy = False
         emitted: list[int] = []
         if len(dec) and not applied:
-            sub = eng.state[:, dec]
-            sub[:2] += 1
-            eng.state[:2, dec] = sub[:2]  # cached and generated tokens
-            done = dec[sub[1] >= sub[2]]
+            sub = eng.state.take(dec, axis=1)
+            gen = sub[1] + 1
+            eng.s_ctx[dec] = sub[0] + 1
+            eng.s_gen[dec] = gen
+            done = dec[gen >= sub[2]]
             self.tokens.append((sub[5], np.array([now]), ref))
         elif len(dec):
             done = eng.leap_done
