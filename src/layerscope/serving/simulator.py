@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,8 +116,7 @@ class ServingRun:
         return gaps[keep]
 
 
-@dataclass(frozen=True)
-class _GrowingBlocks:
+class _GrowingBlocks(NamedTuple):
     """The blocks an engine uses at each step of a leap, kept to be counted later (``_blocks_used``):
     ``used_before`` blocks before it, and its decodes' cached tokens and blocks; at step j (0 …) decode i holds
     max(blocks_i, ⌈(ctx_i + j + 1) / B⌉) blocks."""
@@ -149,6 +149,7 @@ def _blocks_used(used: Sequence[np.ndarray | _GrowingBlocks], lens: np.ndarray, 
     blocks = np.concatenate([g.blocks for _, g in grow])
     k_each = np.repeat(k, d)
     first = blocks * block_tokens - ctx  # the step of each decode's first new block
+    assert (first >= 0).all(), "a decode holds fewer blocks than its cached tokens fill"
     crossings = np.where(first < k_each, (k_each - first + block_tokens - 1) // block_tokens, 0)
     owner = np.repeat(np.repeat(base, d), crossings)
     nth = np.arange(int(crossings.sum())) - np.repeat(np.cumsum(crossings) - crossings, crossings)
@@ -720,7 +721,7 @@ class _Simulation:
             held_before = int(blocks.sum())
             after = np.maximum(blocks, (ctx + (k + self.B - 1)) // self.B)  # each decode's blocks after k steps
             grown_last = int(after.sum()) - held_before
-            if grown_last <= eng.free and bool((blocks * self.B >= ctx).all()):
+            if grown_last <= eng.free:
                 # The blocks do not bind (the growth is monotone in the steps): the blocks used at each step
                 # are counted once for all leaps in ``result`` (_GrowingBlocks).
                 used = _GrowingBlocks(used_before, ctx, blocks)
@@ -843,9 +844,11 @@ class _Simulation:
         pair_k = np.repeat(k, d)[order]
         pair_time = np.repeat(np.cumsum(k) - k, d)[order]
         pair_row = np.repeat(first_row, d)[order]
-        within = np.arange(int(pair_k.sum())) - np.repeat(np.cumsum(pair_k) - pair_k, pair_k)
+        token = np.arange(int(pair_k.sum()))  # the tokens laid out; pair i's start at its tokens before it
+        start = pair_k.cumsum() - pair_k
         counts = np.bincount(rec_reqs, weights=np.repeat(k, d), minlength=self.n).astype(np.int64)
-        return rec_times[np.repeat(pair_time, pair_k) + within], np.repeat(pair_row, pair_k) + within, counts
+        return (rec_times[np.repeat(pair_time - start, pair_k) + token], np.repeat(pair_row - start, pair_k) + token,
+                counts)
 
     def result(self, wall_s: float, kv_bytes_per_token: float) -> ServingRun:
         lens = np.array([len(b[0]) for b in self.it_blocks], dtype=np.int64)
