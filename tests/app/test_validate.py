@@ -62,11 +62,12 @@ def test_validate_tiny_llama_end_to_end(tmp_path: Path, unprofiled: bool) -> Non
     for p in r.phases:
         # The profiled path subtracts the hooks' and the profiler's per-event time from the trace's: on a loaded
         # machine a leaf op of this hidden-64 model (about 10 µs) can be left with no positive time, and the join
-        # then lists it, with that reason, instead of joining it (seen once in CI: v_proj at -2.4 µs). The
-        # unprofiled pass has nothing to subtract; for it this never happens.
+        # then lists it, with that reason, instead of joining it (seen in CI: v_proj at -2.4 µs; up_proj and
+        # lm_head, a 64 x 128 product here, at -9 µs). The unprofiled pass has nothing to subtract; for it this
+        # never happens. Only such small leaf ops may be left out: none predicted above 50 µs.
         unusable = [u for u in p.only_predicted if "is not positive" in u.note]
         if unusable:
-            assert not unprofiled and all(u.name.startswith("layers.0.") for u in unusable), unusable
+            assert not unprofiled and all(u.time_s < 50e-6 for u in unusable), unusable
             continue
         rows = {row.name: row for row in p.rows}
         assert rows["layers.0.self_attn.q_proj"].rule == "module"
