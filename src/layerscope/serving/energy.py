@@ -179,9 +179,9 @@ def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s:
             idx = _step_at(reps_sorted, ends_sorted, per_request_replica, token_time_s)
             token_j = per_token[key_steps][idx]
         first = token_offsets[:-1][output_tokens > 0]
-        weights = np.ones(len(token_time_s))
-        weights[first] = prompt_tokens[output_tokens > 0]  # the first token's step ran the prompt
-        shares = np.bincount(owner, weights=token_j * weights, minlength=n).astype(np.float64)
+        weighted = np.array(token_j, dtype=np.float64)  # a copy: token_j may be a view of per_token
+        weighted[first] *= prompt_tokens[output_tokens > 0]  # the first token's step ran the prompt
+        shares = np.bincount(owner, weights=weighted, minlength=n).astype(np.float64)
         # the shares are exact where no prompt is split over steps; chunked prompts' earlier chunks are charged at
         # their first token's step, so the shares are scaled to the steps' joules, and the idle joules between steps
         # shared by output tokens
