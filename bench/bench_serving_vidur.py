@@ -246,7 +246,7 @@ def main() -> None:
             t0 = time.perf_counter()
             simulate_requests(request, requests)
             warms.append(time.perf_counter() - t0)
-        warm = min(warms)  # the machine is shared: the least disturbed of the repeats
+        warm = min(warms, default=cold)  # the machine is shared: the least disturbed of the repeats
         m = summarize(run)
         prefill = run.prefill_tokens > 0
         print(f"[{name}] layerscope  preemptions {int(run.preemptions.sum())}  prompt tokens run "
