@@ -37,6 +37,8 @@ __all__ = ["ServingRun", "run_serving", "simulate_requests"]
 
 #: Most decode steps taken at once by one leap (bounds its arrays: batch × steps).
 _MAX_LEAP = 256
+#: No slots (shared: never written to).
+_NO_SLOTS = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class _Engine:
         self.inbound = 0  # transfers on their way here
         self.step: tuple[np.ndarray, list[tuple[int, int]], int, int] | None = None  # decodes, chunks, leap, ref
         self._decoding: np.ndarray | None = None
-        self.leap_done = np.empty(0, dtype=np.int64)  # the decodes the running leap finishes
+        self.leap_done = _NO_SLOTS  # the decodes the running leap finishes
 
     def decoding(self) -> np.ndarray:
         """The running slots whose prompt is in the KV cache, ascending (kept until ``s_dec`` changes: the
@@ -355,9 +357,10 @@ class _Simulation:
         # first time: i ≥ 0 the i-th of self.it, −(L + 1) the first of leap L (self.it_blocks), the rest after it
         self.tokens: list[tuple[np.ndarray, np.ndarray, int]] = []
         self.it: list[tuple[float, float, int, int, int, int, int, int, int, float, float]] = []
-        # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running, decode context.
+        # Leaps' iterations: starts, ends, engine, decodes, blocks used per step, queue, running, decode context of
+        # the first step (d more each step).
         self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray | _GrowingBlocks, int, int,
-                                   np.ndarray]] = []
+                                   float]] = []
         self.done = 0
         self.preempted = 0
         self.next_progress = 0.0
@@ -687,7 +690,8 @@ class _Simulation:
         sub = eng.state.take(dec, axis=1)
         ctx, blocks = sub[0], sub[3]
         left = sub[2] - sub[1]  # tokens each has still to make
-        k = min(int(left.min()), _MAX_LEAP)
+        first_done = int(left.min())
+        k = min(first_done, _MAX_LEAP)
         if k < 2:
             return False
         ctx_sum = float(ctx.sum())
@@ -741,11 +745,11 @@ class _Simulation:
         ref = -(len(self.it_blocks) + 1)
         self.tokens.append((sub[5], ends[:k], ref))
         rows = (starts[:k], ends[:k], eng.index, d, used, len(eng.waiting) + len(eng.swapped),
-                len(eng.order), ctx_sum + d * j[:k])
+                len(eng.order), ctx_sum)
         self.it_blocks.append(rows)
         eng.busy = True
         eng.step = (dec, [], k, ref)
-        eng.leap_done = dec[left == k]
+        eng.leap_done = dec[left == k] if k == first_done else _NO_SLOTS
         self._push(float(ends[k - 1]), 0, eng.index, -1)
         return True
 
@@ -860,7 +864,10 @@ class _Simulation:
             leaps[:, 0] = np.concatenate([b[0] for b in self.it_blocks])
             leaps[:, 1] = np.concatenate([b[1] for b in self.it_blocks])
             leaps[:, 6] = _blocks_used([b[4] for b in self.it_blocks], lens, self.B)
-            leaps[:, 9] = np.concatenate([b[7] for b in self.it_blocks])
+            # the decodes' cached tokens at each step: the leap's first step's, d more each step
+            step = np.arange(len(leaps)) - np.repeat(np.cumsum(lens) - lens, lens)
+            leaps[:, 9] = (np.repeat(np.array([b[7] for b in self.it_blocks], dtype=np.float64), lens)
+                           + np.repeat(np.array([b[3] for b in self.it_blocks], dtype=np.int64), lens) * step)
             leaps[:, 10] = 0
             leaps[:, 3] = 0
             for col, field in ((2, 2), (4, 3), (5, 3), (7, 5), (8, 6)):
