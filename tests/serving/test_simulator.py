@@ -79,7 +79,8 @@ def test_identical_bytes_for_identical_seeds():
     request = _request(traffic=TrafficSpec(rate_per_s=30, requests=300, mix="chat", seed=5),
                        scheduler=SchedulerSpec(max_num_seqs=64))
     a, b = run_serving(request), run_serving(request)
-    for name in ("arrival_s", "first_token_s", "finish_s", "token_s", "start_s", "kv_blocks_used", "queued_s"):
+    for name in ("arrival_s", "first_token_s", "finish_s", "token_s", "token_iteration", "start_s", "kv_blocks_used",
+                 "queued_s"):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
 
 
