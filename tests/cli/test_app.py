@@ -101,3 +101,34 @@ def test_an_estimate_loads_nothing_it_does_not_run() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_a_trace_command_runs_without_pandas_and_gives_the_same_tables(tmp_path) -> None:
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "gpu-triton-example.json.gz"
+    code = ("import sys; from layerscope.cli.app import main\n"
+            f"sys.argv = ['layerscope', 'query', {str(trace)!r}, 'select name, dur from slice order by ts, name']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print('pandas' in sys.modules, file=sys.stderr)")
+    env = {**os.environ, "LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", pre + code], capture_output=True, text=True, timeout=120, env=env)
+            for pre in ("", "import pandas\n")]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert [r.stderr.split()[-1] for r in runs] == ["False", "True"]
+    assert runs[0].stdout == runs[1].stdout and runs[0].stdout.count("\n") > 3
+
+
+def test_refused_packages_are_refused_only_while_the_command_runs(monkeypatch) -> None:
+    import importlib
+
+    from layerscope.cli import app as cli_app
+
+    monkeypatch.setitem(cli_app.NOT_IMPORTED, "analyze", ("layerscope_probe_package",))
+    finders = list(sys.meta_path)
+    with cli_app._not_imported(("analyze",)):
+        with pytest.raises(ModuleNotFoundError, match="not used by this layerscope command"):
+            importlib.import_module("layerscope_probe_package.sub")
+    assert sys.meta_path == finders
+    with cli_app._not_imported(("estimate",)):
+        assert sys.meta_path == finders

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from layerscope.errors import AnalysisError, TraceError
 from layerscope.trace.readers import format_for, read_trace
-from layerscope.trace.tables import SCHEMAS, TraceTables
+from layerscope.trace.tables import SCHEMAS, TraceTables, read_parquet
 from layerscope.units import note_input, pid_alive
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ def load_tables(path: str | os.PathLike[str], *, use_cache: bool = True,
     cached = _read_cache(target)
     if cached is not None:
         try:
-            tables = {name: pq.read_table(target / f"{name}.parquet") for name in SCHEMAS}
+            tables = {name: read_parquet(target / f"{name}.parquet") for name in SCHEMAS}
         except (OSError, pa.ArrowException) as exc:
             log.warning("ignoring an unreadable trace cache %s: %s", target, exc)
         else:

@@ -7,12 +7,14 @@ so ``layerscope --help`` stays fast and never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import importlib.abc
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import typer
 
@@ -111,6 +113,40 @@ def error_line(message: str) -> str:
 GC_THRESHOLD_0 = 100_000
 
 
+#: Packages a command module's process never uses although a dependency would import them: pyarrow's and DuckDB's
+#: Python layers import pandas (0.4-0.7 s of CPU) only to ask whether an object handed to them is a DataFrame, and
+#: the trace commands hand them Arrow tables and NumPy arrays only. While such a command runs, importing one of
+#: these raises ``ModuleNotFoundError``, which both libraries take as "not installed".
+NOT_IMPORTED: dict[str, tuple[str, ...]] = {"analyze": ("pandas",)}
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    """A finder that refuses ``names`` (and their submodules) as not installed."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not used by this layerscope command)",
+                                      name=fullname)
+
+
+@contextlib.contextmanager
+def _not_imported(modules: tuple[str, ...] | None) -> Iterator[None]:
+    """:data:`NOT_IMPORTED` for ``modules`` while the command runs (none that is loaded already; removed after)."""
+    names = tuple(n for m in modules or () for n in NOT_IMPORTED.get(m, ()) if n not in sys.modules)
+    if not names:
+        yield
+        return
+    finder = _Refuse(names)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def _process_setup() -> None:
     """What only a ``layerscope`` process does (never a program importing the library): the collector threshold
     above, and no scan of every installed distribution for pydantic plugins (our models are validated by
@@ -127,8 +163,9 @@ def main() -> None:
         # Without standalone mode click *returns* a command's exit code (typer.Exit(1) included)
         # instead of exiting with it: pass it on, or every "gaps found" exit would become 0.
         # Every input a loader reads is remembered, so no writer of this command overwrites one.
-        application = make_app(modules_for(sys.argv[1:]))
-        with reading_inputs():
+        modules = modules_for(sys.argv[1:])
+        application = make_app(modules)
+        with reading_inputs(), _not_imported(modules):
             code = application(standalone_mode=False)
         flush_deprecations()
     except LayerscopeError as exc:

@@ -87,9 +87,9 @@ def latencies(doc: Document, notes: list[str]) -> dict[str, list[float]] | None:
     note_input(path)
     try:
         if path.suffix.lower() == ".parquet":
-            import pyarrow.parquet as pq
+            from layerscope.trace.tables import read_parquet
 
-            table = pq.read_table(path)
+            table = read_parquet(path)
         else:
             import pyarrow.csv as pcsv
 
