@@ -45,3 +45,21 @@ def test_table_and_open_without_server(config: Path, tmp_path: Path, monkeypatch
     assert "modules by time (5 of" in result.stdout and "prefill" in result.stdout
     assert f"trace: {out}" in result.stdout.replace("\n", "")
     assert "https://ui.perfetto.dev" in result.stderr
+
+
+@pytest.mark.parametrize(("content", "model", "message"), [
+    (b"\x00\xff not json", None, "not a JSON config"),
+    (b"{}", "gpt22", "gpt2"),  # an unknown name, with the near one
+])
+def test_a_bad_model_is_refused_before_torch_loads(tmp_path: Path, content: bytes, model: str | None,
+                                                   message: str) -> None:
+    import subprocess
+
+    config = tmp_path / "config.json"
+    config.write_bytes(content)
+    code = ("import sys; from layerscope.cli.app import main\n"
+            f"sys.argv = ['layerscope', 'capture', '--model', {model or str(config)!r}, '--prompt-len', '8']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.stdout.split()[-3:] == ["exit", "2", "False"], done.stderr
+    assert message in done.stderr

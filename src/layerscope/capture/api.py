@@ -14,7 +14,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -192,6 +192,26 @@ def _write_trace(raw_path: Path, out: Path, metadata: dict[str, Any], inputs: tu
     return trace
 
 
+class _Resolved(NamedTuple):
+    """A model named by a path, catalog name or HF id, its config read and cut to the layers kept."""
+
+    source: ModelSource
+    load: bool
+    """Whether its checkpoint's weights are loaded (else random)."""
+    total_layers: int
+    config: dict[str, Any]
+    built_layers: int
+    spec: ModelSpec | None
+
+
+def _resolve(model: Any, layers: int | None, random_weights: bool) -> _Resolved:
+    source = resolve_model(model)
+    load = source.weights_dir is not None and not random_weights
+    config = prepare_config(source.config, layers=layers, keep_quantization=load)
+    return _Resolved(source, load, num_layers_of(prepare_config(source.config, layers=None, keep_quantization=load)),
+                     config, num_layers_of(config), _model_spec(config, source.name))
+
+
 def capture(
     model: str | os.PathLike[str] | Any,
     *,
@@ -238,12 +258,17 @@ def capture(
         check_writable(out, (given,) if given.exists() else ())
     steps = Steps(progress, capture_steps(device=device, warmup=warmup, iterations=iterations, unprofiled=unprofiled))
     steps.next("loading the model")
+    # A config is read, cut and checked before torch and transformers load (seconds): a bad config or an unknown
+    # name fails at once.
+    resolved = _resolve(model, layers, random_weights) if isinstance(model, str | os.PathLike) else None
+    if resolved is not None:
+        _check_positions(resolved.spec, prompt_len + decode_steps)
     torch, transformers = require_torch()
     _check_device(torch, device)
 
     source: ModelSource | None = None
     spec: ModelSpec | None = None
-    if isinstance(model, torch.nn.Module):
+    if resolved is None and isinstance(model, torch.nn.Module):
         if layers is not None:
             raise CaptureError("layers: cannot truncate an already built model; pass a config or name instead")
         hf_model = model.to(device=device, dtype=torch_dtype(parsed_dtype)).eval()
@@ -256,13 +281,11 @@ def capture(
         root = spec.modules.root if spec is not None else None
         inputs: tuple[Path, ...] = ()
     else:
-        source = resolve_model(model)
-        name = source.name
-        load = source.weights_dir is not None and not random_weights
-        total_layers = num_layers_of(prepare_config(source.config, layers=None, keep_quantization=load))
-        config_dict = prepare_config(source.config, layers=layers, keep_quantization=load)
-        built_layers = num_layers_of(config_dict)
-        spec = _model_spec(config_dict, name)
+        # neither a path nor a module: resolve_model names what it accepts
+        resolved = resolved or _resolve(model, layers, random_weights)
+        source, load, spec = resolved.source, resolved.load, resolved.spec
+        name, total_layers, config_dict, built_layers = (source.name, resolved.total_layers, resolved.config,
+                                                         resolved.built_layers)
         root = spec.modules.root if spec is not None else None
         config = hf_config(config_dict)
         empty = build_empty(config, parsed_dtype)
