@@ -111,12 +111,16 @@ def test_a_trace_command_runs_without_pandas_and_gives_the_same_tables(tmp_path)
             f"sys.argv = ['layerscope', 'query', {str(trace)!r}, 'select name, dur from slice order by ts, name']\n"
             "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
             "print('pandas' in sys.modules, file=sys.stderr)")
+    import importlib.util
+
     env = {**os.environ, "LAYERSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    # With pandas installed (not a dependency), also a run with it loaded first: the same rows.
+    preludes = ("", "import pandas\n") if importlib.util.find_spec("pandas") else ("",)
     runs = [subprocess.run([sys.executable, "-c", pre + code], capture_output=True, text=True, timeout=120, env=env)
-            for pre in ("", "import pandas\n")]
+            for pre in preludes]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
-    assert [r.stderr.split()[-1] for r in runs] == ["False", "True"]
-    assert runs[0].stdout == runs[1].stdout and runs[0].stdout.count("\n") > 3
+    assert [r.stderr.split()[-1] for r in runs] == ["False", "True"][:len(runs)]
+    assert all(r.stdout == runs[0].stdout for r in runs) and runs[0].stdout.count("\n") > 3
 
 
 def test_refused_packages_are_refused_only_while_the_command_runs(monkeypatch) -> None:
