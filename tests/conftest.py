@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,16 @@ os.environ.setdefault("PYTHONPYCACHEPREFIX", tempfile.mkdtemp(prefix="layerscope
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def modules_loaded(code: str, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` a fresh interpreter has imported after running ``code`` (sorted): what a command or an
+    import costs a process is what it loads."""
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {sorted(names)!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    return loaded
 
 
 def layerscope_command() -> list[str]:

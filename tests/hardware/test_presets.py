@@ -207,11 +207,8 @@ def test_an_edited_file_is_read_from_its_text_not_from_the_compiled_copy(tmp_pat
 
 
 def test_loading_a_preset_reads_no_yaml_and_no_spreadsheet() -> None:
-    import subprocess
-    import sys
+    from tests.conftest import modules_loaded
 
-    code = ("import sys; import layerscope.hardware.loaders as L; L.sheet_devices = None\n"
-            "from layerscope.hardware import load_hardware; load_hardware('h100-sxm'); load_hardware('H100_SXM')\n"
-            "print(sorted(m for m in ('yaml', 'openpyxl', 'layerscope.hardware.cluster') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    code = ("import layerscope.hardware.loaders as L; L.sheet_devices = None\n"  # a spreadsheet read would fail
+            "from layerscope.hardware import load_hardware; load_hardware('h100-sxm'); load_hardware('H100_SXM')")
+    assert modules_loaded(code, ("yaml", "openpyxl", "layerscope.hardware.cluster")) == []
