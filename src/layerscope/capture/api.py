@@ -204,12 +204,15 @@ class _Resolved(NamedTuple):
     spec: ModelSpec | None
 
 
-def _resolve(model: Any, layers: int | None, random_weights: bool) -> _Resolved:
+def _resolve(model: Any, layers: int | None, random_weights: bool, tokens: int) -> _Resolved:
+    """``model`` resolved and its config cut to ``layers``; refused when its positions cannot hold ``tokens``."""
     source = resolve_model(model)
     load = source.weights_dir is not None and not random_weights
     config = prepare_config(source.config, layers=layers, keep_quantization=load)
+    spec = _model_spec(config, source.name)
+    _check_positions(spec, tokens)
     return _Resolved(source, load, num_layers_of(prepare_config(source.config, layers=None, keep_quantization=load)),
-                     config, num_layers_of(config), _model_spec(config, source.name))
+                     config, num_layers_of(config), spec)
 
 
 def capture(
@@ -260,9 +263,8 @@ def capture(
     steps.next("loading the model")
     # A config is read, cut and checked before torch and transformers load (seconds): a bad config or an unknown
     # name fails at once.
-    resolved = _resolve(model, layers, random_weights) if isinstance(model, str | os.PathLike) else None
-    if resolved is not None:
-        _check_positions(resolved.spec, prompt_len + decode_steps)
+    tokens = prompt_len + decode_steps
+    resolved = _resolve(model, layers, random_weights, tokens) if isinstance(model, str | os.PathLike) else None
     torch, transformers = require_torch()
     _check_device(torch, device)
 
@@ -278,11 +280,12 @@ def capture(
         weights: Literal["random", "loaded"] = "loaded"
         param_count = parameter_count(hf_model)
         spec = _model_spec(config_dict, name)
+        _check_positions(spec, tokens)
         root = spec.modules.root if spec is not None else None
         inputs: tuple[Path, ...] = ()
     else:
-        # neither a path nor a module: resolve_model names what it accepts
-        resolved = resolved or _resolve(model, layers, random_weights)
+        # a path resolved above; anything else (neither a path nor a module) here: resolve_model names what it takes
+        resolved = resolved or _resolve(model, layers, random_weights, tokens)
         source, load, spec = resolved.source, resolved.load, resolved.spec
         name, total_layers, config_dict, built_layers = (source.name, resolved.total_layers, resolved.config,
                                                          resolved.built_layers)
@@ -293,7 +296,6 @@ def capture(
         inputs = (source.config_path,) if source.config_path is not None else ()
         weights = "loaded" if load else "random"
 
-    _check_positions(spec, prompt_len + decode_steps)
     out_path = Path(out) if out is not None else default_out_path(name, built_layers)
     # Fail before minutes of building and running, not at the write: the same guard the write passes.
     check_writable(out_path, inputs)
