@@ -143,14 +143,12 @@ class ServingEnergy:
 
 
 def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s: float, start_s: np.ndarray,
-                   end_s: np.ndarray, replica: np.ndarray, tokens: np.ndarray, seqs: np.ndarray, ctx: np.ndarray,
-                   pairs: np.ndarray, token_time_s: np.ndarray, token_offsets: np.ndarray,
-                   prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-                   token_step: np.ndarray | None = None) -> ServingEnergy:
-    """Joules of a run's iterations (arrays aligned, ``replica`` the engine of each) and their share per request:
-    each request's tokens after its first take the per-token joules of the step that made them (``token_step``,
-    indices into the iterations; without it, the step that ended at their time on its replica); its first
-    token's step also pays for its prompt."""
+                   end_s: np.ndarray, tokens: np.ndarray, seqs: np.ndarray, ctx: np.ndarray, pairs: np.ndarray,
+                   token_step: np.ndarray, token_offsets: np.ndarray, prompt_tokens: np.ndarray,
+                   output_tokens: np.ndarray) -> ServingEnergy:
+    """Joules of a run's iterations (arrays aligned) and their share per request: each request's tokens after its
+    first take the per-token joules of the step that made them (``token_step``, indices into the iterations); its
+    first token's step also pays for its prompt."""
     duration = end_s - start_s
     dyn = step.dynamic_j(tokens, seqs, ctx, pairs) * devices
     step_j = dyn + step.idle_power_w * devices * duration
@@ -161,25 +159,15 @@ def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s:
     total = float(step_j.sum()) + idle_j
     over = power / devices > step.board_power_limit_w
     over_share = float(duration[over].sum() / busy_s) if busy_s > 0 else 0.0
-    # per-token joules of each step, looked up by (replica, end time) for every token
+    # per-token joules of each step, taken by every token from the step that made it
     work = np.maximum(tokens, 1)
     per_token = step_j / work
     n = len(token_offsets) - 1
     request_j = np.zeros(n)
-    if n and len(token_time_s):
+    if n and len(token_step):
         owner = np.repeat(np.arange(n), np.diff(token_offsets))
-        if token_step is not None:
-            token_j = per_token[token_step]
-        else:
-            key_steps = np.lexsort((end_s, replica))
-            ends_sorted, reps_sorted = end_s[key_steps], replica[key_steps]
-            # each request's tokens come from the steps of one replica (its last); a token matches the step of
-            # that replica ending at its time
-            per_request_replica = _replica_of_tokens(owner, reps_sorted, ends_sorted, token_time_s)
-            idx = _step_at(reps_sorted, ends_sorted, per_request_replica, token_time_s)
-            token_j = per_token[key_steps][idx]
         first = token_offsets[:-1][output_tokens > 0]
-        weighted = np.array(token_j, dtype=np.float64)  # a copy: token_j may be a view of per_token
+        weighted = per_token[token_step]  # a new array (fancy indexing), weighted in place
         weighted[first] *= prompt_tokens[output_tokens > 0]  # the first token's step ran the prompt
         shares = np.bincount(owner, weights=weighted, minlength=n).astype(np.float64)
         # the shares are exact where no prompt is split over steps; chunked prompts' earlier chunks are charged at
@@ -193,25 +181,3 @@ def serving_energy(step: StepEnergy, *, devices: int, replicas: int, duration_s:
     return ServingEnergy(step_j=step_j, step_power_w=power, total_j=total, request_j=request_j,
                          idle_power_w=step.idle_power_w * devices, over_limit_share=over_share,
                          fit_max_error=step.max_error)
-
-
-def _replica_of_tokens(owner: np.ndarray, reps_sorted: np.ndarray, ends_sorted: np.ndarray,
-                       token_time_s: np.ndarray) -> np.ndarray:
-    """Per token: the replica with a step ending at its time (the lowest such replica index where several do)."""
-    # a token's time is exactly one step end of the engine that made it
-    replicas = np.unique(reps_sorted)
-    if len(replicas) == 1:
-        return np.full(len(token_time_s), replicas[0])
-    out = np.full(len(token_time_s), -1)
-    for r in replicas[::-1]:
-        ends = ends_sorted[reps_sorted == r]
-        pos = np.clip(np.searchsorted(ends, token_time_s), 0, len(ends) - 1)
-        out = np.where(ends[pos] == token_time_s, r, out)
-    return out
-
-
-def _step_at(reps_sorted: np.ndarray, ends_sorted: np.ndarray, rep: np.ndarray, time_s: np.ndarray) -> np.ndarray:
-    """Indices into the (replica, end)-sorted steps of the step of replica ``rep`` ending at ``time_s``."""
-    key = reps_sorted.astype(np.float64) * (1.0 + float(ends_sorted.max(initial=0.0)) + 1.0) + ends_sorted
-    want = rep.astype(np.float64) * (1.0 + float(ends_sorted.max(initial=0.0)) + 1.0) + time_s
-    return np.clip(np.searchsorted(key, want), 0, len(key) - 1)

@@ -282,10 +282,9 @@ def simulate_requests(request: ServingRequest, requests: list[Request],
         duration = float(np.nanmax(run.finish_s) - np.nanmin(run.arrival_s)) if len(run.finish_s) else 0.0
         energy = serving_energy(
             step, devices=plan.tensor_parallel * plan.pipeline_parallel, replicas=len(roles), duration_s=duration,
-            start_s=run.start_s, end_s=run.end_s, replica=run.iteration_replica,
-            tokens=(run.prefill_tokens + run.decode_seqs).astype(np.float64),
+            start_s=run.start_s, end_s=run.end_s, tokens=(run.prefill_tokens + run.decode_seqs).astype(np.float64),
             seqs=run.batch_seqs.astype(np.float64), ctx=run.decode_context_tokens, pairs=run.prefill_pairs,
-            token_time_s=run.token_s, token_offsets=run.token_offsets, token_step=run.token_iteration,
+            token_step=run.token_iteration, token_offsets=run.token_offsets,
             prompt_tokens=run.prompt_len - run.prefix_hit_tokens, output_tokens=run.output_len)
         run = replace(run, energy=energy, wall_s=time.perf_counter() - wall0)
     return run
