@@ -62,18 +62,15 @@ def _baseline_tree(rev: str, into: Path) -> Path:
 
 
 def _llm_analysis_arch(into: Path) -> Path | None:
+    """The HF config's numbers llm-analysis's model is built from (bench_estimate_peers' ``arch``), as a file."""
     if not PEER_PYTHON.is_file():
         return None
+    from bench_estimate_peers import arch
+
     from layerscope.model import load_model_spec
 
-    spec = load_model_spec("llama-3.1-8b")
-    arch = {"name": spec.name, "model_type": spec.model_type, "hidden_size": spec.hidden_size,
-            "num_layers": spec.num_layers, "num_attention_heads": spec.num_attention_heads,
-            "num_kv_heads": spec.num_kv_heads, "intermediate_size": spec.intermediate_size,
-            "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
-            "num_experts": None, "top_k": None}
     path = into / "arch.json"
-    path.write_text(json.dumps(arch))
+    path.write_text(json.dumps(arch(load_model_spec("llama-3.1-8b"))))
     return path
 
 
