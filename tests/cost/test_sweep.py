@@ -115,5 +115,13 @@ def test_the_fitted_gpu_presets_half_performance_work_is_timed_point_by_point():
     (shape terms the fitted linear graph does not carry): sweep times it point by point, equal to estimate;
     time_grid refuses it."""
     h100 = load_hardware("h100-sxm")
-    assert "tile and wave quantization" in (shape_dependent(h100, "roofline", "decode") or "")
+    spec = load_model_spec("llama-3.2-1b")
+    bf16 = fit_linear_graph(spec, "decode", Workload())
+    fp8 = fit_linear_graph(spec, "decode", make_workload(weight_dtype="fp8", act_dtype="fp8"))
+    # the reason named is the one the ops have: fp8 weights pay tile and wave quantization, bf16 ones W½
+    assert "tile and wave quantization" in (shape_dependent(h100, "roofline", "decode", fp8.static) or "")
+    assert "matmul_half_flops" in (shape_dependent(h100, "roofline", "decode", bf16.static) or "")
+    assert "tile and wave quantization" in (shape_dependent(h100, "roofline", "decode") or "")  # ops unknown
+    with pytest.raises(WorkloadError, match="matmul_half_flops"):
+        time_grid(bf16, h100, np.array([1, 2]), np.array([16, 16]))
     _sweep_equals_estimate(load_model_spec("llama-3.2-1b"), h100, "decode", batches=(1, 3), lengths=(16, 300))

@@ -94,16 +94,23 @@ def gemm_tile_fraction(features: OpFeatures, engines: int) -> np.ndarray:
     op); 1 for every other op: 16-bit GEMMs (their library's tiles are not published) and fused attention
     (its own tiling: :func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0]
-    tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
-    applies = features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
-    applies &= tiled[features.dtype_code] & np.fromiter((k != "attention" for k in features.kinds), dtype=bool,
-                                                          count=len(m))
+    applies = tiled_gemms(features)
     if not applies.any():
         return np.ones(len(m))
     mnkb = features.gemm_mnkb[applies]
     fraction = np.ones(len(m))
     fraction[applies] = tile_efficiency(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], engines)
     return fraction
+
+
+def tiled_gemms(features: OpFeatures) -> np.ndarray:
+    """Per op: whether :func:`gemm_tile_fraction` charges it (a matrix op with rows and weights, weights in a
+    dtype of ``gemm_tiles.TILED_DTYPES``, not fused attention), whatever its shape."""
+    m = features.gemm_mnkb[:, 0]
+    tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
+    applies = features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
+    return applies & tiled[features.dtype_code] & np.fromiter((k != "attention" for k in features.kinds),
+                                                              dtype=bool, count=len(m))
 
 
 def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:

@@ -40,7 +40,7 @@ import numpy as np
 from layerscope.cost.api import estimate
 from layerscope.cost.execution import EXECUTION_PROFILES, engine_terms, host_step_s, kernel_plan, step_time_s
 from layerscope.cost.features import OpFeatures, op_features
-from layerscope.cost.models import gemm_tiles_apply, get_cost_model
+from layerscope.cost.models import gemm_tiles_apply, get_cost_model, tiled_gemms
 from layerscope.errors import WorkloadError
 from layerscope.graph import build_model_graph
 from layerscope.hardware.spec import HardwareSpec
@@ -213,14 +213,16 @@ def _py(value: object) -> object:
     return item() if callable(item) else value
 
 
-def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str) -> str | None:
+def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str, static: OpFeatures | None = None) -> str | None:
     """Why timing on ``hw`` with ``cost_model`` reads GEMM shapes the linear model does not
-    carry (see the module docstring), or ``None`` when work alone decides."""
+    carry (see the module docstring), or ``None`` when work alone decides. ``static``: the ops timed (a
+    :class:`LinearGraphModel`'s), so that a reason only some dtypes have (fp8's tile and wave quantization) is
+    given only where such an op is there; None: any op may be."""
     if cost_model != "roofline":
         return f"the {cost_model!r} cost model tiles each GEMM for its own shape"
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
-    if gemm_tiles_apply(hw):
+    if gemm_tiles_apply(hw) and (static is None or tiled_gemms(static).any()):
         return f"{hw.name}'s fp8 GEMMs pay tile and wave quantization by their M and N (cost.models.gemm_tile_fraction)"
     if any(hw.efficiency.matmul_half_flops.values()):
         return (f"{hw.name} charges GEMMs of more than one row a half-performance work "
@@ -266,7 +268,7 @@ def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length
     Raises :class:`WorkloadError` where the time depends on GEMM shapes (:func:`shape_dependent`);
     :func:`sweep` times those point by point.
     """
-    why = shape_dependent(hw, cost_model, lin.phase)
+    why = shape_dependent(hw, cost_model, lin.phase, lin.static)
     if why is None and _beyond_graphs(hw, lin.phase, batch).any():
         why = f"{hw.name} launches decode steps of more than execution.graph_max_tokens sequences kernel by kernel"
     if why is not None:
@@ -313,7 +315,7 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
         kv = kv * b_grid * spec.kv_values_per_token_per_layer() * tmpl.kv_dtype.bytes
         single = (l_grid == 1) if phase == "prefill" else np.zeros(len(l_grid), dtype=bool)
         for hw in hardware:
-            if shape_dependent(hw, cost_model, phase) is None:
+            if shape_dependent(hw, cost_model, phase, lin.static) is None:
                 pointwise = single | _beyond_graphs(hw, phase, b_grid)
                 t = np.empty(len(l_grid))
                 grid = ~pointwise
