@@ -3,7 +3,8 @@
 Every row of ``data/gpu-kernels.md`` that maps to one op is predicted by its GPU's preset fitted
 (:func:`layerscope.hardware.kernel_fit.fit_preset`) on every row *except those of the row's own source*, so no
 row is scored by a fit its source took part in. GEMM rows become one ``linear_op`` timed by the roofline cost
-model, exactly as an estimate times a projection; memory-bound rows are the preset's streaming bandwidth
+model, exactly as an estimate times a projection (a grouped GEMM, one op over its groups: :func:`grouped_gemm_op`);
+memory-bound rows are the preset's streaming bandwidth
 (``HardwareSpec.achievable_bandwidth_bytes_per_s``). Error = predicted / published − 1, on the published metric.
 F- and L-tagged rows are printed but stay out of the headline figures.
 """
@@ -17,7 +18,7 @@ import numpy as np
 
 from layerscope.cost.features import op_features
 from layerscope.cost.models import roofline
-from layerscope.graph._common import linear_op
+from layerscope.graph._common import act, gemm_class, linear_op, nbytes, weight
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
@@ -62,11 +63,28 @@ def gemm_tflops(row: GemmRow, spec: HardwareSpec, call_s: float = 0.0) -> float:
     assert g is not None
     weights = DType(WEIGHT_ONLY.get(row.dtype, row.dtype))
     dt = DType("bf16" if row.dtype in WEIGHT_ONLY else row.dtype)
-    graph = OpGraph(ops=(linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights,
-                                   act_dtype=dt),),
-                    graph_inputs=frozenset({"x"}))
+    op = (linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights, act_dtype=dt)
+          if g.groups == 1 else grouped_gemm_op(g.m, g.n, g.k, g.groups, weight_dtype=weights, act_dtype=dt))
+    graph = OpGraph(ops=(op,), graph_inputs=frozenset({"x"}))
     time_s = float(roofline(op_features(graph), spec).time_s[0]) + call_s
     return row.flops / time_s / 1e12
+
+
+def grouped_gemm_op(m: int, n: int, k: int, groups: int, *, weight_dtype: DType, act_dtype: DType) -> Op:
+    """One grouped GEMM kernel: ``groups`` independent ``x_g[m, k] @ W_g[n, k]^T``, each with its own weights (an
+    MoE layer's experts in one launch, DeepGEMM's contiguous layout): 2·m·n·k FLOPs and n·k weights per group,
+    the activations read and written once. Timed as one matrix op of ``GemmShape(m, n, k, groups)``, as the
+    experts op of an estimate is (``graph.moe``), without that op's routing and per-projection reduction
+    lengths: the row is one GEMM shape."""
+    x = act("x", (groups * m, k), act_dtype)
+    w = weight("gemm.weight", (groups, n, k), weight_dtype)
+    return Op(name="gemm", kind="gemm", module="gemm", layer=None, inputs=(x, w),
+              outputs=(act("gemm:out", (groups * m, n), act_dtype),),
+              flops=2 * m * n * k * groups, weight_bytes=nbytes(groups * n * k, weight_dtype.bits),
+              act_read_bytes=nbytes(groups * m * k, act_dtype.bits),
+              act_write_bytes=nbytes(groups * m * n, act_dtype.bits),
+              matrix_class=gemm_class(m), definition=f"grouped_gemm_g{groups}_n{n}_k{k}",
+              gemm=GemmShape(m, n, k, groups))
 
 
 #: Vector FLOPs per element of a softmax or norm row (max/sum or mean square, then the scaled map): the op is
@@ -126,6 +144,10 @@ def attention_predicted(row: KernelRow, spec: HardwareSpec) -> float:
         op = attention_op(row.batch, 1, kv - 1, heads, d, vd, causal=True, kv_bytes=nbytes - q_o, act_bytes=q_o,
                            attended_pairs=kv)
         time_s = _op_time_s(op, spec)
+        if row.unit == "TFLOPS":  # the source's own FLOP count over the predicted time (the row holds its time)
+            published_s = row_time_s(row)
+            assert published_s is not None and row.value is not None
+            return row.value * published_s / time_s
         return {"us": time_s * 1e6, "ms": time_s * 1e3}.get(row.unit, nbytes / time_s / 1e9)
     m = row.input_len or 0
     heads = shape.heads or _FIGURE_HEADS_TIMES_DIM // d
@@ -199,8 +221,6 @@ def _unmapped(row: KernelRow, presets: dict[str, HardwareSpec]) -> str:
     if row.kind == "gemm":
         if row.gemm is None:
             return "GEMM without a shape"
-        if row.gemm.groups > 1:
-            return "grouped GEMM (an MoE experts op, not one linear op)"
         if GemmRow.of(row) is None:
             return f"precision {row.precision!r}: no preset has its peak (fp4)"
         return ""
@@ -224,8 +244,8 @@ def _attention_unmapped(row: KernelRow) -> str:
     if shape.decode:
         if decode_bytes(row) is None or row_time_s(row) is None:
             return "decode attention without heads, KV length or a time"
-        if row.unit not in ("us", "ms", "GBps"):
-            return f"decode attention in {row.unit} (its time is replayed through the GB/s rows)"
+        if row.unit not in ("us", "ms", "GBps", "TFLOPS"):
+            return f"decode attention in {row.unit}"
         return ""
     if not row.input_len or row.unit != "TFLOPS":
         return "prefill attention without a sequence length"
