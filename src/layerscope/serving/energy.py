@@ -9,8 +9,8 @@ the step holds — the first-order model's operation counts are::
 with T tokens, S sequences, K the decodes' cached tokens summed (the KV bytes they read), P the prompt chunks'
 attended (query, key) pairs (their attention FLOPs) and, for mixture-of-experts models, U(T) = E·(1 − (1 − k/E)^T)
 the experts T tokens are expected to touch (their weights read: ``graph.moe.expected_experts_touched``). The
-coefficients are fitted by least squares on graphs
-of the model built for the purpose and charged by ``cost.energy`` (:data:`BASIS_PASSES`); the fit's largest
+coefficients are fitted by least squares on graphs of the model built for the purpose (two-layer graphs where the
+layers repeat: ``serving.passes``) and charged by ``cost.energy`` (:data:`BASIS_PASSES`); the fit's largest
 relative error over them is kept (:attr:`StepEnergy.max_error`) and held under :data:`BASIS_TOLERANCE` by the
 tests. A step's energy adds the board's idle power over its duration; between steps an engine draws idle power.
 
@@ -31,8 +31,10 @@ from layerscope.cost.energy import op_dynamic_energy_j
 from layerscope.cost.features import op_features
 from layerscope.cost.models import get_cost_model
 from layerscope.graph import build_model_graph
+from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
+from layerscope.serving.passes import layers_repeat, same_pass, two_layer_graph, whole_order
 from layerscope.serving.spec import ServingError
 from layerscope.workload import ForwardPass, SequenceGroup, Workload
 
@@ -94,17 +96,35 @@ class StepEnergy:
                                "has no energy")
         cost_fn = get_cost_model(cost_model)
         moe = (spec.moe.num_experts, spec.moe.num_experts_per_tok) if spec.moe is not None else None
-        rows, energies = [], []
-        for groups in BASIS_PASSES:
-            fwd = ForwardPass(groups=tuple(SequenceGroup(count=c, new_tokens=n, cached_tokens=k)
-                                           for c, n, k in groups))
-            graph = build_model_graph(spec, fwd, template)
+
+        def pass_j(graph: OpGraph) -> np.ndarray:
             feats = op_features(graph)
             cost = cost_fn(feats, hw)
             part = PhaseOps(graph=graph, phase="step", time_s=np.asarray(cost.time_s, dtype=float),
                             work=(feats.flops, feats.weight_bytes, feats.act_bytes, feats.kv_bytes),
                             bound=np.asarray(cost.bound), cost=cost)
-            energies.append(float(op_dynamic_energy_j(part, hw).total_j.sum()))
+            return np.asarray(op_dynamic_energy_j(part, hw).total_j)
+
+        # each pass's joules from its two-layer graph where that stands for the whole graph (serving.passes),
+        # checked on the first pass
+        two_layers = layers_repeat(spec, template)
+        rows: list[np.ndarray] = []
+        energies: list[float] = []
+        for groups in BASIS_PASSES:
+            fwd = ForwardPass(groups=tuple(SequenceGroup(count=c, new_tokens=n, cached_tokens=k)
+                                           for c, n, k in groups))
+            op_j = None
+            if two_layers:
+                graph = two_layer_graph(spec, fwd, template)
+                order = whole_order(graph, spec.num_layers)
+                op_j = pass_j(graph)
+                if not rows:
+                    whole = build_model_graph(spec, fwd, template)
+                    two_layers = same_pass(whole, pass_j(whole), graph, op_j, order)
+                op_j = op_j[order] if two_layers else None
+            if op_j is None:
+                op_j = pass_j(build_model_graph(spec, fwd, template))
+            energies.append(float(op_j.sum()))
             rows.append(pass_counts(groups, moe))
         x, y = np.array(rows), np.array(energies)
         # relative least squares: every basis pass weighs alike whatever its size

@@ -20,6 +20,9 @@ Two paths give it:
   between two builds (exact for decode attention, whose work is affine in the context; sliding-window layers
   capped at the window). ``tests/serving/test_timer.py`` holds the fast path within :data:`FAST_PATH_TOLERANCE`
   of the exact one over random mixed steps of a full-attention model.
+
+Either path times a whole graph's ops from a graph of its first two decoder layers where the layers repeat: the
+same numbers, bit for bit (``serving.passes``).
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from layerscope.cost.execution import EngineTerms, engine_terms, host_step_s, st
 from layerscope.cost.features import op_features
 from layerscope.cost.models import get_cost_model
 from layerscope.graph import build_layer_graph, build_model_graph
+from layerscope.graph.ops import OpGraph
 from layerscope.hardware.spec import HardwareSpec
 from layerscope.model.spec import ModelSpec
+from layerscope.serving.passes import layers_repeat, same_pass, two_layer_graph, whole_order
 from layerscope.workload import ForwardPass, SequenceGroup, Workload
 
 __all__ = ["EXACT_UP_TO", "FAST_PATH_TOLERANCE", "StepTimer", "grid_points"]
@@ -89,6 +94,7 @@ class StepTimer:
         self._ref_full = _REF_CONTEXT
         self._ref_slide = min(_REF_CONTEXT, self._window - 1) if self._window is not None else _REF_CONTEXT
         self._seq_names: frozenset[str] | None = None
+        self._two_layers = False  # set by _seq_ops
         self._layer_ok: bool | None = None
         kinds: dict[str, list[int]] = {"full": [], "slide": []}
         for i in range(spec.num_layers):
@@ -118,21 +124,37 @@ class StepTimer:
         self.builds += 1
         return list(graph.ops), np.asarray(self.cost_fn(op_features(graph), self.hardware).time_s, dtype=float)
 
+    def _two_layer_times(self, fwd: ForwardPass) -> tuple[OpGraph, np.ndarray]:
+        graph = two_layer_graph(self.spec, fwd, self.template)
+        self.builds += 1
+        return graph, np.asarray(self.cost_fn(op_features(graph), self.hardware).time_s, dtype=float)
+
+    def _pass_times(self, fwd: ForwardPass) -> tuple[Sequence[object], list[float]]:
+        """The whole graph's ops and op times of ``fwd``, in its order: from the two-layer graph where that
+        stands for the whole (``serving.passes``, checked on the first passes), else from the whole graph."""
+        self._seq_ops()  # decides _two_layers
+        if self._two_layers:
+            graph, times = self._two_layer_times(fwd)
+            order = whole_order(graph, self.spec.num_layers)
+            return [graph.ops[i] for i in order.tolist()], times[order].tolist()
+        ops, whole = self._op_times(fwd)
+        return ops, whole.tolist()
+
     def _parts(self, fwd: ForwardPass) -> _Parts:
-        ops, times = self._op_times(fwd)
+        ops, times = self._pass_times(fwd)
         seq_names = self._seq_ops()
         tok = seq = full = slide = 0.0
         for op, t in zip(ops, times, strict=True):
             name, kind, layer = op.name, op.kind, op.layer  # type: ignore[attr-defined]
             if kind == "attention":
                 if self._sliding and layer is not None and self.spec.layer_is_sliding(layer):
-                    slide += float(t)
+                    slide += t
                 else:
-                    full += float(t)
+                    full += t
             elif name in seq_names:
-                seq += float(t)
+                seq += t
             else:
-                tok += float(t)
+                tok += t
         return _Parts(tok, seq, full, slide)
 
     def _attn_parts(self, fwd: ForwardPass) -> tuple[float, float]:
@@ -159,12 +181,20 @@ class StepTimer:
 
     def _seq_ops(self) -> frozenset[str]:
         """Names of the ops outside attention that run one row per sequence: those whose time differs between a
-        prompt of 64 tokens and 64 decodes (the same tokens, 1 against 64 sequences)."""
+        prompt of 64 tokens and 64 decodes (the same tokens, 1 against 64 sequences). Their two whole graphs also
+        decide whether two-layer graphs stand for whole ones (``serving.passes.same_pass`` on both)."""
         if self._seq_names is None:
             probe = 64
-            a_ops, a = self._op_times(ForwardPass(groups=(SequenceGroup(count=1, new_tokens=probe),)))
-            b_ops, b = self._op_times(ForwardPass(groups=(SequenceGroup(count=probe, new_tokens=1,
-                                                                        cached_tokens=1),)))
+            passes = (ForwardPass(groups=(SequenceGroup(count=1, new_tokens=probe),)),
+                      ForwardPass(groups=(SequenceGroup(count=probe, new_tokens=1, cached_tokens=1),)))
+            (a_ops, a), (b_ops, b) = (self._op_times(fwd) for fwd in passes)
+            if layers_repeat(self.spec, self.template):
+                wholes = [build_model_graph(self.spec, fwd, self.template) for fwd in passes]
+                checks = [(*self._two_layer_times(fwd), whole, times)
+                          for fwd, whole, times in zip(passes, wholes, (a, b), strict=True)]
+                self._two_layers = all(
+                    same_pass(whole, times, graph, mine, whole_order(graph, self.spec.num_layers))
+                    for graph, mine, whole, times in checks)
             b_by_name = {op.name: t for op, t in zip(b_ops, b, strict=True)}  # type: ignore[attr-defined]
             self._seq_names = frozenset(
                 op.name for op, t in zip(a_ops, a, strict=True)  # type: ignore[attr-defined]
