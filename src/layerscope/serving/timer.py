@@ -400,6 +400,8 @@ class StepTimer:
         """Wall seconds of a step: its forward and the engine's host time per step (overlapped with the forward
         where the profile does and the step starts no request: ``cost.execution.step_time_s``), plus the
         request overhead when it admits requests."""
-        host = float(host_step_s(self.terms, sequences))
-        total = float(step_time_s(forward_s, host, self.terms, first=first))
-        return total + (self.terms.request_overhead_s if admitted else 0.0)
+        # host_step_s and step_time_s on floats, without numpy (the same arithmetic): a call per engine step
+        terms = self.terms
+        host = terms.step_overhead_s + terms.step_overhead_per_request_s * sequences
+        total = float(max(forward_s, host) if terms.overlap_host and not first else forward_s + host)
+        return total + (terms.request_overhead_s if admitted else 0.0)
