@@ -11,6 +11,7 @@ from layerscope.cli import options
 
 if TYPE_CHECKING:
     from layerscope.app.estimate import EstimateResult
+    from layerscope.cli.tables import Block, Table
 
 
 def register(app: typer.Typer) -> None:
@@ -106,19 +107,23 @@ _ROWS_SHOWN = 4
 
 
 def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -> None:
-    from rich.table import Table
+    from layerscope.cli.tables import emit
 
-    from layerscope.cli.common import console, esc, fmt_si, fmt_time_s
+    emit(_blocks(result, top, explain=explain))
 
-    con = console()
+
+def _blocks(result: EstimateResult, top: int | None, *, explain: bool = False) -> list[Block]:
+    """The text output: the header line, the ops table, (``explain``) the spec figures, the breakdowns, the totals."""
+    from layerscope.cli.common import fmt_si, fmt_time_s
+    from layerscope.cli.tables import Line, Styled, Table
+
     w = result.workload
-    con.print(
-        f"[bold]{esc(result.model)}[/] on [bold]{esc(result.hardware)}[/] · {w.phase} · batch {w.batch} · "
-        f"cost model {esc(result.cost_model)} · {esc(result.scope)}"
-    )
+    blocks: list[Block] = [Line(
+        Styled(result.model, "bold"), " on ", Styled(result.hardware, "bold"),
+        f" · {w.phase} · batch {w.batch} · cost model {result.cost_model} · {result.scope}")]
     ops = sorted(result.ops, key=lambda o: -o.time_s)
     shown = ops if top is None else ops[:top]
-    t = Table(title=f"ops by time ({len(shown)} of {len(ops)})", show_lines=False)
+    t = Table(title=f"ops by time ({len(shown)} of {len(ops)})")
     columns = ["op", "phase", "kind", "class", "shapes", "FLOPs", "bytes", "time", "bound", "share"]
     numeric = {"FLOPs", "bytes", "time", "share", "compute eff", "memory eff", "overhead"}
     if explain:
@@ -128,24 +133,24 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
     for op in shown:
         shapes = " ".join("x".join(map(str, s)) for s in op.inputs[:2]) + " → " + " ".join(
             "x".join(map(str, s)) for s in op.outputs[:1])
-        cells = [esc(op.name), op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
+        cells = [op.name, op.phase, op.kind, op.matrix_class, shapes, fmt_si(op.flops), fmt_si(op.bytes, "B"),
                  fmt_time_s(op.time_s), op.bound, f"{op.share:.1%}"]
         if explain:
             cells += [_fraction(op.compute_efficiency), _fraction(op.memory_efficiency), fmt_time_s(op.overhead_s),
-                      esc(_rows(result.row_ids(op)))]
+                      _rows(result.row_ids(op))]
         t.add_row(*cells)
-    con.print(t)
+    blocks.append(t)
     if explain:
-        _render_figures(result)
+        blocks.append(_figures(result))
     groups = (("matrix_class", "by matrix class", result.by_matrix_class), ("kind", "by op kind", result.by_kind))
     for key, title, rows in groups:
         b = Table(title=title)
         for col in (key, "ops", "time", "share", "FLOPs", "bytes"):
             b.add_column(col)
         for row in rows:
-            b.add_row(esc(getattr(row, key)), str(row.ops), fmt_time_s(row.time_s), f"{row.share:.1%}",
+            b.add_row(str(getattr(row, key)), str(row.ops), fmt_time_s(row.time_s), f"{row.share:.1%}",
                       fmt_si(row.flops), fmt_si(row.bytes, "B"))
-        con.print(b)
+        blocks.append(b)
     m = result.memory_bytes
     s = Table(title="totals")
     s.add_column("metric")
@@ -172,7 +177,7 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
     if m.communication:
         s.add_row("communication buffers", fmt_si(m.communication, "B"))
     s.add_row("memory total / capacity", f"{fmt_si(m.total, 'B')} / {fmt_si(result.memory_capacity_bytes, 'B')}")
-    s.add_row("fits in memory", "yes" if result.fits_in_memory else "[red]no[/]")
+    s.add_row("fits in memory", "yes" if result.fits_in_memory else Styled("no", "red"))
     energy = result.energy
     if energy is not None:
         on = f" ({energy.devices} GPUs)" if energy.devices > 1 else ""
@@ -186,7 +191,8 @@ def _render(result: EstimateResult, top: int | None, *, explain: bool = False) -
                       f"{energy.board_power_limit_w:,.0f} W{limited})")
         if energy.power_limited:
             s.add_row("end to end under the power limit", fmt_time_s(energy.e2e_s))
-    con.print(s)
+    blocks.append(s)
+    return blocks
 
 
 def _fraction(value: float | None) -> str:
@@ -201,11 +207,9 @@ def _rows(ids: list[str]) -> str:
     return ", ".join(ids[:_ROWS_SHOWN]) + (f" +{more}" if more > 0 else "")
 
 
-def _render_figures(result: EstimateResult) -> None:
-    """The spec figures the ops used: value, term, rows and source."""
-    from rich.table import Table
-
-    from layerscope.cli.common import console, esc
+def _figures(result: EstimateResult) -> Table:
+    """The spec figures the ops used: value, term, rows and source (an uncited source in yellow)."""
+    from layerscope.cli.tables import Styled, Table
 
     t = Table(title="spec figures behind the times (rows: data/gpu-kernels.md)")
     for col in ("figure", "value", "term", "rows", "source"):
@@ -214,6 +218,5 @@ def _render_figures(result: EstimateResult) -> None:
         value = fig.value
         shown = (f"table of {len(value)}" if isinstance(value, list) else f"{value:.4g}"
                  if isinstance(value, float) else str(value))
-        source = esc(fig.source) if fig.cited else f"[yellow]{esc(fig.source)}[/]"
-        t.add_row(esc(path), esc(shown), fig.term, esc(_rows(fig.row_ids)), source)
-    console().print(t)
+        t.add_row(path, shown, fig.term, _rows(fig.row_ids), fig.source if fig.cited else Styled(fig.source, "yellow"))
+    return t
