@@ -363,6 +363,7 @@ class _Simulation:
         # the first step (d more each step).
         self.it_blocks: list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray | _GrowingBlocks, int, int,
                                    float]] = []
+        self.lines: dict[int, tuple[float, float, float]] = {}  # decodes: the timer's decode_line, shortest step
         self.done = 0
         self.preempted = 0
         self.next_progress = 0.0
@@ -523,7 +524,7 @@ class _Simulation:
         swap_s = carry_s
         chunks: list[tuple[int, int]] = []  # (slot, new tokens)
         admitted = False
-        dec = np.empty(0, dtype=np.int64)
+        dec = _NO_SLOTS
         dec_blocks = 0
         pending = 0  # blocks promised to this step's prompt chunks
 
@@ -683,9 +684,13 @@ class _Simulation:
         t_event = min(self.heap[0][0] if self.heap else math.inf, self.next_arrival[self.ptr])
         linear = timer.linear_in_context
         if linear:
-            a, b = timer.decode_line(d)
-            # Each decode holds at least one token: no step is shorter than this; two must start before the event.
-            shortest = timer.step_s(a + b * d, d, first=False, admitted=False)
+            line = self.lines.get(d)
+            if line is None:
+                a, b = timer.decode_line(d)
+                # Each decode holds at least one token: no step is shorter than this.
+                line = self.lines[d] = (a, b, timer.step_s(a + b * d, d, first=False, admitted=False))
+            a, b, shortest = line
+            # two steps must start before the event
             if shortest > 0 and t_event != math.inf and t_event - now < 2 * shortest:
                 return False
         dec = eng.decoding()

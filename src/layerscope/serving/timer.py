@@ -27,7 +27,6 @@ same numbers, bit for bit (``serving.passes``).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -263,7 +262,7 @@ class StepTimer:
         return pts
 
     def _interp(self, x: float, table_at: Callable[[int], float]) -> float:
-        lo, hi = self._points(x)
+        lo, hi = self._grid_cache.get(x) or self._points(x)
         a = table_at(lo)
         if hi == lo:
             return float(a)
@@ -278,11 +277,17 @@ class StepTimer:
         capped = min(mean_ctx, float(self._ref_slide))
         return full + s1 + (sc - s1) * (capped - 1) / (self._ref_slide - 1)
 
-    def _pre_attn_at(self, c: int, *, cached: float) -> float:
-        return self._pre_attn(c, cached)
+    def _pre_interp(self, c: int, cached: float) -> float:
+        """``_interp(c, lambda x: _pre_attn(x, cached))``, the same arithmetic in fewer calls (once per chunk shape)."""
+        lo, hi = self._grid_cache.get(c) or self._points(c)
+        a = self._pre_attn(lo, cached)
+        if hi == lo:
+            return float(a)
+        b = self._pre_attn(hi, cached)
+        return float(a + (b - a) * (c - lo) / (hi - lo))
 
     def _pre_attn(self, c: int, cached: float) -> float:
-        f0, fc, s0, sc = self._prefill_entry(c)
+        f0, fc, s0, sc = self._pre.get(c) or self._prefill_entry(c)
         full = f0 + (fc - f0) * cached / self._ref_full
         if not self._sliding:
             return full
@@ -292,7 +297,7 @@ class StepTimer:
     def fast_forward_s(self, chunks: Sequence[tuple[int, int]], decodes: int, decode_ctx_sum: float) -> float:
         """The fast path's forward seconds of a step of prompt ``chunks`` ((new, cached) each) and ``decodes``
         decodes whose cached lengths sum to ``decode_ctx_sum``."""
-        tokens = decodes + sum(c for c, _ in chunks)
+        tokens = decodes + (chunks[0][0] if len(chunks) == 1 else sum(c for c, _ in chunks))
         seqs = decodes + len(chunks)
         if tokens == 0:
             return 0.0
@@ -313,12 +318,12 @@ class StepTimer:
                     at_ref = self._interp(decodes, lambda g: self._dec_attn(g, float(self._ref_full)))
                     line = self._dec_memo[decodes] = (at1, (at_ref - at1) / (self._ref_full - 1))
                 total += line[0] + line[1] * (mean_ctx - 1.0)
-        groups = Counter(chunks).items() if len(chunks) > 1 else ((chunk, 1) for chunk in chunks)
+        groups = Counter(chunks).items() if len(chunks) > 1 else [(chunk, 1) for chunk in chunks]
         for (c, p), n in groups:
             if n == 1:
                 pre = self._pre_memo.get((c, p))
                 if pre is None:
-                    pre = self._pre_memo[(c, p)] = self._interp(c, functools.partial(self._pre_attn_at, cached=p))
+                    pre = self._pre_memo[(c, p)] = self._pre_interp(c, p)
                 total += pre
             else:  # equal chunks share one kernel: its exact time (few shapes repeat)
                 total += self._chunks_attention_s(c, p, n)
