@@ -3,6 +3,7 @@ static batching against ``estimate``, determinism, and properties over random tr
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -21,6 +22,7 @@ from layerscope.serving import (
     TrafficSpec,
     run_serving,
     simulate_requests,
+    simulator,
     summarize,
 )
 from layerscope.workload import Workload
@@ -232,3 +234,22 @@ def test_blocks_used_in_leaps_equal_the_step_by_step_count():
         expected.append(before + grown)
     got = _blocks_used(used, np.array(lens), block)
     assert np.array_equal(got, np.concatenate(expected))
+
+
+def test_the_collector_is_paused_only_while_the_loop_runs(monkeypatch):
+    request = _request(traffic=TrafficSpec(rate_per_s=10, requests=20))
+    seen: list[bool] = []
+    monkeypatch.setattr(simulator._Simulation, "_dispatch",
+                        lambda self, req, original=simulator._Simulation._dispatch: seen.append(gc.isenabled())
+                        or original(self, req))
+    assert gc.isenabled()
+    run_serving(request)
+    assert gc.isenabled() and seen and not any(seen)
+
+    def fail(self, req):
+        raise ServingError("boom")
+
+    monkeypatch.setattr(simulator._Simulation, "_dispatch", fail)
+    with pytest.raises(ServingError, match="boom"):
+        run_serving(request)
+    assert gc.isenabled()

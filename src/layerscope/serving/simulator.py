@@ -9,12 +9,14 @@ appear at its end.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -210,6 +212,20 @@ class _Engine:
         return bool(self.waiting or self.swapped or self.order)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The event loop without Python's cyclic garbage collector: it allocates ~10^5 small tuples and arrays, none in
+    a reference cycle (freed by their counts), so the collector's passes over them found nothing (and cost ~8% of a
+    10,000-request run, its full passes over every live object most). Restored as it was, whatever happens."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _resolve(request: ServingRequest) -> tuple[ModelSpec, HardwareSpec]:
     spec = request.model if isinstance(request.model, ModelSpec) else load_model_spec(os.fspath(request.model))
     hw = request.hardware if isinstance(request.hardware, HardwareSpec) else load_hardware(
@@ -277,7 +293,8 @@ def simulate_requests(request: ServingRequest, requests: list[Request],
     timer = _timer(spec, hw, template, request.cost_model, request.timer)
     roles = policy.roles(request.replicas * request.plan.data_parallel)
     sim = _Simulation(request, requests, policy, timer, roles, cap.blocks, cap.bytes_per_token, hw, progress)
-    sim.run()
+    with _collector_paused():
+        sim.run()
     run = sim.result(time.perf_counter() - wall0, cap.bytes_per_token)
     if hw.energy is not None:
         step = _step_energy(spec, hw, template, request.cost_model)
@@ -844,11 +861,11 @@ class _Simulation:
         order, so sorting the (record, request) pairs by request, stably, lays the tokens out."""
         if not self.tokens:
             return np.empty(0, dtype=np.int64), np.zeros(self.n, dtype=np.int64)
-        reqs, steps, refs = zip(*self.tokens, strict=True)
+        reqs = [r for r, _, _ in self.tokens]  # (zip(*self.tokens) over ~10^5 records is several times slower)
         rec_reqs = np.concatenate(reqs)
         d = np.fromiter(map(len, reqs), dtype=np.int64, count=len(reqs))
-        k = np.array(steps, dtype=np.int64)
-        ref = np.array(refs, dtype=np.int64)
+        k = np.array([steps for _, steps, _ in self.tokens], dtype=np.int64)
+        ref = np.array([i for _, _, i in self.tokens], dtype=np.int64)
         first_row = np.where(ref >= 0, ref, leap_rows[np.maximum(-ref - 1, 0)] if len(leap_rows) else 0)
         order = np.argsort(rec_reqs, kind="stable")
         rec_k = np.repeat(k, d)
