@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -254,19 +254,30 @@ def _template(spec: ModelSpec, request: ServingRequest) -> Workload:
     return workload
 
 
+_T = TypeVar("_T")
+
+
+def _recall(cache: list[tuple[tuple[object, ...], _T]], key: tuple[object, ...], make: Callable[[], _T]) -> _T:
+    """The value of ``key`` in ``cache`` (the 8 most recently made, by equality of the keys: the same model, hardware
+    and plan, however loaded; pydantic compares fields, without serializing them), else ``make()``'s, kept."""
+    for known, value in cache:
+        if known == key:
+            return value
+    value = make()
+    if len(cache) >= 8:
+        cache.pop(0)
+    cache.append((key, value))
+    return value
+
+
 #: Step timers of recent runs, by what their tables depend on: runs of one model, hardware and plan (a rate
 #: search, a grid) share their tables.
-_TIMERS: dict[tuple[str, str, str, str, str], StepTimer] = {}
+_TIMERS: list[tuple[tuple[object, ...], StepTimer]] = []
 
 
 def _timer(spec: ModelSpec, hw: HardwareSpec, template: Workload, cost_model: str, mode: str) -> StepTimer:
-    key = (spec.model_dump_json(), hw.model_dump_json(), template.model_dump_json(), cost_model, mode)
-    timer = _TIMERS.get(key)
-    if timer is None:
-        if len(_TIMERS) >= 8:
-            _TIMERS.pop(next(iter(_TIMERS)))
-        timer = _TIMERS[key] = StepTimer(spec, hw, template, cost_model, mode)
-    return timer
+    return _recall(_TIMERS, (spec, hw, template, cost_model, mode),
+                   lambda: StepTimer(spec, hw, template, cost_model, mode))
 
 
 def run_serving(request: ServingRequest, progress: Callable[[float], None] | None = None) -> ServingRun:
@@ -310,18 +321,12 @@ def simulate_requests(request: ServingRequest, requests: list[Request],
     return run
 
 
-#: Fitted step energies of recent runs, keyed as :data:`_TIMERS`.
-_ENERGIES: dict[tuple[str, str, str, str], StepEnergy] = {}
+#: Fitted step energies of recent runs, kept as :data:`_TIMERS`.
+_ENERGIES: list[tuple[tuple[object, ...], StepEnergy]] = []
 
 
 def _step_energy(spec: ModelSpec, hw: HardwareSpec, template: Workload, cost_model: str) -> StepEnergy:
-    key = (spec.model_dump_json(), hw.model_dump_json(), template.model_dump_json(), cost_model)
-    step = _ENERGIES.get(key)
-    if step is None:
-        if len(_ENERGIES) >= 8:
-            _ENERGIES.pop(next(iter(_ENERGIES)))
-        step = _ENERGIES[key] = StepEnergy.fit(spec, hw, template, cost_model)
-    return step
+    return _recall(_ENERGIES, (spec, hw, template, cost_model), lambda: StepEnergy.fit(spec, hw, template, cost_model))
 
 
 class _Simulation:
