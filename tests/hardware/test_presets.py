@@ -191,6 +191,105 @@ def test_a_compiled_preset_is_the_spec_its_yaml_gives(name: str) -> None:
     assert load_hardware(name) == load_hardware_file(PRESET_DIR / f"{name}.yaml")
 
 
+def same_objects(a: object, b: object, where: str = "spec") -> None:
+    """``a`` and ``b`` are the same objects, type for type (a dtype key is a DType, not its string), in the same
+    order, and every model has the same fields set: stricter than ``==``."""
+    from pydantic import BaseModel
+
+    assert type(a) is type(b), f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, BaseModel):
+        assert isinstance(b, BaseModel)
+        assert list(a.__dict__) == list(b.__dict__), where
+        assert a.model_fields_set == b.model_fields_set, where
+        assert (a.__pydantic_extra__, a.__pydantic_private__) == (b.__pydantic_extra__, b.__pydantic_private__), where
+        for name in a.__dict__:
+            same_objects(a.__dict__[name], b.__dict__[name], f"{where}.{name}")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), where
+        for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True):
+            same_objects(ka, kb, f"{where}[{ka!r}]")
+            same_objects(va, vb, f"{where}[{ka!r}]")
+    elif isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same_objects(x, y, f"{where}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), f"{where}: {a!r} vs {b!r}"
+
+
+COMPILED_NAMES = [n for n in preset_names() if n not in ("nvl-ax", "jgs")]
+
+
+@pytest.mark.parametrize("name", COMPILED_NAMES)
+def test_a_compiled_spec_is_the_validated_spec_object_for_object(name: str) -> None:
+    """The spec rebuilt without validation is the one the validators give, from the mapping the earlier format of
+    compiled.json held (the YAML's, keys sorted)."""
+    import json
+
+    from layerscope.hardware.loaders import MAPPING_READERS, spec_from_mapping
+    from layerscope.hardware.presets import PRESET_DIR, _compiled, spec_sources_crc
+
+    path = PRESET_DIR / f"{name}.yaml"
+    assert "spec" in _compiled()["files"][path.name] and _compiled()["sources_crc32"] == spec_sources_crc()
+    data = json.loads(json.dumps(MAPPING_READERS.lookup(".yaml")(path), sort_keys=True))
+    validated = spec_from_mapping(data, str(path), path)
+    same_objects(load_hardware(name), validated)
+    assert load_hardware(name).model_dump_json() == validated.model_dump_json()
+
+
+@pytest.mark.parametrize("name", COMPILED_NAMES[:3])
+def test_a_spec_survives_its_encoding(name: str) -> None:
+    import json
+
+    from layerscope.hardware.loaders import load_hardware_file
+    from layerscope.hardware.presets import PRESET_DIR, decode_spec, encode_spec
+
+    spec = load_hardware_file(PRESET_DIR / f"{name}.yaml")  # YAML order, validated
+    same_objects(decode_spec(json.loads(json.dumps(encode_spec(spec)))), spec)
+
+
+def test_a_compiled_spec_names_only_layerscope_classes() -> None:
+    from layerscope.hardware.presets import decode_spec
+
+    for ref in ("builtins:object", "layerscope.units:quote", "os:system"):
+        with pytest.raises(HardwareSpecError, match="is not a layerscope"):
+            decode_spec({"$model": ref, "$set": []})
+    with pytest.raises(HardwareSpecError):
+        decode_spec({"$enum": "layerscope.hardware.spec:HardwareSpec", "value": 1})
+
+
+def test_changed_spec_code_is_not_trusted_with_a_compiled_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an edit of the code that validates a spec (a CRC of SPEC_SOURCES other than the compiled one), a preset
+    is read from its YAML and validated: ``make presets`` encodes it again."""
+    import layerscope.hardware.loaders as loaders
+    import layerscope.hardware.presets as presets
+
+    read: list[str] = []
+    real = loaders.load_hardware_file
+    monkeypatch.setattr(loaders, "load_hardware_file", lambda path, device=None: read.append(str(path)) or real(
+        path, device))
+    monkeypatch.setattr(presets, "spec_sources_crc", lambda: -1)
+    presets._load.cache_clear()
+    try:
+        spec = presets.load_preset("h100-sxm")
+    finally:
+        presets._load.cache_clear()
+    assert read == [str(presets.PRESET_DIR / "h100-sxm.yaml")] and spec.name == "h100-sxm"
+
+
+def test_loading_a_preset_builds_no_validator() -> None:
+    import subprocess
+    import sys
+
+    code = ("from layerscope.hardware import load_hardware, HardwareSpec; from layerscope.hardware import spec as s\n"
+            "load_hardware('h100-sxm').achievable_flops_per_s('bf16')\n"
+            "print(sorted(c.__name__ for c in vars(s).values() if isinstance(c, type) and "
+            "getattr(c, '__pydantic_complete__', False)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "[]"
+
+
 def test_an_edited_file_is_read_from_its_text_not_from_the_compiled_copy(tmp_path) -> None:
     import zlib
 

@@ -530,7 +530,7 @@ class ExecutionSpec(BaseModel):
 
     @property
     def is_default(self) -> bool:
-        return self == ExecutionSpec()
+        return self == ExecutionSpec.model_construct()  # the defaults are valid: no validator to build
 
 
 class ResolvedFlops(NamedTuple):

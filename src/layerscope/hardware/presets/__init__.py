@@ -4,21 +4,29 @@ Presets are read lazily, on first use, and cached. Names are matched case- and
 dash-insensitively (``h100-sxm`` = ``H100_SXM``). Each device column of ``accelerators.csv``
 (``NVL-AX``, ``JGS``) is a preset too, so the CSV loader runs on shipped data.
 
-``compiled.json`` holds every bundled YAML file already parsed, and the spreadsheet's device names, each with the
-CRC-32 of the text it came from (``make presets`` writes it). A bundled preset is read from there when its file's
-text still has that CRC, else from its YAML: a command that uses a preset never imports a YAML parser or reads the
-spreadsheet (YAML parsing was a tenth of ``layerscope estimate``'s run), and an edited file is never shadowed by a
-stale copy. ``tests/hardware/test_presets.py`` fails until ``make presets`` has been rerun after an edit.
+``compiled.json`` holds the spec each bundled YAML file validates to, and the spreadsheet's device names, each with
+the CRC-32 of the text it came from (``make presets`` writes it). A spec is stored as the objects themselves (every
+model with the fields it was given, tuples, dtype keys: :func:`encode_spec`) and rebuilt without running pydantic's
+validators (``model_construct``), while its file's text still has that CRC and the code that turns a mapping into a
+spec (:data:`SPEC_SOURCES`) still has the CRC it had then; else the preset is read from its YAML and validated. A
+command that uses a preset never imports a YAML parser, reads the spreadsheet (YAML parsing was a tenth of
+``layerscope estimate``'s run) or builds the validators of ``HardwareSpec`` and its parts (another tenth), and an
+edited file is never shadowed by a stale copy. ``tests/hardware/test_presets.py`` fails until ``make presets`` has
+been rerun after an edit of a preset or of that code. A spec read from any other file is validated in full.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
+import importlib
 import json
 import re
 import zlib
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware.spec import HardwareSpec
@@ -48,23 +56,99 @@ def bundled_spreadsheet_example() -> Path:
     return SPREADSHEET
 
 
+#: The code that decides what a preset's mapping validates to (the spec models and their validators, the units the
+#: loader converts, the dtypes): compiled specs are used only while these files read as they did when encoded.
+SPEC_SOURCES = tuple(PRESET_DIR.parents[1] / name for name in (
+    "hardware/spec.py", "hardware/calibration.py", "hardware/loaders.py", "hardware/quantities.py", "units.py",
+    "docstrings.py"))
+
+
 def _crc(path: Path) -> int:
     return zlib.crc32(path.read_bytes())
 
 
+def spec_sources_crc() -> int | None:
+    """CRC-32 of :data:`SPEC_SOURCES`' texts, one after the other; None where one cannot be read (no sources)."""
+    crc = 0
+    for path in SPEC_SOURCES:
+        try:
+            crc = zlib.crc32(path.read_bytes(), crc)
+        except OSError:
+            return None
+    return crc
+
+
+def encode_spec(value: Any) -> Any:
+    """``value`` (a validated spec, or any value in one) as JSON that :func:`decode_spec` turns back into the same
+    objects: a model as ``{"$model": "module:Class", "$set": [fields given], field: value, …}`` with every field,
+    a tuple as ``{"$tuple": […]}``, an enum as ``{"$enum": "module:Class", "value": …}``, a mapping whose keys are
+    not plain strings in sorted order as ``{"$items": [[key, value], …]}`` (its order kept)."""
+    ref = f"{type(value).__module__}:{type(value).__qualname__}"
+    if isinstance(value, BaseModel):
+        fields = {name: encode_spec(getattr(value, name)) for name in type(value).model_fields}
+        return {"$model": ref, "$set": sorted(value.model_fields_set), **fields}
+    if isinstance(value, enum.Enum):
+        return {"$enum": ref, "value": encode_spec(value.value)}
+    if isinstance(value, tuple) and type(value) is tuple:
+        return {"$tuple": [encode_spec(v) for v in value]}
+    if type(value) is list:
+        return [encode_spec(v) for v in value]
+    if type(value) is dict:
+        keys = list(value)
+        if all(type(k) is str and not k.startswith("$") for k in keys) and keys == sorted(keys):
+            return {k: encode_spec(v) for k, v in value.items()}  # the JSON's sorted keys keep its order
+        return {"$items": [[encode_spec(k), encode_spec(v)] for k, v in value.items()]}
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    raise TypeError(f"encode_spec: no encoding for a {type(value).__name__} ({value!r})")
+
+
+def decode_spec(value: Any) -> Any:
+    """The objects :func:`encode_spec` encoded; models are built by ``model_construct``, without validation (for
+    data that was validated when it was encoded)."""
+    if type(value) is list:
+        return [decode_spec(v) for v in value]
+    if type(value) is not dict:
+        return value
+    if "$model" in value:
+        fields = {k: decode_spec(v) for k, v in value.items() if not k.startswith("$")}
+        return _spec_class(value["$model"], BaseModel).model_construct(set(value["$set"]), **fields)
+    if "$tuple" in value:
+        return tuple(decode_spec(v) for v in value["$tuple"])
+    if "$items" in value:
+        return {decode_spec(k): decode_spec(v) for k, v in value["$items"]}
+    if "$enum" in value:
+        return _spec_class(value["$enum"], enum.Enum)(value["value"])
+    return {k: decode_spec(v) for k, v in value.items()}
+
+
+def _spec_class(ref: str, kind: type[Any]) -> Any:
+    """The class ``module:Class`` names: one of layerscope's, of ``kind``."""
+    module, _, name = ref.partition(":")
+    cls = getattr(importlib.import_module(module), name, None) if module.startswith("layerscope.") else None
+    if not (isinstance(cls, type) and issubclass(cls, kind)):
+        raise HardwareSpecError(f"{COMPILED}: {ref!r} is not a layerscope {kind.__name__}")
+    return cls
+
+
 def compiled_text() -> str:
-    """What ``make presets`` writes to :data:`COMPILED`: each bundled YAML file's parsed mapping (a file whose
-    mapping does not survive JSON unchanged is left out, and read from its YAML) and the spreadsheet's devices."""
-    from layerscope.hardware.loaders import MAPPING_READERS, sheet_devices
+    """What ``make presets`` writes to :data:`COMPILED`: the spec each bundled YAML file gives (a file whose
+    mapping does not survive JSON unchanged is left out, and read from its YAML), the spreadsheet's devices and
+    the CRC of :data:`SPEC_SOURCES`."""
+    from layerscope.hardware.loaders import MAPPING_READERS, sheet_devices, spec_from_mapping
 
     read_yaml = MAPPING_READERS.lookup(".yaml")  # the data the YAML loader turns into a spec, as the file reads
     files: dict[str, Any] = {}
     for path in sorted(PRESET_DIR.glob("*.yaml")):
         data = read_yaml(path)
         if json.loads(json.dumps(data)) == data:
-            files[path.name] = {"crc32": _crc(path), "data": data}
+            # Validated from the mapping with sorted keys, as the earlier format of this file (the mapping itself)
+            # gave it: the same dicts in the same order as before.
+            stored = json.loads(json.dumps(data, sort_keys=True))
+            files[path.name] = {"crc32": _crc(path), "spec": encode_spec(spec_from_mapping(stored, str(path), path))}
     sheet = {"crc32": _crc(SPREADSHEET), "devices": sheet_devices(SPREADSHEET)} if SPREADSHEET.is_file() else None
-    return json.dumps({"format": COMPILED_FORMAT, "files": files, "sheet": sheet}, indent=1, sort_keys=True) + "\n"
+    return json.dumps({"format": COMPILED_FORMAT, "files": files, "sheet": sheet, "sources_crc32": spec_sources_crc()},
+                      indent=1, sort_keys=True) + "\n"
 
 
 @functools.cache
@@ -114,16 +198,17 @@ def preset_names() -> list[str]:
 
 @functools.cache
 def _load(key: str) -> HardwareSpec:
-    from layerscope.hardware.loaders import load_hardware_file, spec_from_mapping
+    from layerscope.hardware.loaders import load_hardware_file
     from layerscope.units import note_input
 
     name, path, device = _index()[key]
-    entry = _compiled_entry(_compiled().get("files", {}).get(path.name), path) if device is None else None
-    if entry is None:
-        spec = load_hardware_file(path, device)
-    else:
+    compiled = _compiled()
+    entry = _compiled_entry(compiled.get("files", {}).get(path.name), path) if device is None else None
+    if entry is not None and "spec" in entry and compiled.get("sources_crc32") == spec_sources_crc():
         note_input(path)
-        spec = spec_from_mapping(entry["data"], str(path), path)
+        spec = decode_spec(entry["spec"])
+    else:
+        spec = load_hardware_file(path, device)
     if device is None and spec.name != name:
         raise HardwareSpecError(f"{path}: name {spec.name!r} differs from the file name {name!r}")
     return spec
