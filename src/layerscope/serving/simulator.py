@@ -398,9 +398,10 @@ class _Simulation:
                 self._push(0.0, 2, -1, self.next_id)
                 self.next_id += 1
         self.ptr = 0
-        self.order = np.argsort(self.arrival, kind="stable") if not self.closed else np.arange(n)
+        order = np.argsort(self.arrival, kind="stable") if not self.closed else np.arange(n)
+        self.order: list[int] = order.tolist()
         # open loop: the arrival times in order, then ∞
-        self.next_arrival: list[float] = ([] if self.closed else self.arrival[self.order].tolist()) + [math.inf]
+        self.next_arrival: list[float] = ([] if self.closed else self.arrival[order].tolist()) + [math.inf]
 
     def _push(self, t: float, kind: int, engine: int, req: int) -> None:
         heapq.heappush(self.heap, (t, kind, self.seq, engine, req))
@@ -410,14 +411,15 @@ class _Simulation:
 
     def run(self) -> None:
         dirty: set[int] = set()
+        heap, next_arrival, pop = self.heap, self.next_arrival, heapq.heappop  # (the same list objects throughout)
         while True:
-            t_heap = self.heap[0][0] if self.heap else math.inf
-            t_arr = self.next_arrival[self.ptr]
-            now = min(t_heap, t_arr)
+            t_heap = heap[0][0] if heap else math.inf
+            t_arr = next_arrival[self.ptr]
+            now = t_arr if t_arr < t_heap else t_heap
             if now == math.inf:
                 break
-            while self.heap and self.heap[0][0] <= now:
-                _, kind, _, engine, req = heapq.heappop(self.heap)
+            while heap and heap[0][0] <= now:
+                _, kind, _, engine, req = pop(heap)
                 if kind == 0:
                     self._end_step(self.engines[engine], now)
                     dirty.add(engine)
@@ -429,10 +431,10 @@ class _Simulation:
                 else:
                     self.arrival[req] = now
                     dirty.add(self._dispatch(req))
-            while self.next_arrival[self.ptr] <= now:
-                dirty.add(self._dispatch(int(self.order[self.ptr])))
+            while next_arrival[self.ptr] <= now:
+                dirty.add(self._dispatch(self.order[self.ptr]))
                 self.ptr += 1
-            for index in sorted(dirty):
+            for index in sorted(dirty) if len(dirty) > 1 else dirty:
                 eng = self.engines[index]
                 if not eng.busy and eng.has_work():
                     self._start_step(eng, now)
@@ -442,7 +444,7 @@ class _Simulation:
 
     def _dispatch(self, req: int) -> int:
         # Least loaded engine (fewest unfinished requests), ties to the lowest index.
-        eng = min(self.entry, key=lambda e: (e.load, e.index))
+        eng = self.entry[0] if len(self.entry) == 1 else min(self.entry, key=lambda e: (e.load, e.index))
         eng.waiting.append(req)
         return eng.index
 
