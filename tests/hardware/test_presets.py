@@ -310,4 +310,5 @@ def test_loading_a_preset_reads_no_yaml_and_no_spreadsheet() -> None:
 
     code = ("import layerscope.hardware.loaders as L; L.sheet_devices = None\n"  # a spreadsheet read would fail
             "from layerscope.hardware import load_hardware; load_hardware('h100-sxm'); load_hardware('H100_SXM')")
-    assert modules_loaded(code, ("yaml", "openpyxl", "layerscope.hardware.cluster")) == []
+    assert modules_loaded(code, ("yaml", "openpyxl", "layerscope.hardware.cluster",
+                                 "layerscope.hardware.calibration")) == []

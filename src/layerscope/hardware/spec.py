@@ -15,14 +15,28 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, GetCoreSchemaHandler, ValidationError, field_validator, model_validator
+from pydantic_core import CoreSchema
 
 from layerscope.docstrings import SPEC_CONFIG
 from layerscope.errors import HardwareSpecError, WorkloadError
-from layerscope.hardware.calibration import CalibrationRecord
 from layerscope.units import DType, parse_dtype, quote
+
+if TYPE_CHECKING:
+    from layerscope.hardware.calibration import CalibrationRecord as _Calibration
+else:
+    class _Calibration:
+        """:class:`~layerscope.hardware.calibration.CalibrationRecord` as pydantic sees ``HardwareSpec.calibration``:
+        its module (sixteen models) is imported when a validator or schema of ``HardwareSpec`` is built, not with
+        this module (a bundled preset is built without validators: ``layerscope.hardware.presets``)."""
+
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+            from layerscope.hardware.calibration import CalibrationRecord
+
+            return handler(CalibrationRecord)
 
 HardwareKind = Literal["gpu", "cpu", "accelerator", "tpu"]
 FlopsPath = Literal["matrix", "tf32", "vector"]
@@ -639,7 +653,7 @@ class HardwareSpec(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     """Citation per figure, keyed by its dotted path: ``engines.peak_flops_per_s.bf16``,
     ``memory.hbm.bandwidth_bytes_per_s``, ``launch_overhead_s`` …"""
-    calibration: CalibrationRecord | None = None
+    calibration: _Calibration | None = None
     """The measurements and fit behind a spec written by ``layerscope calibrate``; None otherwise."""
     energy: EnergySpec | None = None
     """Energy per FLOP and per byte and the board's power figures (``cost.energy``); None: no energy reported."""
