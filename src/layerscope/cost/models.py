@@ -13,10 +13,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerscope.cost.collectives import CollectiveTerms, communication_terms
 from layerscope.cost.execution import (
     captured_kernels,
     engine_terms,
@@ -33,6 +33,9 @@ from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel, row_input_reads
 from layerscope.registry import Registry
 from layerscope.units import DType
+
+if TYPE_CHECKING:
+    from layerscope.cost.collectives import CollectiveTerms
 
 BOUND_COMPUTE = 0
 BOUND_MEMORY = 1
@@ -570,6 +573,16 @@ def _memory_s(bytes_: np.ndarray, hw: HardwareSpec, run: _Execution, features: O
     return _main_memory_s(bytes_ - resident, features, bw, factor, run, hw) + resident / run.cache_bw + extra
 
 
+def _network(features: OpFeatures, hw: HardwareSpec) -> CollectiveTerms | None:
+    """:func:`~layerscope.cost.collectives.communication_terms` of ``features``; None for a graph without
+    communication ops, for which that module (its algorithms and tables) is not imported."""
+    if "communication" not in features.kinds:
+        return None
+    from layerscope.cost.collectives import communication_terms
+
+    return communication_terms(features, hw)
+
+
 def _combine(compute_s: np.ndarray, memory_s: np.ndarray, overhead_s: float,
              memory_bytes: np.ndarray, run: _Execution = _DEFAULT_EXECUTION,
              network: CollectiveTerms | None = None) -> CostArrays:
@@ -612,7 +625,7 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     Bytes are the op's compulsory traffic (every operand read once, every output written once):
     the roofline's assumption of perfect on-chip reuse (Williams, Waterman & Patterson, CACM 2009).
     """
-    network = communication_terms(features, hw)
+    network = _network(features, hw)
     features, run = _prepare(features, hw)
     bytes_ = features.total_bytes
     reread = row_reread_bytes(features, hw)
@@ -735,7 +748,7 @@ def tiling(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     on-chip cache; their traffic replaces the compulsory bytes when larger (it is never smaller:
     the search's best case reads each operand once). Other ops stream, with no reuse to gain.
     """
-    network = communication_terms(features, hw)
+    network = _network(features, hw)
     features, run = _prepare(features, hw)
     level = _shared_cache(hw)
     bytes_ = features.total_bytes
@@ -756,7 +769,7 @@ def hierarchical(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
     once per tile row and then hit the cache, which is what separates this from the roofline.
     Main memory uses the achievable (efficiency-scaled) bandwidth; on-chip levels their stated one.
     """
-    network = communication_terms(features, hw)
+    network = _network(features, hw)
     features, run = _prepare(features, hw)
     compute_s = compute_time_s(features, hw)
     compulsory = features.total_bytes
