@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -50,28 +51,39 @@ def catalog_root() -> Traversable:
 
 
 @lru_cache(maxsize=1)
+def _index() -> tuple[dict[str, Any], ...]:
+    """The items of ``catalog/index.json``, in order."""
+    return tuple(json.loads(catalog_root().joinpath("index.json").read_text(encoding="utf-8")))
+
+
+def _names(item: dict[str, Any]) -> tuple[str, str, str]:
+    """(HF id, alias, folder) of an index item: what :func:`find_catalog_entry` matches."""
+    folder = item["dir"]
+    org, _, model = folder.partition("--")
+    return f"{org}/{model}", model.lower(), folder
+
+
+@cache
+def _entry(position: int) -> CatalogEntry:
+    """The entry of the index's item at ``position`` (its config read for the ``model_type``)."""
+    item = _index()[position]
+    hf_id, alias, folder = _names(item)
+    config = json.loads(catalog_root().joinpath(folder, "config.json").read_text(encoding="utf-8"))
+    return CatalogEntry(
+        id=hf_id,
+        alias=alias,
+        dir=folder,
+        model_type=str(config.get("model_type", "")),
+        published_total_params=item.get("published_total_params"),
+        published_active_params=item.get("published_active_params"),
+        source=item.get("source", ""),
+        status=item.get("status", ""),
+        notes=item.get("notes", ""),
+    )
+
+
 def _entries() -> tuple[CatalogEntry, ...]:
-    root = catalog_root()
-    raw = json.loads(root.joinpath("index.json").read_text(encoding="utf-8"))
-    entries = []
-    for item in raw:
-        folder = item["dir"]
-        config = json.loads(root.joinpath(folder, "config.json").read_text(encoding="utf-8"))
-        org, _, model = folder.partition("--")
-        entries.append(
-            CatalogEntry(
-                id=f"{org}/{model}",
-                alias=model.lower(),
-                dir=folder,
-                model_type=str(config.get("model_type", "")),
-                published_total_params=item.get("published_total_params"),
-                published_active_params=item.get("published_active_params"),
-                source=item.get("source", ""),
-                status=item.get("status", ""),
-                notes=item.get("notes", ""),
-            )
-        )
-    return tuple(entries)
+    return tuple(_entry(i) for i in range(len(_index())))
 
 
 def list_catalog() -> list[CatalogEntry]:
@@ -80,11 +92,12 @@ def list_catalog() -> list[CatalogEntry]:
 
 
 def find_catalog_entry(name: str) -> CatalogEntry | None:
-    """The entry whose HF id, folder name or alias equals ``name`` (case-insensitive)."""
+    """The entry whose HF id, folder name or alias equals ``name`` (case-insensitive); only its config is read."""
     key = name.strip().lower()
-    for entry in _entries():
-        if key in (entry.id.lower(), entry.alias, entry.dir.lower()):
-            return entry
+    for position, item in enumerate(_index()):
+        hf_id, alias, folder = _names(item)
+        if key in (hf_id.lower(), alias, folder.lower()):
+            return _entry(position)
     return None
 
 
