@@ -9,8 +9,10 @@ appear at its end.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
+import itertools
 import math
 import os
 import time
@@ -39,6 +41,8 @@ __all__ = ["ServingRun", "run_serving", "simulate_requests"]
 
 #: Most decode steps taken at once by one leap (bounds its arrays: batch × steps).
 _MAX_LEAP = 256
+#: Leaps of at most this many steps are timed on floats, term by term (numpy's per-call cost exceeds the work).
+_FEW_STEPS = 32
 #: No slots (shared: never written to).
 _NO_SLOTS = np.empty(0, dtype=np.int64)
 #: ``a.sum()`` and ``a.min()`` of a 1-D array without numpy's Python wrapper (the same reduction; ~2× cheaper on the
@@ -736,18 +740,26 @@ class _Simulation:
             k = min(k, int((t_event - now) / shortest) + 1)
         if k < 2:
             return False
-        j = np.arange(k)
-        if linear:
-            forward = f0 + step * j
+        if linear and timer.host_free and k <= _FEW_STEPS:
+            # the array path's arithmetic on floats, term by term (a cumsum adds left to right): the same bits
+            dt_s = [f0 + step * i for i in range(k)]
+            ends_s = [now + total for total in itertools.accumulate(dt_s)]
+            starts_s = [end - t for end, t in zip(ends_s, dt_s, strict=True)]
+            k = min(k, bisect.bisect_left(starts_s, t_event))
+            if k < 2:
+                return False
+            starts, ends = np.array(starts_s[:k]), np.array(ends_s[:k])
         else:
-            forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
-        dt = timer.steps_s(forward, d)
-        ends = now + dt.cumsum()
-        starts = ends - dt
-        k = min(k, int(starts.searchsorted(t_event, side="left")))
-        if k < 2:
-            return False
-        j = j[:k]
+            if linear:
+                forward = f0 + step * np.arange(k)
+            else:
+                forward = np.array([timer.fast_forward_s((), d, ctx_sum + i * d) for i in range(k)])
+            dt = timer.steps_s(forward, d)
+            ends = now + dt.cumsum()
+            starts = ends - dt
+            k = min(k, int(starts.searchsorted(t_event, side="left")))
+            if k < 2:
+                return False
         used_before = self.blocks - eng.free
         used: np.ndarray | _GrowingBlocks
         if self.policy.reserve_output():
@@ -760,6 +772,7 @@ class _Simulation:
                 # are counted once for all leaps in ``result`` (_GrowingBlocks).
                 used = _GrowingBlocks(used_before, ctx, blocks)
             else:
+                j = np.arange(k)
                 grown = np.maximum(blocks[:, None], -(-(ctx[:, None] + j[None, :] + 1) // self.B)).sum(axis=0) \
                     - int(_sum(blocks))
                 k = min(k, int(grown.searchsorted(eng.free, side="right")))

@@ -393,6 +393,12 @@ class StepTimer:
         """Whether a decode-only step's fast time is affine in the cached tokens (no sliding-window layers)."""
         return not self._sliding
 
+    @property
+    def host_free(self) -> bool:
+        """Whether a step's wall time is its forward time (no host time per step): :meth:`steps_s` returns its
+        input."""
+        return self._host_free
+
     def steps_s(self, forward_s: np.ndarray, sequences: int) -> np.ndarray:
         """Wall seconds of decode-only steps of ``sequences`` sequences (no request starts in them)."""
         if self._host_free:
