@@ -14,7 +14,6 @@ import importlib.abc
 import logging
 import os
 import sys
-import types
 from collections.abc import Iterable, Iterator, Sequence
 
 import typer
@@ -148,27 +147,12 @@ def _not_imported(modules: tuple[str, ...] | None) -> Iterator[None]:
         sys.meta_path.remove(finder)
 
 
-#: pydantic's plugin loader: imported when pydantic builds its first validator, it imports ``importlib.metadata``
-#: (and with it the ``email`` package: 10-20 ms) at its top, although with every plugin disabled its one function,
-#: ``get_plugins``, returns none without using it.
-PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
-#: The values of ``PYDANTIC_DISABLE_PLUGINS`` for which pydantic's ``get_plugins`` returns no plugin.
-PLUGINS_DISABLED = ("__all__", "1", "true")
-
-
 def _process_setup() -> None:
     """What only a ``layerscope`` process does (never a program importing the library): the collector threshold
     above, and no scan of every installed distribution for pydantic plugins (our models are validated by
-    pydantic itself; a user who wants plugins sets ``PYDANTIC_DISABLE_PLUGINS`` to an empty string). With the
-    plugins disabled, pydantic gets a plugin loader that returns none, as its own does then, without importing
-    ``importlib.metadata`` (:data:`PYDANTIC_PLUGIN_LOADER`; ``tests/cli/test_app.py`` checks that pydantic asks
-    the loader for nothing else)."""
+    pydantic itself; a user who wants plugins sets ``PYDANTIC_DISABLE_PLUGINS`` to an empty string)."""
     gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    if os.environ["PYDANTIC_DISABLE_PLUGINS"] in PLUGINS_DISABLED and PYDANTIC_PLUGIN_LOADER not in sys.modules:
-        loader = types.ModuleType(PYDANTIC_PLUGIN_LOADER, "pydantic's plugin loader with every plugin disabled.")
-        loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
-        sys.modules[PYDANTIC_PLUGIN_LOADER] = loader
 
 
 def main() -> None:
