@@ -127,3 +127,12 @@ def test_the_estimate_tables_are_drawn_plain(args: dict[str, object]) -> None:
     drawn = _blocks(result, 25)
     plain = plain_text(drawn)
     assert plain is not None and plain == rich_text(drawn)
+
+
+@pytest.mark.parametrize("pieces", [("[", "a]"), ("[a", "]"), (Styled("x[", "bold"), "a]"), ("[", Styled("a]", "red")),
+                                    ("[b", Styled("]", "red")), (Styled("[b", "red"), "]")])
+def test_pieces_of_a_line_never_join_into_markup(pieces: tuple[tables.Cell, ...]) -> None:
+    """Pieces escaped one by one could join into a tag (``"["`` + ``"a]"`` is ``[a]``, which rich would take as a
+    style and print nothing): rich is given each run of unstyled pieces as one string, and prints the text."""
+    text = "".join(p if isinstance(p, str) else p.text for p in pieces)
+    assert rich_text([Line(*pieces)]) == plain_text([Line(*pieces)]) == text + "\n"

@@ -208,7 +208,7 @@ def _emit_rich(blocks: Sequence[Block]) -> None:
     con = console()
     for block in blocks:
         if isinstance(block, Line):
-            con.print("".join(_markup(p) for p in block.pieces))
+            con.print("".join(_markup(p) for p in _merged(block.pieces)))
             continue
         t = RichTable(title=esc(block.title) if block.title else None)
         for column in block.columns:
@@ -216,6 +216,18 @@ def _emit_rich(blocks: Sequence[Block]) -> None:
         for row in block.rows:
             t.add_row(*(_markup(c) for c in row))
         con.print(t)
+
+
+def _merged(pieces: Sequence[Cell]) -> list[Cell]:
+    """``pieces`` with each run of unstyled ones joined: escaped one by one, ``"["`` and ``"a]"`` would join into
+    the markup tag ``[a]`` (rich's escape only escapes a whole tag)."""
+    out: list[Cell] = []
+    for piece in pieces:
+        if isinstance(piece, str) and out and isinstance(out[-1], str):
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return out
 
 
 def _markup(cell: Cell) -> Any:
