@@ -253,3 +253,20 @@ def test_the_collector_is_paused_only_while_the_loop_runs(monkeypatch):
     with pytest.raises(ServingError, match="boom"):
         run_serving(request)
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("outputs", [(1, 1, 1), (40, 40, 40)])
+def test_a_request_preempted_in_the_step_that_admitted_it_gives_its_blocks_back(preemption, outputs):
+    """Prefill-first, chunked, a 512-token budget on 1,024 KV tokens (64 blocks of 16): the three prompts are
+    admitted with blocks promised to their chunks, and the running prompt then needs more than is left, so the
+    last one admitted is preempted in the same step. Its promised blocks (and its chunk's tokens) go back to the
+    step: before, they stayed promised and, under recompute, every request was preempted in turn and the engine
+    stopped with "no step fits" (found by test_random_traffic_keeps_every_invariant)."""
+    requests = [Request(i, 0.001 * i, p, o) for i, (p, o) in enumerate(zip((593, 129, 273), outputs, strict=True))]
+    sched = SchedulerSpec(name="vllm", chunked_prefill=True, max_num_seqs=8, max_num_batched_tokens=512,
+                          priority="prefill-first", preemption=preemption)
+    run = simulate_requests(_request(scheduler=sched, kv_capacity_tokens=1024, traffic=TrafficSpec(rate_per_s=1)),
+                            requests)
+    _check_invariants(run)
+    assert summarize(run).completed == 3

@@ -555,6 +555,16 @@ class _Simulation:
         dec = _NO_SLOTS
         dec_blocks = 0
         pending = 0  # blocks promised to this step's prompt chunks
+        promised: dict[int, tuple[int, int]] = {}  # slot -> (its blocks in ``pending``, its chunk's tokens)
+
+        def preempt(slot: int) -> None:
+            """Evict ``slot``; a chunk it was given in this step gives back its blocks and tokens (vLLM's
+            scheduler returns a preempted request's tokens to the step's budget likewise)."""
+            nonlocal swap_s, pending, left
+            swap_s += self._preempt(eng, slot)
+            blocks, tokens = promised.pop(slot, (0, 0))
+            pending -= blocks
+            left += tokens
 
         planned: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None  # decodes, contexts, blocks wanted
 
@@ -571,7 +581,7 @@ class _Simulation:
                 if need <= eng.free or not eng.order:
                     planned = (d, ctx, want, self.preempted)
                     return d, need
-                swap_s += self._preempt(eng, eng.order[-1])
+                preempt(eng.order[-1])
 
         def plan_running_prompts() -> None:
             nonlocal left, swap_s, pending
@@ -589,12 +599,13 @@ class _Simulation:
                     continue
                 need = int(self._blocks_for(int(eng.s_ctx[slot]) + c)) - int(eng.s_blocks[slot])
                 while need > eng.free - dec_blocks - pending and eng.order[-1] != slot:
-                    swap_s += self._preempt(eng, eng.order[-1])
+                    preempt(eng.order[-1])
                 if need > eng.free - dec_blocks - pending:
-                    swap_s += self._preempt(eng, slot)
+                    preempt(slot)
                     break
                 chunks.append((slot, c))
                 chunk_reqs[slot] = int(eng.s_req[slot])
+                promised[slot] = (need, c)
                 pending += need
                 left -= c
 
@@ -634,6 +645,7 @@ class _Simulation:
                     eng.free -= need
                 else:
                     pending += need
+                promised[slot] = (0 if reserve else need, c)
                 chunks.append((slot, c))
                 chunk_reqs[slot] = req
                 left -= c
