@@ -91,12 +91,14 @@ def test_the_process_setup_raises_the_collector_threshold_and_skips_the_plugin_s
 def test_an_estimate_loads_nothing_it_does_not_run() -> None:
     """#31.4: ``layerscope estimate`` on a preset imports no YAML parser, spreadsheet reader, cluster model, kernel
     table, masked arrays or other command; printing to a pipe, no rich; a preset built without validators, no
-    calibration record; a graph without communication ops, no collective models."""
+    calibration record; a graph without communication ops, no collective models; no attention-kernel fit (the
+    cost model's head-dim factor is ``hardware.head_dim``)."""
     from tests.conftest import modules_loaded
 
     unneeded = ("yaml", "openpyxl", "numpy.ma", "layerscope.hardware.cluster", "layerscope.hardware.kernel_table",
                 "layerscope.cli.plan", "layerscope.cli.serving", "layerscope.serving", "layerscope.schedule",
-                "layerscope.trace", "rich", "layerscope.hardware.calibration", "layerscope.cost.collectives")
+                "layerscope.trace", "rich", "layerscope.hardware.calibration", "layerscope.cost.collectives",
+                "layerscope.hardware.attention_fit")
     code = ("import sys; sys.argv = ['layerscope', 'estimate', '--model', 'llama-3.1-8b', '--hardware', 'h100-sxm']\n"
             "from layerscope.cli.app import main\n"
             "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code")

@@ -28,8 +28,8 @@ from layerscope.cost.execution import (
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures, distinct
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS, Op
-from layerscope.hardware.attention_fit import head_dim_factor
 from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
+from layerscope.hardware.head_dim import head_dim_factor
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel, row_input_reads
 from layerscope.registry import Registry
 from layerscope.units import DType

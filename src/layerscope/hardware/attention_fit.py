@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layerscope.hardware.head_dim import REFERENCE_HEAD_DIM, head_dim_factor
+
 if TYPE_CHECKING:
     from layerscope.hardware.kernel_table import KernelRow
 
@@ -56,8 +58,6 @@ NOT_SERVING = re.compile(r"standard \(PyTorch\)|PyTorch eager|no split-KV|tutori
 #: its paper, K-04 648 TFLOP/s, and in tritonbench, K-12 621; cuDNN K-06 595); slower ones are older kernels
 #: (FlashAttention-2, K-05 370).
 SAME_KERNEL_SPREAD = 0.8
-#: The head dim at which ``PrefillFit.efficiency`` is the fraction of peak (the head-dim factor is 1 there).
-REFERENCE_HEAD_DIM = 128.0
 #: Element bytes of 16-bit attention operands (every decode row of the table is fp16 or bf16).
 _ELEMENT_BYTES = 2.0
 _TIME_IN_NOTES = re.compile(r"(\d+(?:\.\d+)?)\s*(us|µs|ms)\b")
@@ -113,14 +113,6 @@ class PrefillFit:
         m = np.asarray(m, dtype=np.float64)
         f = self.efficiency * m / (m + self.half_m)
         return f if d is None else f * head_dim_factor(d, self.half_d)
-
-
-def head_dim_factor(d: np.ndarray | float, half_d: float) -> np.ndarray:
-    """``d / (d + d½)`` relative to its value at :data:`REFERENCE_HEAD_DIM`; 1 where ``d½`` is 0."""
-    d = np.asarray(d, dtype=np.float64)
-    if half_d <= 0:
-        return np.ones_like(d)
-    return d / (d + half_d) * (REFERENCE_HEAD_DIM + half_d) / REFERENCE_HEAD_DIM
 
 
 @dataclass(frozen=True)
