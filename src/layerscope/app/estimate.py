@@ -443,35 +443,52 @@ def estimate_raw(request: EstimateRequest) -> Estimate:
 
 
 def result_of(est: Estimate) -> EstimateResult:
-    """The result model of a cost-layer estimate."""
+    """The result model of a cost-layer estimate.
+
+    The op rows are validated (in one call: faster than ``model_construct`` per row); the models around them are
+    built with ``model_construct``, not validated: their values come from our own cost layer, each given here the
+    type its field validates to, so the result equals the validated one field for field and type for type
+    (``tests/app/test_estimate_result.py``) without building those models' validators."""
     rows = est.ops
     total = est.total_time_s or 1.0
     memory = est.memory
     explained, figures = _explain(est)
     energy, op_energy = _energy(est)
-    return EstimateResult(
+    op_rows = _op_rows().validate_python([
+        {"name": op.name, "kind": op.kind, "phase": op.phase, "layer": op.layer, "definition": op.definition,
+         "matrix_class": op.matrix_class, "inputs": op.inputs, "outputs": op.outputs, "flops": op.flops,
+         "bytes": op.bytes, "weight_bytes": op.weight_bytes, "act_bytes": op.act_bytes, "kv_bytes": op.kv_bytes,
+         "time_s": op.time_s, "share": op.time_s / total, "bound": op.bound, **why,
+         **({} if op_energy is None else {"energy_j": op_energy[i]})}
+        for i, (op, why) in enumerate(zip(rows, explained, strict=True))])
+    return EstimateResult.model_construct(
         model=est.model, hardware=est.hardware, cost_model=est.cost_model, scope=est.scope, workload=est.workload,
-        ttft_s=est.ttft_s, tpot_s=est.tpot_s, e2e_s=est.e2e_s, output_tokens_per_s=est.output_tokens_per_s,
-        phase_times_s=dict(est.phase_times_s), warnings=list(est.warnings),
-        memory_bytes=MemoryBytes(weights=memory.weights, kv_cache=memory.kv_cache, activations=memory.activations,
-                                 communication=memory.communication, total=memory.total),
-        memory_capacity_bytes=est.memory_capacity_bytes, fits_in_memory=est.fits_in_memory,
-        totals=Totals(time_s=est.total_time_s, flops=float(sum(op.flops for op in rows)),
-                      bytes=float(sum(op.bytes for op in rows)), ops=len(rows)),
-        by_kind=[KindRow.model_validate(r) for r in est.breakdown("kind")],
-        by_matrix_class=[MatrixClassRow.model_validate(r) for r in est.breakdown("matrix_class")],
-        ops=_op_rows().validate_python([
-            {"name": op.name, "kind": op.kind, "phase": op.phase, "layer": op.layer, "definition": op.definition,
-             "matrix_class": op.matrix_class, "inputs": op.inputs, "outputs": op.outputs, "flops": op.flops,
-             "bytes": op.bytes, "weight_bytes": op.weight_bytes, "act_bytes": op.act_bytes, "kv_bytes": op.kv_bytes,
-             "time_s": op.time_s, "share": op.time_s / total, "bound": op.bound, **why,
-             **({} if op_energy is None else {"energy_j": op_energy[i]})}
-            for i, (op, why) in enumerate(zip(rows, explained, strict=True))]),
+        ttft_s=_float_or_none(est.ttft_s), tpot_s=_float_or_none(est.tpot_s), e2e_s=float(est.e2e_s),
+        output_tokens_per_s=float(est.output_tokens_per_s),
+        phase_times_s={k: float(v) for k, v in est.phase_times_s.items()}, warnings=list(est.warnings),
+        memory_bytes=MemoryBytes.model_construct(
+            weights=float(memory.weights), kv_cache=float(memory.kv_cache), activations=float(memory.activations),
+            communication=float(memory.communication), total=float(memory.total)),
+        memory_capacity_bytes=float(est.memory_capacity_bytes), fits_in_memory=bool(est.fits_in_memory),
+        totals=Totals.model_construct(time_s=float(est.total_time_s), flops=float(sum(op.flops for op in rows)),
+                                      bytes=float(sum(op.bytes for op in rows)), ops=len(rows)),
+        by_kind=[KindRow.model_construct(**_group_row(r)) for r in est.breakdown("kind")],
+        by_matrix_class=[MatrixClassRow.model_construct(**_group_row(r)) for r in est.breakdown("matrix_class")],
+        ops=op_rows,
         parameters=_parameters(est),
         figures=figures,
         parallel=_parallel(est),
         energy=energy,
     )
+
+
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _group_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``Estimate.breakdown`` with its fields' types: the group's name, ``ops`` an int, floats."""
+    return {k: v if isinstance(v, str) else int(v) if k == "ops" else float(v) for k, v in row.items()}
 
 
 def _energy(est: Estimate) -> tuple[EnergySummary | None, list[float] | None]:
@@ -485,16 +502,18 @@ def _energy(est: Estimate) -> tuple[EnergySummary | None, list[float] | None]:
     phases = {}
     for p in result.phases:
         d = p.dynamic
-        phases[p.phase] = PhaseEnergyRow(
-            energy_j=p.energy_j, time_s=p.time_s, average_power_w=p.average_power_w, peak_power_w=p.peak_power_w,
-            power_limited=p.power_limited, clock_factor=p.clock_factor, compute_j=float(d.compute_j.sum()),
-            memory_j=float(d.memory_j.sum()), sram_j=float(d.sram_j.sum()), wire_j=float(d.wire_j.sum()),
-            static_j=hw.energy.idle_power_w * p.time_s)
-    summary = EnergySummary(
-        energy_j=result.energy_j, j_per_output_token=result.j_per_output_token,
-        output_tokens_per_j=result.output_tokens_per_j, e2e_s=result.e2e_s,
-        power_limited=any(p.power_limited for p in result.phases), idle_j=result.idle_j, devices=result.devices,
-        idle_power_w=hw.energy.idle_power_w, board_power_limit_w=hw.energy.board_power_limit_w, phases=phases)
+        phases[p.phase] = PhaseEnergyRow.model_construct(
+            energy_j=float(p.energy_j), time_s=float(p.time_s), average_power_w=float(p.average_power_w),
+            peak_power_w=float(p.peak_power_w), power_limited=bool(p.power_limited),
+            clock_factor=float(p.clock_factor), compute_j=float(d.compute_j.sum()), memory_j=float(d.memory_j.sum()),
+            sram_j=float(d.sram_j.sum()), wire_j=float(d.wire_j.sum()),
+            static_j=float(hw.energy.idle_power_w * p.time_s))
+    summary = EnergySummary.model_construct(
+        energy_j=float(result.energy_j), j_per_output_token=float(result.j_per_output_token),
+        output_tokens_per_j=float(result.output_tokens_per_j), e2e_s=float(result.e2e_s),
+        power_limited=any(p.power_limited for p in result.phases), idle_j=float(result.idle_j),
+        devices=int(result.devices), idle_power_w=float(hw.energy.idle_power_w),
+        board_power_limit_w=float(hw.energy.board_power_limit_w), phases=phases)
     return summary, [float(x) for p in result.phases for x in p.op_energy_j.tolist()]
 
 
@@ -507,21 +526,22 @@ def _parallel(est: Estimate) -> ParallelSummary:
         comm = float(part.time_s[communication_mask(part.graph)].sum())
         total = float(part.time_s.sum())
         pipe = est.pipeline.get(part.phase)
-        phases[part.phase] = PhaseParallel(
+        phases[part.phase] = PhaseParallel.model_construct(
             communication_s=comm, communication_share=comm / total if total > 0 else 0.0,
             stage_times_s=None if pipe is None else [float(x) for x in pipe.stage_times_s],
-            bubble_fraction=None if pipe is None else pipe.bubble_fraction)
-    return ParallelSummary(
-        devices=w.devices, tensor_parallel=w.tensor_parallel, pipeline_parallel=w.pipeline_parallel,
-        expert_parallel=w.expert_parallel, data_parallel=w.data_parallel, micro_batches=w.micro_batches,
-        sequence_parallel=w.sequence_parallel, two_batch_overlap=w.two_batch_overlap,
-        output_tokens_per_s_per_device=est.output_tokens_per_s / w.devices, phases=phases)
+            bubble_fraction=None if pipe is None else float(pipe.bubble_fraction))
+    return ParallelSummary.model_construct(
+        devices=int(w.devices), tensor_parallel=int(w.tensor_parallel), pipeline_parallel=int(w.pipeline_parallel),
+        expert_parallel=int(w.expert_parallel), data_parallel=int(w.data_parallel),
+        micro_batches=int(w.micro_batches), sequence_parallel=bool(w.sequence_parallel),
+        two_batch_overlap=bool(w.two_batch_overlap),
+        output_tokens_per_s_per_device=float(est.output_tokens_per_s / w.devices), phases=phases)
 
 
 @cache
 def _op_rows() -> TypeAdapter[list[OpRow]]:
-    """The validator of the op rows: all rows in one call (a whole model has thousands; a third faster than one
-    ``OpRow(...)`` each)."""
+    """The validator of the op rows: all rows in one call (a whole model has thousands; faster than one
+    ``OpRow(...)`` or ``OpRow.model_construct(...)`` each)."""
     return TypeAdapter(list[OpRow])
 
 
@@ -531,7 +551,7 @@ def _parameters(est: Estimate) -> Parameters:
     if est.model_spec is None:
         raise CostModelError(f"estimate of {est.model}: carries no model spec to count parameters of")
     counts = param_counts(est.model_spec)
-    return Parameters(total=counts.total, active=counts.active)
+    return Parameters.model_construct(total=int(counts.total), active=int(counts.active))
 
 
 def _explain(est: Estimate) -> tuple[list[dict[str, Any]], dict[str, Figure]]:
@@ -553,20 +573,23 @@ def _explain(est: Estimate) -> tuple[list[dict[str, Any]], dict[str, Figure]]:
         tables.append(ex.figures)
         compute = [None if math.isnan(x) else x for x in ex.compute_efficiency.tolist()]
         memory = [None if math.isnan(x) else x for x in ex.memory_efficiency.tolist()]
-        rows.extend({"compute_efficiency": c, "memory_efficiency": m, "overhead_s": o, "launches": n,
-                     "overhead_host_s": h, "figures": list(f)}
+        rows.extend({"compute_efficiency": c, "memory_efficiency": m, "overhead_s": float(o), "launches": float(n),
+                     "overhead_host_s": float(h), "figures": list(f)}
                     for c, m, o, n, h, f in zip(compute, memory, ex.overhead_s.tolist(), ex.launches.tolist(),
                                                 ex.overhead_host_s.tolist(), ex.op_figures, strict=True))
-    figures = {path: Figure(value=_json_value(use.value), source=use.source, row_ids=list(use.row_ids),
-                            term=use.term, cited=use.cited)
+    figures = {path: Figure.model_construct(value=_json_value(use.value), source=use.source,
+                                            row_ids=list(use.row_ids), term=use.term, cited=bool(use.cited))
                for path, use in merge_figures(*tables).items()}
     return rows, figures
 
 
 def _json_value(value: object) -> float | str | list[list[float]] | None:
+    """A figure's value as ``Figure.value`` validates it: a table's rows as lists of floats, a number a float."""
     if isinstance(value, tuple):
-        return [list(row) for row in value]
-    return value  # type: ignore[return-value]
+        return [[float(x) for x in row] for row in value]
+    if value is None or isinstance(value, str):
+        return value
+    return float(value)  # type: ignore[arg-type]
 
 
 #: The columns of ``estimate --csv``, in order.
