@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
+from enum import IntEnum
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from layerscope.cli.common import fmt_time_s
+from layerscope.cli.common import _indented_json, fmt_time_s, to_json_text
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
@@ -100,3 +106,33 @@ def test_step_progress_draws_on_a_terminal_and_not_for_json(monkeypatch) -> None
     monkeypatch.setattr(terminal, "isatty", lambda: False)
     with step_progress(True, "capture") as progress:
         assert progress is None  # not a terminal: no bar
+
+
+_LEAVES = (st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+           | st.floats().map(np.float64) | st.sampled_from([np.int64(3), IntEnum("E", "a").a]))
+_JSONISH = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                        | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+                        | st.dictionaries(st.integers() | st.floats() | st.booleans() | st.none(), inner, max_size=2),
+                        max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSONISH)
+def test_print_json_writes_the_bytes_of_the_stdlib_encoder(value: object) -> None:
+    """``print_json``'s encoder writes what ``json.dumps(indent=2)`` of the NaN-cleaned value writes, byte for
+    byte; values it does not know (numpy scalars, enums, non-str keys) go the stdlib's way, and raise as it does."""
+    def outcome(encode: Callable[[], str]) -> tuple[str, str]:
+        try:
+            return "text", encode()
+        except (TypeError, ValueError) as exc:
+            return type(exc).__name__, str(exc)
+
+    assert outcome(lambda: _indented_json(value)) == outcome(lambda: to_json_text(value, indent=2))
+
+
+def test_print_json_writes_an_estimate_as_its_dump_does() -> None:
+    from layerscope.app.estimate import EstimateRequest, estimate
+
+    result = estimate(EstimateRequest(model="deepseek-v2-lite", hardware="h100-sxm", layer=1))
+    assert _indented_json(result) == json.dumps(result.model_dump(mode="json"), indent=2)
+    assert _indented_json({"result": result}) == to_json_text({"result": result}, indent=2)  # nested: the fallback
