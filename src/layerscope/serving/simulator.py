@@ -545,13 +545,15 @@ class _Simulation:
         promised: dict[int, tuple[int, int]] = {}  # slot -> (its blocks in ``pending``, its chunk's tokens)
 
         def preempt(slot: int) -> None:
-            """Evict ``slot``; a chunk it was given in this step gives back its blocks and tokens (vLLM's
-            scheduler returns a preempted request's tokens to the step's budget likewise)."""
+            """Evict ``slot``; a chunk it was given in this step leaves the step and gives back its blocks and
+            tokens (vLLM's scheduler returns a preempted request's tokens to the step's budget likewise)."""
             nonlocal swap_s, pending, left
             swap_s += self._preempt(eng, slot)
-            blocks, tokens = promised.pop(slot, (0, 0))
-            pending -= blocks
-            left += tokens
+            if slot in promised:
+                blocks, tokens = promised.pop(slot)
+                chunks.remove((slot, tokens))
+                pending -= blocks
+                left += tokens
 
         planned: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None  # decodes, contexts, blocks wanted
 
@@ -591,7 +593,6 @@ class _Simulation:
                     preempt(slot)
                     break
                 chunks.append((slot, c))
-                chunk_reqs[slot] = int(eng.s_req[slot])
                 promised[slot] = (need, c)
                 pending += need
                 left -= c
@@ -634,10 +635,8 @@ class _Simulation:
                     pending += need
                 promised[slot] = (0 if reserve else need, c)
                 chunks.append((slot, c))
-                chunk_reqs[slot] = req
                 left -= c
 
-        chunk_reqs: dict[int, int] = {}
         if policy.decode_first():
             dec, dec_blocks = plan_decodes(None)
             dec_reqs = eng.s_req[dec]
@@ -657,14 +656,13 @@ class _Simulation:
                 dec_reqs = eng.s_req[dec]
                 dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                     if not reserve and len(dec) else 0
-        # Requests preempted while the step was formed leave it (their slots may hold others now).
+        # Decodes preempted while the step was formed leave it (their slots may hold others now; a chunk leaves in
+        # preempt()).
         if len(dec) and self.preempted != preempted_before:
             dec = dec[eng.s_dec[dec] & (eng.s_req[dec] == dec_reqs)] if len(dec_reqs) == len(dec) \
                 else dec[eng.s_dec[dec]]
             dec_blocks = int((self._blocks_for(eng.s_ctx[dec] + 1) - eng.s_blocks[dec]).sum()) \
                 if not reserve and len(dec) else 0
-        if self.preempted != preempted_before:
-            chunks = [(slot, c) for slot, c in chunks if eng.s_req[slot] == chunk_reqs[slot]]
         # Take the blocks: decodes grow by one token, chunks by theirs. (The decodes as planned, where no
         # preemption came after: their contexts and blocks wanted are still those.)
         same = planned is not None and planned[0] is dec and planned[3] == self.preempted
