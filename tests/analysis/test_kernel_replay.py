@@ -88,13 +88,14 @@ def test_host_timed_rows_carry_the_synchronized_call(replayed) -> None:
 def test_a_grouped_gemm_is_one_kernel_over_its_groups() -> None:
     """DeepGEMM's contiguous grouped GEMM (G-28: 4 groups x M=8192, N=4096, K=7168): 2·M·N·K FLOPs and N·K weights
     per group, activations in and out once, one launch; the fp8 tile rule counts every group's tiles."""
-    from layerscope.analysis.kernel_replay import grouped_gemm_op
     from layerscope.cost.features import op_features
     from layerscope.cost.models import gemm_tile_fraction
+    from layerscope.graph._common import linear_op
     from layerscope.graph.ops import OpGraph
     from layerscope.units import DType
 
-    op = grouped_gemm_op(8192, 4096, 7168, 4, weight_dtype=DType.FP8, act_dtype=DType.FP8)
+    op = linear_op("gemm", "gemm", None, "x", m=8192, n=4096, k=7168, weight_dtype=DType.FP8, act_dtype=DType.FP8,
+                   groups=4)
     assert op.flops == 2 * 8192 * 4096 * 7168 * 4
     assert op.weight_bytes == 4 * 4096 * 7168  # one byte per fp8 weight
     assert op.act_read_bytes == 4 * 8192 * 7168 and op.act_write_bytes == 4 * 8192 * 4096

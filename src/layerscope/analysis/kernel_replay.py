@@ -3,7 +3,7 @@
 Every row of ``data/gpu-kernels.md`` that maps to one op is predicted by its GPU's preset fitted
 (:func:`layerscope.hardware.kernel_fit.fit_preset`) on every row *except those of the row's own source*, so no
 row is scored by a fit its source took part in. GEMM rows become one ``linear_op`` timed by the roofline cost
-model, exactly as an estimate times a projection (a grouped GEMM, one op over its groups: :func:`grouped_gemm_op`);
+model, exactly as an estimate times a projection (a grouped GEMM, one op over its groups: ``linear_op``'s ``groups``);
 memory-bound rows are the preset's streaming bandwidth
 (``HardwareSpec.achievable_bandwidth_bytes_per_s``). Error = predicted / published − 1, on the published metric.
 F- and L-tagged rows are printed but stay out of the headline figures.
@@ -18,7 +18,7 @@ import numpy as np
 
 from layerscope.cost.features import op_features
 from layerscope.cost.models import roofline
-from layerscope.graph._common import act, gemm_class, linear_op, nbytes, weight
+from layerscope.graph._common import linear_op
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware.attention_fit import NOT_SERVING, decode_bytes, row_time_s
@@ -63,28 +63,11 @@ def gemm_tflops(row: GemmRow, spec: HardwareSpec, call_s: float = 0.0) -> float:
     assert g is not None
     weights = DType(WEIGHT_ONLY.get(row.dtype, row.dtype))
     dt = DType("bf16" if row.dtype in WEIGHT_ONLY else row.dtype)
-    op = (linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights, act_dtype=dt)
-          if g.groups == 1 else grouped_gemm_op(g.m, g.n, g.k, g.groups, weight_dtype=weights, act_dtype=dt))
-    graph = OpGraph(ops=(op,), graph_inputs=frozenset({"x"}))
+    graph = OpGraph(ops=(linear_op("gemm", "gemm", None, "x", m=g.m, n=g.n, k=g.k, weight_dtype=weights,
+                                   act_dtype=dt, groups=g.groups),),
+                    graph_inputs=frozenset({"x"}))
     time_s = float(roofline(op_features(graph), spec).time_s[0]) + call_s
     return row.flops / time_s / 1e12
-
-
-def grouped_gemm_op(m: int, n: int, k: int, groups: int, *, weight_dtype: DType, act_dtype: DType) -> Op:
-    """One grouped GEMM kernel: ``groups`` independent ``x_g[m, k] @ W_g[n, k]^T``, each with its own weights (an
-    MoE layer's experts in one launch, DeepGEMM's contiguous layout): 2·m·n·k FLOPs and n·k weights per group,
-    the activations read and written once. Timed as one matrix op of ``GemmShape(m, n, k, groups)``, as the
-    experts op of an estimate is (``graph.moe``), without that op's routing and per-projection reduction
-    lengths: the row is one GEMM shape."""
-    x = act("x", (groups * m, k), act_dtype)
-    w = weight("gemm.weight", (groups, n, k), weight_dtype)
-    return Op(name="gemm", kind="gemm", module="gemm", layer=None, inputs=(x, w),
-              outputs=(act("gemm:out", (groups * m, n), act_dtype),),
-              flops=2 * m * n * k * groups, weight_bytes=nbytes(groups * n * k, weight_dtype.bits),
-              act_read_bytes=nbytes(groups * m * k, act_dtype.bits),
-              act_write_bytes=nbytes(groups * m * n, act_dtype.bits),
-              matrix_class=gemm_class(m), definition=f"grouped_gemm_g{groups}_n{n}_k{k}",
-              gemm=GemmShape(m, n, k, groups))
 
 
 #: Vector FLOPs per element of a softmax or norm row (max/sum or mean square, then the scaled map): the op is

@@ -150,31 +150,36 @@ def linear(ctx: BuildContext, name: str, module: str, layer: int | None, x: str,
 
 def linear_op(name: str, module: str, layer: int | None, x: str, *, m: int, n: int, k: int, weight_dtype: DType,
               act_dtype: DType, bias: bool = False, kind: str = "gemm", in_rows: int | None = None,
-              weight_name: str | None = None, attrs: tuple[tuple[str, object], ...] = ()) -> Op:
+              weight_name: str | None = None, attrs: tuple[tuple[str, object], ...] = (), groups: int = 1) -> Op:
     """A linear layer ``y[m, n] = x[m, k] @ W[n, k]^T (+ b)``, output tensor ``{name}:out``.
 
     FLOPs: 2·m·n·k (a multiply-add is 2 FLOPs; Kaplan et al. 2020, arXiv 2001.08361 §2.1) plus m·n
     for the bias add. Weights are read once.
     ``in_rows`` is the row count of the input tensor when it differs from ``m`` (lm_head reading
     only the last token of each sequence).
+    ``groups`` > 1: one grouped GEMM kernel of ``groups`` such products, each with its own weights (an MoE
+    layer's experts in one launch, as DeepGEMM's contiguous layout runs them): every count above per group.
     """
     wdt = weight_dtype
     adt = act_dtype
     abits = adt.bits
+    g = groups
     wname = f"{name}.weight" if weight_name is None else weight_name
-    inputs = [act(x, (m if in_rows is None else in_rows, k), adt), weight(wname, (n, k), wdt)]
-    flops = 2 * m * n * k
-    wbytes = nbytes(n * k, wdt.bits)
+    inputs = [act(x, ((m if in_rows is None else in_rows) * g, k), adt),
+              weight(wname, (n, k) if g == 1 else (g, n, k), wdt)]
+    flops = 2 * m * n * k * g
+    wbytes = nbytes(n * k * g, wdt.bits)
     if bias:
-        inputs.append(weight(f"{name}.bias", (n,), wdt))
-        flops += m * n
-        wbytes += nbytes(n, wdt.bits)
+        inputs.append(weight(f"{name}.bias", (n,) if g == 1 else (g, n), wdt))
+        flops += m * n * g
+        wbytes += nbytes(n * g, wdt.bits)
     return Op(
         name=name, kind=kind, module=module, layer=layer, inputs=tuple(inputs),
-        outputs=(act(f"{name}:out", (m, n), adt),),
+        outputs=(act(f"{name}:out", (m * g, n), adt),),
         flops=flops, weight_bytes=wbytes,
-        act_read_bytes=nbytes(m * k, abits), act_write_bytes=nbytes(m * n, abits),
-        matrix_class=gemm_class(m), definition=f"gemm_n{n}_k{k}", gemm=GemmShape(m, n, k),
+        act_read_bytes=nbytes(m * k * g, abits), act_write_bytes=nbytes(m * n * g, abits),
+        matrix_class=gemm_class(m), definition=f"gemm_n{n}_k{k}" if g == 1 else f"grouped_gemm_g{g}_n{n}_k{k}",
+        gemm=GemmShape(m, n, k, g),
         attrs=attrs,
     )
 
