@@ -81,6 +81,20 @@ def test_decode_fit_recovers_floor_and_bandwidth(rows) -> None:
     assert af.fit_decode(made[:1], bw, t0) is None  # one size cannot split floor from bandwidth
 
 
+def test_decode_fit_beside_the_streaming_efficiency_pins_the_floor_alone(rows) -> None:
+    # made at e = 0.8 and a 10 µs floor: given e, even one row gives the floor, and e is returned as given
+    bw, t0, e, floor = 3.35e12, 2e-6, 0.8, 10e-6
+    made = [af.DecodeRow(replace(rows["K-18"], id=f"X-{b:g}"), b, t0 + floor + b / (bw * e)) for b in (1e7, 1e8, 1e9)]
+    for subset in (made, made[:1], made[2:]):
+        fit = af.fit_decode(subset, bw, t0, efficiency=e)
+        assert fit is not None and fit.efficiency == e and fit.floor_s == pytest.approx(floor, abs=0.6e-6)
+    # a slower kernel (same bytes, 1.5x the time on the long cache) cannot lower e: the floor takes what it can
+    slow = [af.DecodeRow(r.row, r.bytes, t0 + floor + r.bytes / (bw * e / 1.5)) for r in made]
+    fit = af.fit_decode(slow, bw, t0, efficiency=e)
+    assert fit is not None and fit.efficiency == e and fit.floor_s > floor
+    assert af.fit_decode([], bw, t0, efficiency=e) is None
+
+
 def test_shipped_presets_carry_the_attention_fit_and_cite_its_rows() -> None:
     h100 = load_preset("h100-sxm").efficiency
     assert "K-08" in h100.attention_rows_source and "K-09" in h100.attention_rows_source
@@ -93,6 +107,14 @@ def test_shipped_presets_carry_the_attention_fit_and_cite_its_rows() -> None:
     assert "h100-sxm's fit" in h200.attention_decode_source and "h100-sxm's fit" in h200.attention_rows_source
     b200 = load_preset("b200").efficiency
     assert "AX-15" in b200.attention_decode_source and "h100-sxm" not in b200.attention_decode_source
+
+
+@pytest.mark.parametrize("name", ["a100-sxm", "h100-sxm", "h200", "b200", "mi300x"])
+def test_decode_attention_streams_at_the_presets_own_streaming_efficiency(name: str) -> None:
+    # the floor may come from a nearest GPU's rows; the long-cache rate is this GPU's own memory fit
+    eff = load_preset(name).efficiency
+    assert eff.attention_decode_memory == eff.memory and eff.attention_decode_floor_s > 0
+    assert "e = efficiency.memory" in eff.attention_decode_source
 
 
 def test_one_fixed_cost_per_thread_block_gives_both_half_lengths_by_hand() -> None:

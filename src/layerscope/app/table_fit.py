@@ -93,7 +93,8 @@ class AttentionFitResult(BaseModel):
     prefill_from: str
     """Empty when fitted on this GPU's rows, else whose rows and why."""
     decode_memory: float | None
-    """Fraction of the datasheet bandwidth decode attention streams at; None without decode rows."""
+    """Fraction of the datasheet bandwidth decode attention streams at on long caches: the spec's streaming
+    efficiency (``efficiency.memory``); None without decode rows here or on a nearest GPU."""
     decode_floor_s: float | None
     """Fixed time of a decode attention kernel beyond the fixed cost per kernel, seconds."""
     decode_rows: list[str]
@@ -168,15 +169,15 @@ def fit_table(request: TableFitRequest) -> TableFitResult:
         gemm=[GemmFitRow(dtype=dt, efficiency=g.efficiency, half_flops=g.half_flops, weight_stream=g.weight_stream,
                          overhead_s=g.overhead_s, rows=list(g.rows), taken_from=dict(g.taken_from),
                          rms_log_error=g.rms_log_error) for dt, g in fit.gemm.items()],
-        attention=_attention_result(fit.attention))
+        attention=_attention_result(fit.attention, fit.spec.efficiency.attention_decode_memory))
 
 
-def _attention_result(taken: AttentionTaken) -> AttentionFitResult:
+def _attention_result(taken: AttentionTaken, decode_memory: float | None) -> AttentionFitResult:
     curves = taken.prefill.prefill if taken.prefill is not None else {}
     dec = taken.decode
     return AttentionFitResult(
         prefill=[PrefillCurveRow(dtype=dt, causal=causal, efficiency=c.efficiency, half_m=c.half_m, rows=list(c.rows),
                                  note=c.note) for (dt, causal), c in sorted(curves.items())],
         half_head_dim=next(iter(curves.values())).half_d if curves else 0.0, prefill_from=taken.prefill_from,
-        decode_memory=dec.efficiency if dec else None, decode_floor_s=dec.floor_s if dec else None,
+        decode_memory=decode_memory if dec else None, decode_floor_s=dec.floor_s if dec else None,
         decode_rows=list(dec.rows) if dec else [], decode_from=taken.decode_from)

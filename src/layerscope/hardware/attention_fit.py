@@ -21,9 +21,17 @@ Two curves per GPU, in the cost model's own terms (``cost.models``), fitted like
   ``t = t0 + floor + bytes / (B · e)`` with ``bytes`` the KV cache read plus the queries and outputs,
   ``B`` the datasheet HBM bandwidth, ``t0`` the preset's fixed cost per kernel (``launch_overhead_s``),
   ``floor`` the kernel's own fixed time beyond it (split-KV partial results and their reduction, the tail
-  of a grid too small to fill the GPU: a 64 x 32-token paged decode, AX-12, takes 21 µs for 10 MB) and ``e``
+  of a grid too small to fill the GPU: a 64 x 32-token paged decode, AX-12, takes 21 µs for 4 MB) and ``e``
   the achieved fraction of the bandwidth on long caches (``efficiency.attention_decode_memory``,
-  ``efficiency.attention_decode_floor_s``).
+  ``efficiency.attention_decode_floor_s``). ``e`` is not fitted on the decode rows: a decode kernel reads its KV
+  cache once, so on long caches it is a streaming kernel and ``e`` is the GPU's streaming efficiency (its memory
+  rows' fit, ``efficiency.memory``); the decode rows pin only the floor beside it. Fitted freely, the two were
+  confounded and the answer depended on which kernel the rows ran: H100's decode rows gave e = 0.72, a compromise
+  between FlashAttention-3's paged decode at 8-token pages (AX-10, AX-11: 0.54-0.55 of the datasheet, which their
+  reporter calls slower than FlashInfer) and FlashMLA (AX-07, AX-08: 0.84, its README's "up to 3000 GB/s" on the
+  same HBM, AX-01: 0.90), while FlashInfer (K-30, K-31, L rows, never fitted) and our own H200 SDPA decode over
+  a 537 MB cache (0.90, never fitted) stream at the rate of the copy and norm kernels. Held out by source,
+  AX-07/AX-08 go from -31 % to -5 %, K-30/K-31 from -21 % to -5 % (bench/GPU-KERNELS.md).
 
 Kernels that are not what an engine runs are left out, each for a reason the row itself gives
 (:data:`NOT_SERVING`): PyTorch's unfused attention, FlashAttention 2.0.9's decode without split-KV
@@ -280,18 +288,21 @@ def fit_prefill_pair(causal: Sequence[PrefillRow], noncausal: Sequence[PrefillRo
     return out[0], out[1]
 
 
-def fit_decode(rows: Sequence[DecodeRow], bandwidth_bytes_per_s: float, overhead_s: float) -> DecodeFit | None:
-    """``e`` and ``floor`` minimizing the RMS log time error over ``rows``; None with fewer than two distinct
-    byte counts (one row cannot separate the floor from the bandwidth)."""
-    if len({round(r.bytes) for r in rows}) < 2:
+def fit_decode(rows: Sequence[DecodeRow], bandwidth_bytes_per_s: float, overhead_s: float,
+               efficiency: float | None = None) -> DecodeFit | None:
+    """``e`` and ``floor`` minimizing the RMS log time error over ``rows``, or the floor alone beside a given
+    ``efficiency`` (the GPU's streaming efficiency, as presets are fitted). None without rows, or with fewer than
+    two distinct byte counts when ``e`` is fitted too (one row cannot separate the floor from the bandwidth)."""
+    if not rows or (efficiency is None and len({round(r.bytes) for r in rows}) < 2):
         return None
     nbytes = np.array([r.bytes for r in rows])
     t = np.array([r.time_s for r in rows])
+    grid_e = _GRID_E if efficiency is None else np.array([efficiency])
     pred = (overhead_s + _GRID_FLOOR_S[None, :, None]
-            + nbytes / (bandwidth_bytes_per_s * _GRID_E[:, None, None]))
+            + nbytes / (bandwidth_bytes_per_s * grid_e[:, None, None]))
     err = np.sqrt(np.mean(np.log(pred / t) ** 2, axis=-1))
     i, j = np.unravel_index(int(np.argmin(err)), err.shape)
-    return DecodeFit(efficiency=round(float(_GRID_E[i]), 4), floor_s=round(float(_GRID_FLOOR_S[j]), 9),
+    return DecodeFit(efficiency=round(float(grid_e[i]), 4), floor_s=round(float(_GRID_FLOOR_S[j]), 9),
                      rows=tuple(r.row.id for r in rows), rms_log_error=float(err[i, j]))
 
 
@@ -304,12 +315,13 @@ class AttentionFits:
 
 
 def fit_gpu(gpu: str, prefill: Sequence[PrefillRow], decode: Sequence[DecodeRow], bandwidth_bytes_per_s: float,
-            overhead_s: float) -> AttentionFits:
+            overhead_s: float, decode_efficiency: float | None = None) -> AttentionFits:
     """Every attention curve of ``gpu`` its own rows pin down.
 
     A set with one row keeps the ``M½`` of the same dtype's other causality, or of the 16-bit curve of the
     same causality; an fp8 causal curve without rows is the 16-bit causal one scaled by the fp8/16-bit ratio
-    of the non-causal efficiencies (FlashAttention-3's fp8 path keeps the 16-bit tiling)."""
+    of the non-causal efficiencies (FlashAttention-3's fp8 path keeps the 16-bit tiling). ``decode_efficiency``
+    (the GPU's streaming efficiency) fixes the decode fit's ``e``, so that its rows pin only the floor."""
     own = [r for r in prefill if r.row.gpu == gpu]
     sets = {(dt, causal): [r for r in own if r.dtype == dt and r.causal == causal]
             for dt in ("bf16", "fp8") for causal in (True, False)}
@@ -354,7 +366,7 @@ def fit_gpu(gpu: str, prefill: Sequence[PrefillRow], decode: Sequence[DecodeRow]
             fits[(dt, True)] = PrefillFit(nc.efficiency, round(float(tile_half_m(block, causal=True)), 1), nc.half_d,
                                           nc.rows, note=f"no causal rows: the non-causal curve's fixed cost per thread "
                                                         f"block ({block:.3g} key tiles) on the causal mask's tiles")
-    dec = fit_decode([r for r in decode if r.row.gpu == gpu], bandwidth_bytes_per_s, overhead_s)
+    dec = fit_decode([r for r in decode if r.row.gpu == gpu], bandwidth_bytes_per_s, overhead_s, decode_efficiency)
     return AttentionFits(prefill=fits, decode=dec)
 
 

@@ -542,7 +542,12 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
     chain = [(g, why) for g, why in _nearest_chain(base.name) if g in specs]
     # each GPU's decode floor is fitted beside this preset's own fixed cost per kernel, so that the two add up
     # to the rows' fixed time whichever GPU's rows pin it
-    fits = {g: attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s)
+    # a decode kernel reads its KV cache once: on long caches it streams at the GPU's streaming efficiency (its
+    # memory rows' fit), and the decode rows pin only its fixed floor beside that (attention_fit module docstring)
+    usable = _usable(rows, excluded)
+    stream = {g: float(eff["memory"]) if g == base.name else _memory_efficiency(usable, specs[g], None)[0]  # type: ignore[arg-type]
+              for g, _ in chain}
+    fits = {g: attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s, stream[g])
             for g, _ in chain}
 
     def taken(has: str) -> tuple[str, str] | None:
@@ -579,9 +584,10 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
         dec = fits[gpu].decode
         assert dec is not None
         result = AttentionTaken(result.prefill, result.prefill_from, dec, note)
-        eff["attention_decode_memory"] = dec.efficiency
+        eff["attention_decode_memory"] = eff["memory"]
         eff["attention_decode_floor_s"] = dec.floor_s
         eff["attention_decode_source"] = (
-            f"fitted on gpu-kernels.md rows {', '.join(dec.rows)}: t = launch_overhead_s + floor + bytes / "
-            f"(bandwidth · e), RMS log error {dec.rms_log_error:.3f}" + (f"; {note}" if note else ""))
+            f"t = launch_overhead_s + floor + bytes / (bandwidth · e): e = efficiency.memory (a decode kernel streams "
+            f"its KV cache); floor fitted on gpu-kernels.md rows {', '.join(dec.rows)} beside e = {dec.efficiency:g}, "
+            f"RMS log error {dec.rms_log_error:.3f}" + (f"; {note}" if note else ""))
     return result
