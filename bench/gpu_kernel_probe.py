@@ -98,10 +98,7 @@ def gemms(repeats: int, l2_bytes: float, quick: bool) -> None:
               (128256, 2048)]
     ms = [1, 8, 32, 128, 512, 2048, 8192] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
                                                           8192, 16384]
-    dtypes: list[tuple[str, Any]] = [("bf16", torch.bfloat16)]
-    if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9):
-        dtypes.append(("fp8", torch.float8_e4m3fn))
-    for dname, dt in dtypes:
+    for dname, dt in gemm_dtypes():
         for n, k in shapes:
             esize = torch.tensor([], dtype=dt).element_size()
             count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * esize)))))
@@ -109,51 +106,64 @@ def gemms(repeats: int, l2_bytes: float, quick: bool) -> None:
             for m in ms:
                 if m * n * 2 > 2e9:
                     continue
-                x = torch.randn(m, k, device="cuda").to(dt)
-                if dname == "fp8":
-                    one = torch.ones((), device="cuda")
-
-                    def body(x: Any = x, weights: Any = weights, one: Any = one) -> None:
-                        for w in weights:
-                            torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-                else:
-                    def body(x: Any = x, weights: Any = weights) -> None:
-                        for w in weights:
-                            F.linear(x, w)
-                try:
-                    s = graph_s(body, 1, repeats) / count
-                except RuntimeError as exc:  # a shape the fp8 kernel refuses (m not a multiple of 16 ...)
-                    print(f"skip {dname} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
-                    continue
-                record("gemm", dtype=dname, m=m, n=n, k=k, flops=2.0 * m * n * k,
-                       bytes=float(esize * (m * k + n * k) + 2 * m * n), seconds_s=s,
-                       tflops=2.0 * m * n * k / s / 1e12)
+                gemm_record("gemm", dname, dt, m, weights, repeats)
             weights = []
+
+
+def gemm_dtypes() -> list[tuple[str, Any]]:
+    """bf16, and fp8 (e4m3, per-tensor scales, bf16 out) where the GPU has fp8 matrix units."""
+    dtypes: list[tuple[str, Any]] = [("bf16", torch.bfloat16)]
+    if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9):
+        dtypes.append(("fp8", torch.float8_e4m3fn))
+    return dtypes
+
+
+def gemm_record(kind: str, dname: str, dt: Any, m: int, weights: list[Any], repeats: int) -> None:
+    """Time ``x[m, K] @ w.T`` over ``weights`` (cold: together they exceed L2), one CUDA graph, and record it;
+    a shape the fp8 kernel refuses (M not a multiple of 16 ...) is skipped with a line on stderr."""
+    n, k = weights[0].shape
+    esize = torch.tensor([], dtype=dt).element_size()
+    x = torch.randn(m, k, device="cuda").to(dt)
+    if dname == "fp8":
+        one = torch.ones((), device="cuda")
+
+        def body() -> None:
+            for w in weights:
+                torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+        def body() -> None:
+            for w in weights:
+                F.linear(x, w)
+    try:
+        s = graph_s(body, 1, repeats) / len(weights)
+    except RuntimeError as exc:
+        print(f"skip {kind} {dname} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return
+    record(kind, dtype=dname, m=m, n=n, k=k, flops=2.0 * m * n * k, bytes=float(esize * (m * k + n * k) + 2 * m * n),
+           seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
 
 
 def ksweep(repeats: int, l2_bytes: float) -> None:
-    """bf16 GEMMs over the reduction width K at fixed N, and over narrow N at fixed K: what a GEMM's fixed
-    cost per output tile (prologue, epilogue, K-loop ramp) and the wave quantization of few output tiles do
-    to the rate. Our own data, kept as a check on the published-row fit, never fitted."""
-    for n, ks in ((4096, (256, 512, 1024, 2048, 4096, 8192, 16384)), (14336, (512, 1024, 2048, 4096))):
-        for k in ks:
-            count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * 2)))))
-            weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
-            for m in (1, 16, 64, 256, 1024, 4096, 16384):
-                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                s = graph_s(lambda x=x, weights=weights: [F.linear(x, w) for w in weights], 1, repeats) / count
-                record("gemm_ksweep", dtype="bf16", m=m, n=n, k=k, flops=2.0 * m * n * k,
-                       bytes=float(2 * (m * k + n * k) + 2 * m * n), seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
-            weights = []
+    """GEMMs over the reduction width K at fixed N (bf16, and fp8 where the GPU has it), and bf16 over narrow N at
+    fixed K: what a GEMM's fixed cost per output tile (prologue, epilogue, K-loop ramp) and the wave quantization
+    of few output tiles do to the rate. The fp8 sweep says whether a one-wave grid's serial K-loop costs per element
+    or per byte of K (bench/GPU-KERNELS.md, G-23 and GX-04). Our own data, kept as a check on the published-row
+    fit, never fitted."""
+    for dname, dt in gemm_dtypes():
+        esize = torch.tensor([], dtype=dt).element_size()
+        for n, ks in ((4096, (256, 512, 1024, 2048, 4096, 8192, 16384)), (14336, (512, 1024, 2048, 4096))):
+            for k in ks:
+                count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * esize)))))
+                weights = [torch.randn(n, k, device="cuda").to(dt) for _ in range(count)]
+                for m in (1, 16, 64, 256, 1024, 4096, 16384):
+                    gemm_record("gemm_ksweep", dname, dt, m, weights, repeats)
+                weights = []
     k = 4096
     for n in (128, 256, 512, 1024, 1536, 2048, 3072, 6144):
         count = max(2, min(32, int(-(-2 * l2_bytes // (n * k * 2)))))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(count)]
         for m in (64, 256, 1024, 4096, 16384):
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            s = graph_s(lambda x=x, weights=weights: [F.linear(x, w) for w in weights], 1, repeats) / count
-            record("gemm_narrow_n", dtype="bf16", m=m, n=n, k=k, flops=2.0 * m * n * k,
-                   bytes=float(2 * (m * k + n * k) + 2 * m * n), seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
+            gemm_record("gemm_narrow_n", "bf16", torch.bfloat16, m, weights, repeats)
         weights = []
 
 
