@@ -181,8 +181,9 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
                    f"x M / (M + {c.half_m:g}) on rows {', '.join(c.rows)}" + (f" ({c.note})" if c.note else "")
                    + (f"; {attn.prefill_from}" if attn.prefill_from else ""))
     if attn.decode_memory is not None and attn.decode_floor_s is not None:
-        typer.echo(f"  decode attention: {fmt_time_s(attn.decode_floor_s)} + bytes at {attn.decode_memory:.3f} of the "
-                   f"bandwidth on rows {', '.join(attn.decode_rows)}"
+        typer.echo(f"  decode attention: {fmt_time_s(attn.decode_floor_s)} (fitted on rows "
+                   f"{', '.join(attn.decode_rows)}) + bytes at {attn.decode_memory:.3f} of the bandwidth "
+                   "(the memory efficiency)"
                    + (f"; {attn.decode_from}" if attn.decode_from else ""))
 
 
