@@ -202,6 +202,32 @@ def test_a_norm_wider_than_an_sm_moves_its_input_twice_on_the_gpu_presets() -> N
     assert bytes_of(1024, 65536, cluster=4) == 2 * 1024 * 65536 * 4
 
 
+def test_row_rereads_in_one_graph_fall_on_the_wide_rows_only_and_hold_on_a_memoized_graph() -> None:
+    """A graph of a 16K-wide norm, a 65K-wide one, the 65K one in a 4-SM cluster and an add of 65K-wide rows:
+    only the second reads its input twice; timing the graph again (facts kept in its features) gives the same."""
+    from layerscope.cost.models import roofline
+    from layerscope.hardware.presets import load_preset
+    from layerscope.units import DType
+
+    spec = load_preset("h100-sxm")
+    ops, prev = [], "x"
+    for i, (kind, cols, cluster) in enumerate((("norm", 16384, 1), ("norm", 65536, 1), ("norm", 65536, 4),
+                                               ("residual_add", 65536, 1))):
+        x = TensorSpec(prev, (1024, cols), DType.FP32, "activation")
+        out = TensorSpec(f"op{i}:out", (1024, cols), DType.FP32, "activation")
+        ops.append(Op(name=f"op{i}", kind=kind, module=f"op{i}", layer=0, inputs=(x,), outputs=(out,),
+                      flops=5 * 1024 * cols, act_read_bytes=x.nbytes, act_write_bytes=x.nbytes,
+                      attrs=(("row_cluster", cluster),)))
+        prev = out.name if cols == 65536 else "x2"
+    features = op_features(OpGraph(ops=tuple(ops), graph_inputs=frozenset({"x", "x2"})))
+    twice = [2 * 1024 * 16384 * 4, 3 * 1024 * 65536 * 4, 2 * 1024 * 65536 * 4, 2 * 1024 * 65536 * 4]
+    for _ in range(2):
+        assert roofline(features, spec).memory_bytes.tolist() == twice
+    mask = features.kind_mask("norm")
+    assert mask.tolist() == [True, True, True, False] and features.kind_mask("norm") is mask
+    assert not mask.flags.writeable
+
+
 def _with_fitted_curve(hw, kind: str = "gpu"):
     data = hw.model_dump()
     data["kind"] = kind

@@ -597,7 +597,7 @@ def _communication(ctx: ExplainContext) -> np.ndarray:
     """Per op: a collective timed on the spec's interconnect (``cost.collectives``)."""
     if ctx.hw.interconnect is None:
         return np.zeros(ctx.n_ops, dtype=bool)
-    return np.fromiter((k == "communication" for k in ctx.features.kinds), dtype=bool, count=ctx.n_ops)
+    return ctx.features.kind_mask("communication")
 
 
 def _interconnect(ctx: ExplainContext, _variant: str) -> Sequence[FigureUse]:

@@ -58,6 +58,17 @@ class OpFeatures:
     def total_bytes(self) -> np.ndarray:
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
+    def kind_mask(self, kind: str) -> np.ndarray:
+        """bool per op: whether its kind is ``kind``; computed once per set of ops and kept in :attr:`plans`
+        (read-only: the cost models call this on every estimate of a memoized graph)."""
+        key = f"(kind {kind})"  # parenthesized: never an execution profile name
+        mask = self.plans.get(key)
+        if mask is None or len(mask) != len(self.kinds):
+            mask = np.fromiter((k == kind for k in self.kinds), dtype=bool, count=len(self.kinds))
+            mask.flags.writeable = False
+            self.plans[key] = mask
+        return mask
+
     def with_work(self, flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray,
                   kv_bytes: np.ndarray) -> OpFeatures:
         """The same ops with other work arrays (e.g. stacked over decode steps)."""

@@ -112,8 +112,7 @@ def tiled_gemms(features: OpFeatures) -> np.ndarray:
     m = features.gemm_mnkb[:, 0]
     tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
     applies = features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
-    return applies & tiled[features.dtype_code] & np.fromiter((k != "attention" for k in features.kinds),
-                                                              dtype=bool, count=len(m))
+    return applies & tiled[features.dtype_code] & ~features.kind_mask("attention")
 
 
 def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
@@ -171,7 +170,7 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
     The tables are fitted on launches that fill the chip (FlashAttention-3's figures run B·S = 16k tokens);
     an op with too few query tiles for the engines runs at its critical path (:func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0].astype(np.float64)
-    applies = (np.fromiter((k == "attention" for k in features.kinds), dtype=bool, count=len(m))) & (m > 1)
+    applies = features.kind_mask("attention") & (m > 1)
     fraction = _per_dtype_rows(features, applies, m, hw.attention_rows)
     if hw.efficiency.attention_rows_noncausal:
         n = features.gemm_mnkb[:, 1].astype(np.float64)
@@ -323,7 +322,7 @@ def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         # fused attention has its own measured curve in its query length (efficiency.attention_rows), which
         # already holds its small-size losses: charging the GEMMs' W½ on top counted them twice (an 128-token
         # causal prefill on the h200 preset took 18 µs instead of 1.2)
-        gemm &= np.fromiter((k != "attention" for k in features.kinds), dtype=bool, count=len(features.kinds))
+        gemm &= ~features.kind_mask("attention")
     return np.where(gemm, halves[features.dtype_code], 0.0)
 
 
@@ -647,18 +646,32 @@ def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | Non
     capacity = hw.row_capacity_bytes()
     if capacity is None:
         return None
-    extra: np.ndarray | None = None
-    for i, kind in enumerate(features.kinds):
-        if kind not in ROW_REDUCTION_KINDS:
-            continue
-        op = features.ops[i]
-        x = op.inputs[0]
-        cluster = int(dict(op.attrs).get("row_cluster", 1))  # type: ignore[call-overload]
-        if row_input_reads(x.shape[-1] * x.dtype.bytes, capacity, cluster) > 1:
-            if extra is None:
-                extra = np.zeros(len(features.kinds))
-            extra[i] = x.nbytes
-    return extra
+    row_bytes = _per_op(features, _ROW_BYTES, _row_bytes, np.float64, 0.0)
+    cluster = _per_op(features, _ROW_CLUSTER, lambda _, op: int(op.attr("row_cluster", 1)), np.int64, 1)  # type: ignore[call-overload]
+    rows = row_bytes > 0
+    if not rows.any():
+        return None
+    # one call of the rule per distinct (row bytes, cluster) of the graph's row reductions (a model has one or two)
+    again = np.zeros(len(row_bytes), dtype=bool)
+    for b, c in set(zip(row_bytes[rows].tolist(), cluster[rows].tolist(), strict=True)):
+        if row_input_reads(b, capacity, c) > 1:
+            again |= rows & (row_bytes == b) & (cluster == c)
+    if not again.any():
+        return None
+    return np.where(again, _per_op(features, _ROW_INPUT_BYTES, lambda _, op: op.inputs[0].nbytes, np.float64, 0.0),
+                    0.0)
+
+
+#: Keys of the row reductions' per-op facts in ``OpFeatures.plans`` (parenthesized: never an execution profile).
+_ROW_BYTES, _ROW_CLUSTER, _ROW_INPUT_BYTES = "(row bytes)", "(row cluster)", "(row input bytes)"
+
+
+def _row_bytes(_: int, op: Op) -> float:
+    """Bytes of one row of a row reduction's input (its last dimension); 0 for other ops."""
+    if op.kind not in ROW_REDUCTION_KINDS:
+        return 0.0
+    x = op.inputs[0]
+    return float(x.shape[-1] * x.dtype.bytes)
 
 
 # ---------------------------------------------------------------------------------------------
