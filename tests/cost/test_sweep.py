@@ -125,3 +125,33 @@ def test_the_fitted_gpu_presets_half_performance_work_is_timed_point_by_point():
     with pytest.raises(WorkloadError, match="matmul_half_flops"):
         time_grid(bf16, h100, np.array([1, 2]), np.array([16, 16]))
     _sweep_equals_estimate(load_model_spec("llama-3.2-1b"), h100, "decode", batches=(1, 3), lengths=(16, 300))
+
+
+@pytest.mark.parametrize(("model", "hardware", "weights"), [
+    ("llama-3.2-1b", "h100-sxm", "bf16"), ("llama-3.2-1b", "b200", "fp8"), ("qwen3-30b-a3b", "h200", "bf16"),
+    ("deepseek-v2-lite", "a100-sxm", "bf16"), ("gemma-2-9b-it", "mi300x", "bf16")])
+def test_decode_sweeps_on_the_fitted_gpu_presets_go_one_graph_per_batch(monkeypatch, model, hardware, weights):
+    """A decode step's GEMMs run M = batch rows at every context, so the shape terms of the fitted presets (W½,
+    fp8 tiles) are timed from one graph per batch with every length's work at once, equal to estimate (dense, MoE,
+    MLA, sliding window; fp8 weights). No point goes through estimate one by one."""
+    import layerscope.cost.sweep as sweep_module
+
+    spec, hw = load_model_spec(model), load_hardware(hardware)
+    template = make_workload(weight_dtype=weights, act_dtype=weights)
+    assert shape_dependent(hw, "roofline", "decode") is not None
+    assert sweep_module.shapes_by_batch(hw, "roofline", "decode")
+    assert not sweep_module.shapes_by_batch(hw, "roofline", "prefill") and not sweep_module.shapes_by_batch(
+        hw, "tiling", "decode")
+    expected = {}
+    for b in (1, 3, 64):
+        for length in (1, 700, 9000):
+            w = template.model_copy(update={"phase": "decode", "batch": b, "prompt_len": length, "context": length})
+            expected[(b, length)] = estimate(spec, hw, w).tpot_s
+
+    def no_point(*args: object, **kwargs: object) -> float:
+        raise AssertionError("a point timed one by one")
+
+    monkeypatch.setattr(sweep_module, "_point_time_s", no_point)
+    result = sweep([spec], [hw], [1, 3, 64], [1, 700, 9000], phase="decode", template=template)
+    for row in result.records():
+        assert row["time_s"] == pytest.approx(expected[(row["batch"], row["length"])], rel=1e-7), row

@@ -23,8 +23,10 @@ GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it),
 quantization of each fp8 GEMM (``cost.models.gemm_tile_fraction``) and, in prefill, fused attention's
 efficiency by query length (``efficiency.attention_rows``) and a kernel profile other than ``fused``
 (HF eager's lm_head passes grow with the batch; ``serving-graph`` replays a prefill as a piecewise CUDA graph up
-to ``graph_max_tokens`` tokens). :func:`sweep` times such hardware point by point with
-:func:`~layerscope.cost.api.estimate` (the same numbers, slower); :func:`time_grid` refuses it. Decode steps
+to ``graph_max_tokens`` tokens). :func:`time_grid` refuses such hardware. :func:`sweep` times it in decode with
+:func:`time_by_batch` (a decode step's GEMMs run M = batch rows whatever the context, so one graph per distinct
+batch carries every shape, and the lengths' work comes from the linear model, all at once) and otherwise point by
+point with :func:`~layerscope.cost.api.estimate`: the same numbers either way. Decode steps
 under ``serving-graph`` are vectorized up to ``graph_max_tokens`` sequences (one full graph each) and timed point
 by point beyond; every point pays the engine's host time per step (``cost.execution.engine_terms``).
 """
@@ -109,6 +111,8 @@ class LinearGraphModel:
     count: np.ndarray
     static: OpFeatures
     num_ops: int
+    op_group: np.ndarray | None = None
+    """For each op of the whole graph, the index of its group ([num_ops]): a group's work is each of its ops'."""
 
 
 def _sample_points(spec: ModelSpec, phase: str) -> list[tuple[int, int]]:
@@ -162,11 +166,14 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         static.dtype_code[:, None].astype(float),
         *(plan.key_rows() for plan in plans.values()),
     ], axis=1)
-    _, first, counts = np.unique(key_rows, axis=0, return_index=True, return_counts=True)
+    _, first, inverse, counts = np.unique(key_rows, axis=0, return_index=True, return_inverse=True,
+                                          return_counts=True)
     # np.unique orders groups by key; keep them in program order of their first op.
     order = np.argsort(first)
     groups = first[order]
     count = counts[order]
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
     group_static = OpFeatures(
         flops=static.flops[groups], weight_bytes=static.weight_bytes[groups],
         act_bytes=static.act_bytes[groups], kv_bytes=static.kv_bytes[groups],
@@ -177,7 +184,7 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         plans={name: plan.take(groups) for name, plan in plans.items()},
     )
     return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
-                            static=group_static, num_ops=n_ops)
+                            static=group_static, num_ops=n_ops, op_group=position[np.ravel(inverse)])
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,36 @@ def time_grid(lin: LinearGraphModel, hw: HardwareSpec, batch: np.ndarray, length
     return _engine_pass_s(cost.time_s @ lin.count, hw, lin.phase, batch)
 
 
+def shapes_by_batch(hw: HardwareSpec, cost_model: str, phase: str) -> bool:
+    """Whether every GEMM shape the timing on ``hw`` reads is decided by the batch alone, so that one graph per
+    batch (:func:`time_by_batch`) times a decode grid exactly: a decode step's projections run M = batch rows at
+    every context length, and what the context changes (attention's keys, the KV cache's bytes) is work, which
+    the linear model carries. Not so for prefill (M = batch x length), for the tile searches of the ``tiling`` and
+    ``hierarchical`` cost models (they read the attention's shapes too), or for page faults by tensor size
+    (``execution.fresh_pages``: the KV cache's tensors grow with the context)."""
+    return phase == "decode" and cost_model == "roofline" and hw.execution.fresh_pages is None
+
+
+def time_by_batch(lin: LinearGraphModel, template: Workload, hw: HardwareSpec, batch: np.ndarray,
+                  length: np.ndarray, cost_model: str = "roofline") -> np.ndarray | None:
+    """Pass time for every (batch, length) pair of a decode grid on hardware whose timing reads the GEMMs' M
+    (:func:`shapes_by_batch`): per distinct batch, the graph's ops at that batch (their shapes) with each length's
+    work from the linear model, timed as one array. None where the batch's graph does not have the fitted graph's
+    ops (the caller times those points one by one)."""
+    out = np.empty(len(batch))
+    assert lin.op_group is not None
+    for b in sorted(set(np.asarray(batch).tolist())):
+        sel = np.flatnonzero(batch == b)
+        w = template.model_copy(update={"phase": lin.phase, "batch": int(b), "prompt_len": 1, "context": 1})
+        feats = op_features(build_model_graph(lin.spec, w.decode_pass(1), w))
+        if len(feats.kinds) != lin.num_ops:
+            return None
+        work = (basis(lin.spec, lin.phase, batch[sel], length[sel]) @ lin.coef)[:, :, lin.op_group]  # [4, P, ops]
+        cost = get_cost_model(cost_model)(feats.with_work(work[0], work[1], work[2], work[3]), hw)
+        out[sel] = _engine_pass_s(cost.time_s.sum(axis=-1), hw, lin.phase, batch[sel])
+    return out
+
+
 def _point_time_s(spec: ModelSpec, hw: HardwareSpec, template: Workload, phase: str, batch: int, length: int,
                   cost_model: str) -> float:
     """One grid point through :func:`estimate`: the prefill's TTFT or the decode step's TPOT."""
@@ -321,6 +358,16 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
                 grid = ~pointwise
                 if grid.any():
                     t[grid] = time_grid(lin, hw, b_grid[grid], l_grid[grid], cost_model)
+            elif shapes_by_batch(hw, cost_model, phase):  # one graph per batch, every length at once
+                t = np.empty(len(l_grid))
+                pointwise = _beyond_graphs(hw, phase, b_grid)
+                grid = ~pointwise
+                if grid.any():
+                    by_batch = time_by_batch(lin, tmpl, hw, b_grid[grid], l_grid[grid], cost_model)
+                    if by_batch is None:
+                        pointwise = np.ones(len(l_grid), dtype=bool)
+                    else:
+                        t[grid] = by_batch
             else:  # exact, one estimate per point (see the module docstring)
                 t = np.empty(len(l_grid))
                 pointwise = np.ones(len(l_grid), dtype=bool)
