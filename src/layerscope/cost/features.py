@@ -106,6 +106,7 @@ def _extract(graph: OpGraph) -> OpFeatures:
     operand = np.zeros((n, 3))
     dtypes: list[DType] = []
     kinds: list[str] = []
+    widest: dict[tuple[DType, ...], DType] = {}  # a graph has a handful of input-type combinations
     for i, op in enumerate(graph.ops):
         flops[i] = op.flops
         wb[i] = op.weight_bytes
@@ -114,8 +115,11 @@ def _extract(graph: OpGraph) -> OpFeatures:
         kinds.append(op.kind)
         # Weight-only quantized GEMMs dequantize to the activation type before the MMA
         # (e.g. Marlin, arXiv 2408.11743), so arithmetic runs in the widest input type.
-        in_types = [t.dtype for t in op.inputs]
-        dtypes.append(_widest(in_types))
+        in_types = tuple(t.dtype for t in op.inputs)
+        wide = widest.get(in_types)
+        if wide is None:
+            wide = widest[in_types] = _widest(list(in_types))
+        dtypes.append(wide)
         if op.gemm is not None:
             mnkb[i] = (op.gemm.m, op.gemm.n, op.gemm.k, op.gemm.batch)
             matrix[i] = op.kind in MATRIX_KINDS

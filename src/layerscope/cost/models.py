@@ -222,23 +222,31 @@ _CAUSAL = "(causal)"  # parenthesized: never an execution profile name
 
 
 def _per_op(features: OpFeatures, key: str, value: Callable[[int, Op], object], dtype: type,
-            absent: object) -> np.ndarray:
+            absent: object, only: np.ndarray | None = None) -> np.ndarray:
     """Per op: ``value(index, op)`` over the graph's ops, computed on first use and kept in ``features.plans``
-    under ``key`` (one scan of the ops per graph); ``absent`` for every op when the features carry no ops."""
+    under ``key`` (one scan of the ops per graph); ``absent`` for every op when the features carry no ops, and
+    for the ops outside ``only`` (a mask of the ops ``value`` can differ from ``absent`` on: one kind, say)."""
     cached = features.plans.get(key)
     if cached is not None and len(cached) == len(features.kinds):
         return np.asarray(cached)
     if len(features.ops) != len(features.kinds):
         return np.full(len(features.kinds), absent, dtype=dtype)
-    values = features.plans[key] = np.fromiter((value(i, op) for i, op in enumerate(features.ops)), dtype=dtype,
-                                               count=len(features.ops))
+    if only is None:
+        values: np.ndarray = np.fromiter((value(i, op) for i, op in enumerate(features.ops)), dtype=dtype,
+                             count=len(features.ops))
+    else:
+        values = np.full(len(features.ops), absent, dtype=dtype)
+        index = np.flatnonzero(only).tolist()
+        values[index] = [value(i, features.ops[i]) for i in index]
+    features.plans[key] = values
     return values
 
 
 def _causal_ops(features: OpFeatures) -> np.ndarray:
     """Per op: False where the op says it is not causal (attribute ``causal``; a decoder's attention always
     is). Every op is causal when the features carry no ops."""
-    return _per_op(features, _CAUSAL, lambda _, op: op.attr("causal", True) is not False, bool, True)
+    return _per_op(features, _CAUSAL, lambda _, op: op.attr("causal", True) is not False, bool, True,
+                   only=features.kind_mask("attention"))
 
 
 #: Key of the decode-attention mask in ``OpFeatures.plans``.
@@ -248,8 +256,8 @@ _DECODE_ATTENTION = "(decode_attention)"  # parenthesized: never an execution pr
 def decode_attention_ops(features: OpFeatures) -> np.ndarray:
     """Per op: a fused attention op whose every sequence group has one new token (a decode step), from the
     op's ``groups`` attribute."""
-    return _per_op(features, _DECODE_ATTENTION,
-                   lambda _, op: op.kind == "attention" and _all_single_token(op.attr("groups", ())), bool, False)
+    return _per_op(features, _DECODE_ATTENTION, lambda _, op: _all_single_token(op.attr("groups", ())), bool, False,
+                   only=features.kind_mask("attention"))
 
 
 def _all_single_token(groups: object) -> bool:
@@ -512,11 +520,9 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
         sel = applies & (quantized == code)
         if rows and sel.any():
             factor[sel] = rows_fraction(rows, k[sel])
-    down_k = features.plans.get(_EXPERT_DOWN_K)
-    if down_k is None:  # one scan of the ops per graph, not per cost call
-        down_k = features.plans[_EXPERT_DOWN_K] = np.fromiter(
-            (float(op.attr("expert_intermediate", 0) or 0)  # type: ignore[arg-type]
-             if op.kind == "moe_experts" else 0.0 for op in features.ops), dtype=np.float64, count=len(features.ops))
+    # one scan of the routed-experts ops per graph, not per cost call
+    down_k = _per_op(features, _EXPERT_DOWN_K, lambda _, op: float(op.attr("expert_intermediate", 0) or 0),  # type: ignore[arg-type]
+                     np.float64, 0.0, only=features.kind_mask("moe_experts"))
     if len(down_k) == len(k) and (down_k > 0).any():
         # Routed experts: the gate-up projection (2/3 of an expert's weights) reduces over the hidden
         # size (the op's K), the down projection (1/3) over the expert width, each streaming at its
@@ -539,7 +545,7 @@ def weight_only_dtypes(features: OpFeatures) -> np.ndarray:
         narrower = weights and op.gemm is not None and weights[0].bits < DTYPE_ORDER[features.dtype_code[i]].bits
         return DTYPE_ORDER.index(weights[0]) if narrower else -1
 
-    return _per_op(features, _WEIGHT_ONLY, code, np.int64, -1)
+    return _per_op(features, _WEIGHT_ONLY, code, np.int64, -1, only=np.asarray(features.gemm_mnkb.any(axis=1)))
 
 
 def _main_memory_s(bytes_: np.ndarray, features: OpFeatures, bw: float, factor: np.ndarray | None,
@@ -646,32 +652,44 @@ def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | Non
     capacity = hw.row_capacity_bytes()
     if capacity is None:
         return None
-    row_bytes = _per_op(features, _ROW_BYTES, _row_bytes, np.float64, 0.0)
-    cluster = _per_op(features, _ROW_CLUSTER, lambda _, op: int(op.attr("row_cluster", 1)), np.int64, 1)  # type: ignore[call-overload]
-    rows = row_bytes > 0
-    if not rows.any():
+    facts = _row_reductions(features)
+    if facts is None:
         return None
+    index, row_bytes, cluster, input_bytes = facts
     # one call of the rule per distinct (row bytes, cluster) of the graph's row reductions (a model has one or two)
-    again = np.zeros(len(row_bytes), dtype=bool)
-    for b, c in set(zip(row_bytes[rows].tolist(), cluster[rows].tolist(), strict=True)):
+    again = np.zeros(len(index), dtype=bool)
+    for b, c in set(zip(row_bytes.tolist(), cluster.tolist(), strict=True)):
         if row_input_reads(b, capacity, c) > 1:
-            again |= rows & (row_bytes == b) & (cluster == c)
+            again |= (row_bytes == b) & (cluster == c)
     if not again.any():
         return None
-    return np.where(again, _per_op(features, _ROW_INPUT_BYTES, lambda _, op: op.inputs[0].nbytes, np.float64, 0.0),
-                    0.0)
+    extra = np.zeros(len(features.kinds))
+    extra[index[again]] = input_bytes[again]
+    return extra
 
 
-#: Keys of the row reductions' per-op facts in ``OpFeatures.plans`` (parenthesized: never an execution profile).
-_ROW_BYTES, _ROW_CLUSTER, _ROW_INPUT_BYTES = "(row bytes)", "(row cluster)", "(row input bytes)"
+#: Key of the row reductions' facts in ``OpFeatures.plans`` (parenthesized: never an execution profile name).
+_ROW_REDUCTIONS = "(row reductions)"
 
 
-def _row_bytes(_: int, op: Op) -> float:
-    """Bytes of one row of a row reduction's input (its last dimension); 0 for other ops."""
-    if op.kind not in ROW_REDUCTION_KINDS:
-        return 0.0
-    x = op.inputs[0]
-    return float(x.shape[-1] * x.dtype.bytes)
+def _row_reductions(features: OpFeatures) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The row reductions among the ops (:data:`ROW_REDUCTION_KINDS`): their indices, the bytes of one row of
+    their input (its last dimension), the engines sharing a row (attribute ``row_cluster``, default 1) and their
+    input's bytes; kept in ``features.plans``. None without such ops, or without the ops themselves."""
+    cached = features.plans.get(_ROW_REDUCTIONS)
+    if cached is not None and cached[0] == len(features.kinds):
+        return cached[1]  # type: ignore[no-any-return]
+    facts = None
+    if len(features.ops) == len(features.kinds):
+        index = np.flatnonzero(np.any([features.kind_mask(k) for k in ROW_REDUCTION_KINDS], axis=0))
+        if len(index):
+            inputs = [features.ops[i].inputs[0] for i in index.tolist()]
+            facts = (index, np.array([x.shape[-1] * x.dtype.bytes for x in inputs], dtype=np.float64),
+                     np.array([int(features.ops[i].attr("row_cluster", 1)) for i in index.tolist()],  # type: ignore[call-overload]
+                              dtype=np.int64),
+                     np.array([x.nbytes for x in inputs], dtype=np.float64))
+    features.plans[_ROW_REDUCTIONS] = (len(features.kinds), facts)
+    return facts
 
 
 # ---------------------------------------------------------------------------------------------
