@@ -652,44 +652,27 @@ def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | Non
     capacity = hw.row_capacity_bytes()
     if capacity is None:
         return None
-    facts = _row_reductions(features)
-    if facts is None:
+    rows = np.any([features.kind_mask(kind) for kind in ROW_REDUCTION_KINDS], axis=0)
+    row_bytes = _per_op(features, _ROW_BYTES, lambda _, op: float(op.inputs[0].shape[-1] * op.inputs[0].dtype.bytes),
+                        np.float64, 0.0, only=rows)
+    rows &= row_bytes > 0  # none where the features carry no ops
+    if not rows.any():
         return None
-    index, row_bytes, cluster, input_bytes = facts
+    cluster = _per_op(features, _ROW_CLUSTER, lambda _, op: int(op.attr("row_cluster", 1)),  # type: ignore[call-overload]
+                      np.int64, 1, only=rows)
     # one call of the rule per distinct (row bytes, cluster) of the graph's row reductions (a model has one or two)
-    again = np.zeros(len(index), dtype=bool)
-    for b, c in set(zip(row_bytes.tolist(), cluster.tolist(), strict=True)):
+    again = np.zeros(len(rows), dtype=bool)
+    for b, c in set(zip(row_bytes[rows].tolist(), cluster[rows].tolist(), strict=True)):
         if row_input_reads(b, capacity, c) > 1:
-            again |= (row_bytes == b) & (cluster == c)
+            again |= rows & (row_bytes == b) & (cluster == c)
     if not again.any():
         return None
-    extra = np.zeros(len(features.kinds))
-    extra[index[again]] = input_bytes[again]
-    return extra
+    return np.where(again, _per_op(features, _ROW_INPUT_BYTES, lambda _, op: float(op.inputs[0].nbytes), np.float64,
+                                   0.0, only=rows), 0.0)
 
 
-#: Key of the row reductions' facts in ``OpFeatures.plans`` (parenthesized: never an execution profile name).
-_ROW_REDUCTIONS = "(row reductions)"
-
-
-def _row_reductions(features: OpFeatures) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The row reductions among the ops (:data:`ROW_REDUCTION_KINDS`): their indices, the bytes of one row of
-    their input (its last dimension), the engines sharing a row (attribute ``row_cluster``, default 1) and their
-    input's bytes; kept in ``features.plans``. None without such ops, or without the ops themselves."""
-    cached = features.plans.get(_ROW_REDUCTIONS)
-    if cached is not None and cached[0] == len(features.kinds):
-        return cached[1]  # type: ignore[no-any-return]
-    facts = None
-    if len(features.ops) == len(features.kinds):
-        index = np.flatnonzero(np.any([features.kind_mask(k) for k in ROW_REDUCTION_KINDS], axis=0))
-        if len(index):
-            inputs = [features.ops[i].inputs[0] for i in index.tolist()]
-            facts = (index, np.array([x.shape[-1] * x.dtype.bytes for x in inputs], dtype=np.float64),
-                     np.array([int(features.ops[i].attr("row_cluster", 1)) for i in index.tolist()],  # type: ignore[call-overload]
-                              dtype=np.int64),
-                     np.array([x.nbytes for x in inputs], dtype=np.float64))
-    features.plans[_ROW_REDUCTIONS] = (len(features.kinds), facts)
-    return facts
+#: Keys of the row reductions' per-op facts in ``OpFeatures.plans`` (parenthesized: never an execution profile).
+_ROW_BYTES, _ROW_CLUSTER, _ROW_INPUT_BYTES = "(row bytes)", "(row cluster)", "(row input bytes)"
 
 
 # ---------------------------------------------------------------------------------------------

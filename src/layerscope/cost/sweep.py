@@ -111,7 +111,7 @@ class LinearGraphModel:
     count: np.ndarray
     static: OpFeatures
     num_ops: int
-    op_group: np.ndarray | None = None
+    op_group: np.ndarray
     """For each op of the whole graph, the index of its group ([num_ops]): a group's work is each of its ops'."""
 
 
@@ -304,7 +304,6 @@ def time_by_batch(lin: LinearGraphModel, template: Workload, hw: HardwareSpec, b
     work from the linear model, timed as one array. None where the batch's graph does not have the fitted graph's
     ops (the caller times those points one by one)."""
     out = np.empty(len(batch))
-    assert lin.op_group is not None
     for b in sorted(set(np.asarray(batch).tolist())):
         sel = np.flatnonzero(batch == b)
         w = template.model_copy(update={"phase": lin.phase, "batch": int(b), "prompt_len": 1, "context": 1})
@@ -352,25 +351,19 @@ def sweep(specs: Sequence[ModelSpec], hardware: Sequence[HardwareSpec], batches:
         kv = kv * b_grid * spec.kv_values_per_token_per_layer() * tmpl.kv_dtype.bytes
         single = (l_grid == 1) if phase == "prefill" else np.zeros(len(l_grid), dtype=bool)
         for hw in hardware:
+            t = np.empty(len(l_grid))
+            pointwise = np.ones(len(l_grid), dtype=bool)  # exact, one estimate per point (module docstring)
             if shape_dependent(hw, cost_model, phase, lin.static) is None:
                 pointwise = single | _beyond_graphs(hw, phase, b_grid)
-                t = np.empty(len(l_grid))
                 grid = ~pointwise
                 if grid.any():
                     t[grid] = time_grid(lin, hw, b_grid[grid], l_grid[grid], cost_model)
             elif shapes_by_batch(hw, cost_model, phase):  # one graph per batch, every length at once
-                t = np.empty(len(l_grid))
-                pointwise = _beyond_graphs(hw, phase, b_grid)
-                grid = ~pointwise
-                if grid.any():
-                    by_batch = time_by_batch(lin, tmpl, hw, b_grid[grid], l_grid[grid], cost_model)
-                    if by_batch is None:
-                        pointwise = np.ones(len(l_grid), dtype=bool)
-                    else:
-                        t[grid] = by_batch
-            else:  # exact, one estimate per point (see the module docstring)
-                t = np.empty(len(l_grid))
-                pointwise = np.ones(len(l_grid), dtype=bool)
+                grid = ~_beyond_graphs(hw, phase, b_grid)
+                by_batch = time_by_batch(lin, tmpl, hw, b_grid[grid], l_grid[grid], cost_model)
+                if by_batch is not None:  # else the batch's graph differs from the fitted one: every point alone
+                    pointwise = ~grid
+                    t[grid] = by_batch
             for i in np.flatnonzero(pointwise):
                 t[i] = _point_time_s(spec, hw, tmpl, phase, int(b_grid[i]), int(l_grid[i]), cost_model)
             n = len(t)

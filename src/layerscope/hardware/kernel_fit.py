@@ -471,7 +471,7 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
     _fit_weight_only(eff, base, usable, near, mem, float(data["launch_overhead_s"]))
-    taken = _fit_attention(eff, base, rows, presets, excluded, float(data["launch_overhead_s"]))
+    taken = _fit_attention(eff, base, rows, usable, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
     return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
                     attention=taken)
@@ -527,10 +527,12 @@ def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
 
 
 def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[KernelRow],
-                   presets: dict[str, HardwareSpec], excluded: Sequence[str], overhead_s: float) -> AttentionTaken:
+                   usable: Sequence[KernelRow], presets: dict[str, HardwareSpec], excluded: Sequence[str],
+                   overhead_s: float) -> AttentionTaken:
     """``eff`` (the preset's efficiency section, as a dict) with the attention curves of
     :mod:`~layerscope.hardware.attention_fit`: from ``base``'s own rows, else from the first GPU along
-    :data:`NEAREST` with rows of the kind, said in the source."""
+    :data:`NEAREST` with rows of the kind, said in the source. ``usable``: ``rows`` less the held-out sources and
+    the L rows (:func:`fit_preset`'s), whose memory rows give each GPU's streaming efficiency."""
     specs = {**presets, base.name: base}
 
     def peak(gpu: str, dtype: str) -> float | None:
@@ -541,10 +543,8 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
     decode = attention_fit.decode_rows(rows, excluded, source_key)
     chain = [(g, why) for g, why in _nearest_chain(base.name) if g in specs]
     # each GPU's decode floor is fitted beside this preset's own fixed cost per kernel, so that the two add up
-    # to the rows' fixed time whichever GPU's rows pin it
-    # a decode kernel reads its KV cache once: on long caches it streams at the GPU's streaming efficiency (its
-    # memory rows' fit), and the decode rows pin only its fixed floor beside that (attention_fit module docstring)
-    usable = _usable(rows, excluded)
+    # to the rows' fixed time whichever GPU's rows pin it, and beside that GPU's streaming efficiency (its memory
+    # rows' fit): a decode kernel reads its KV cache once, so on long caches it streams (attention_fit docstring)
     stream = {g: float(eff["memory"]) if g == base.name else _memory_efficiency(usable, specs[g], None)[0]  # type: ignore[arg-type]
               for g, _ in chain}
     fits = {g: attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s, stream[g])
