@@ -198,7 +198,8 @@ def time_layerscope(repeat: int) -> dict[str, Any]:
     lin = fit_linear_graph(spec, "decode", make_workload())
     b_grid, l_grid = (a.ravel() for a in np.meshgrid(SWEEP_BATCHES, SWEEP_LENGTHS, indexing="ij"))
     # The vectorized grid refuses hardware whose GEMM time depends on shapes (h100-sxm's fitted half-performance
-    # work): sweep() times that point by point. The grid row then times the same grid on the ideal H100.
+    # work): sweep() times that one graph per batch (time_by_batch). The grid row times the same grid on the ideal
+    # H100, where time_grid's one matrix product is the whole cost.
     grid_hw = h100 if shape_dependent(h100, "roofline", "decode", lin.static) is None else h100_ideal
     grid_s = median_s(lambda: time_grid(lin, grid_hw, b_grid, l_grid), repeat)
 
