@@ -110,10 +110,10 @@ def test_sweep_with_hf_eager_prefill_equals_estimate():
     assert shape_dependent(base, "roofline", "prefill") is None
 
 
-def test_the_fitted_gpu_presets_half_performance_work_is_timed_point_by_point():
+def test_the_fitted_gpu_presets_half_performance_work_is_timed_by_their_shapes():
     """The shipped h100-sxm charges each GEMM its tile and wave quantization and, above one row, Hockney's W½
-    (shape terms the fitted linear graph does not carry): sweep times it point by point, equal to estimate;
-    time_grid refuses it."""
+    (shape terms the fitted linear graph does not carry): sweep times it from the shapes (decode: one graph per
+    batch, below), equal to estimate; time_grid refuses it."""
     h100 = load_hardware("h100-sxm")
     spec = load_model_spec("llama-3.2-1b")
     bf16 = fit_linear_graph(spec, "decode", Workload())
