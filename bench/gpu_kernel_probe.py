@@ -140,7 +140,7 @@ def gemm_record(kind: str, dname: str, dt: Any, m: int, weights: list[Any], repe
         print(f"skip {kind} {dname} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return
     record(kind, dtype=dname, m=m, n=n, k=k, flops=2.0 * m * n * k, bytes=float(esize * (m * k + n * k) + 2 * m * n),
-           seconds_s=s, tflops=2.0 * m * n * k / s / 1e12)
+           seconds_s=s, tflops=2.0 * m * n * k / s / 1e12, weights=len(weights))
 
 
 def ksweep(repeats: int, l2_bytes: float) -> None:
@@ -165,6 +165,22 @@ def ksweep(repeats: int, l2_bytes: float) -> None:
         for m in (64, 256, 1024, 4096, 16384):
             gemm_record("gemm_narrow_n", "bf16", torch.bfloat16, m, weights, repeats)
         weights = []
+
+
+def kloop(repeats: int, l2_bytes: float) -> None:
+    """The K-loop of grids too small to fill the chip, bf16 beside fp8 at the same shapes: narrow N (few output
+    tiles) over K = 256…16384 at M = 16, 64, 128, with DeepGEMM's published H100 shapes (N = 2112 and 7168; G-23,
+    GX-04) among them. Per element of K, bf16 and fp8 take the same time per unit of K; per byte, fp8 takes half.
+    Weights rotate past the L2 where they can (``weights`` in each record says how many were rotated)."""
+    for dname, dt in gemm_dtypes():
+        esize = torch.tensor([], dtype=dt).element_size()
+        for n in (128, 256, 512, 1024, 2112, 7168):
+            for k in (256, 512, 1024, 2048, 4096, 7168, 16384):
+                count = max(2, min(128, int(-(-2 * l2_bytes // (n * k * esize)))))
+                weights = [torch.randn(n, k, device="cuda").to(dt) for _ in range(count)]
+                for m in (16, 64, 128):
+                    gemm_record("gemm_kloop", dname, dt, m, weights, repeats)
+                weights = []
 
 
 def softmax_rows(repeats: int) -> None:
@@ -301,6 +317,7 @@ def main() -> int:
     print(meta, flush=True)
     steps = {"overheads": lambda: overheads(a.repeats), "gemms": lambda: gemms(a.repeats, l2, a.quick),
              "memory": lambda: memory(a.repeats), "ksweep": lambda: ksweep(a.repeats, l2),
+             "kloop": lambda: kloop(a.repeats, l2),
              "softmax": lambda: softmax_rows(a.repeats),
              "attention": lambda: attention(a.repeats, a.quick),
              "forwards": lambda: forwards(a.repeats)}
@@ -308,7 +325,8 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             steps[name]()
-        except Exception as exc:  # keep what the other steps measured
+        except (Exception, KeyboardInterrupt) as exc:  # keep what this and the other steps measured
+            # (``timeout -s INT`` stops a step with KeyboardInterrupt: its records so far are still written)
             print(f"step {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         print(f"step {name}: {time.perf_counter() - t0:.1f} s", flush=True)
         (a.out / "gpu-kernels-measured.json").write_text(json.dumps({"meta": meta, "records": RECORDS}, indent=1))
