@@ -28,7 +28,14 @@ from layerscope.analysis.kernel_replay import (  # noqa: E402
     measured_attention_s,
     replay,
 )
-from layerscope.hardware.kernel_fit import GemmRow, fit_preset  # noqa: E402
+from layerscope.hardware.kernel_fit import (  # noqa: E402
+    K_LOOP_MAX_K,
+    K_LOOP_MAX_M,
+    K_LOOP_MAX_N,
+    GemmRow,
+    fit_preset,
+    k_loop_per_k_s,
+)
 from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table  # noqa: E402
 from layerscope.hardware.presets import load_base_preset  # noqa: E402
 
@@ -36,6 +43,8 @@ GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 OWN_H200 = ROOT / "bench" / "gpu" / "h200-2026-11-26" / "kernels-cuda-graph.json"
 OWN_H200_KSWEEP = ROOT / "bench" / "gpu" / "h200-2026-11-27" / "kernels-ksweep-cuda-graph.json"
+OWN_H200_KLOOP = ROOT / "bench" / "gpu" / "h200-2026-11-27b" / "kernels-kloop-cuda-graph.json"
+OWN_H200_KSWEEP_FP8 = ROOT / "bench" / "gpu" / "h200-2026-11-27b" / "kernels-ksweep-fp8-cuda-graph.json"
 
 
 def _pct(x: float) -> str:
@@ -110,6 +119,69 @@ def ksweep_section(rows: list[KernelRow], presets: dict) -> list[str]:
               "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {kind.removeprefix('gemm_')} | {m} | {n} | {k} | {mt:.1f} | {p:.1f} | {_pct(p / mt - 1)} | "
               f"{s * 1e6:.2f} |" for kind, m, n, k, mt, p, s in sweep]
+    return lines
+
+
+def _own_gemms(path: Path, kinds: tuple[str, ...], spec: object,
+               template: KernelRow) -> list[tuple[str, str, int, int, int, float, float]]:
+    """(kind, dtype, m, n, k, measured s, predicted s) for the probe's GEMM records of ``kinds`` in ``path``."""
+    out = []
+    for rec in json.loads(path.read_text())["records"]:
+        if rec["kind"] not in kinds:
+            continue
+        row = replace(template, id="own", gpu="h200", source="own", precision=rec["dtype"],
+                      gemm=GemmShape(rec["m"], rec["n"], rec["k"]), value=rec["tflops"], tags=frozenset({"E"}))
+        g = GemmRow.of(row)
+        if g is not None:
+            predicted_s = rec["flops"] / (gemm_tflops(g, spec) * 1e12)  # type: ignore[arg-type]
+            out.append((rec["kind"], rec["dtype"], rec["m"], rec["n"], rec["k"], rec["seconds_s"], predicted_s))
+    return out
+
+
+def _used_for_k_loop(m: int, n: int, k: int) -> bool:
+    return n <= K_LOOP_MAX_N and m <= K_LOOP_MAX_M and k <= K_LOOP_MAX_K
+
+
+def kloop_section(rows: list[KernelRow], presets: dict) -> list[str]:
+    """The K-loop sweep (bf16 and fp8) that sets ``efficiency.gemm_k_loop_s``, and the fp8 K-sweep beside it,
+    predicted by the h200 preset fitted on the whole table."""
+    if not OWN_H200_KLOOP.exists():
+        return []
+    spec = fit_preset(presets["h200"], rows, presets).spec
+    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
+    records = json.loads(OWN_H200_KLOOP.read_text())["records"]
+    per_k = k_loop_per_k_s(records)
+    kloop = _own_gemms(OWN_H200_KLOOP, ("gemm_kloop",), spec, template)
+    sweep = (_own_gemms(OWN_H200_KSWEEP_FP8, ("gemm_ksweep",), spec, template)
+             if OWN_H200_KSWEEP_FP8.exists() else [])
+    base = presets["h200"]
+
+    def stats(items: list[tuple[float, float]]) -> str:
+        e = sorted(abs(p / m - 1) for m, p in items)
+        return (f"{len(e)} GEMMs, median |error| {e[len(e) // 2] * 100:.1f}%, p90 "
+                f"{e[int(0.9 * (len(e) - 1))] * 100:.1f}%") if e else "none"
+
+    lines = ["", "## The serial K-loop: our own H200, bf16 beside fp8 (CUDA-graph replay, 2026-11-27b)", "",
+             f"`{OWN_H200_KLOOP.relative_to(ROOT)}` (`bench/gpu_kernel_probe.py --only kloop`: cuBLAS GEMMs, "
+             "fp8 by `torch._scaled_mm` with per-tensor scales, N = 128…7168, K = 256…16384, M = 16, 64, 128). "
+             f"`kernel_fit.k_loop_per_k_s` on its shapes of N ≤ {K_LOOP_MAX_N}, M ≤ {K_LOOP_MAX_M}, K ≤ "
+             f"{K_LOOP_MAX_K} (a few output tiles; below the K where cuBLAS splits K): " + ", ".join(
+                 f"{dt} {s * 1e9:.3f} ns per unit of K (median of {n} shapes' slopes)" for dt, (s, n) in per_k.items())
+             + "; the h200 base preset carries " + ", ".join(
+                 f"{dt.value} {v * 1e9:.3g} ns" for dt, v in base.efficiency.gemm_k_loop_s.items()) + ". fp8 "
+             "costs 0.67 of bf16 per unit of K: neither per element (1) nor per byte (0.5) of K.", "",
+             "Predicted by the h200 preset fitted on the whole table (its K-loop figure is these rows' slope; "
+             "everything else is fitted on the published rows):", "",
+             f"- shapes the K-loop figure was measured on: "
+             f"{stats([(m, p) for _, _, mm, n, k, m, p in kloop if _used_for_k_loop(mm, n, k)])}",
+             f"- the other K-loop rows (N ≥ 2112, or K > {K_LOOP_MAX_K}): "
+             f"{stats([(m, p) for _, _, mm, n, k, m, p in kloop if not _used_for_k_loop(mm, n, k)])}",
+             f"- fp8 K-sweep (N = 4096 and 14336, M = 1…16384; `{OWN_H200_KSWEEP_FP8.relative_to(ROOT)}`), "
+             f"never fitted: {stats([(m, p) for _, dt, *_, m, p in sweep if dt == 'fp8'])}; its bf16 rows, "
+             f"the same run: {stats([(m, p) for _, dt, *_, m, p in sweep if dt == 'bf16'])}", "",
+             "| dtype | M | N | K | measured µs | predicted µs | error | sets τ |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {dt} | {mm} | {n} | {k} | {m * 1e6:.2f} | {p * 1e6:.2f} | {_pct(p / m - 1)} | "
+              f"{'yes' if _used_for_k_loop(mm, n, k) else ''} |" for _, dt, mm, n, k, m, p in kloop]
     return lines
 
 
@@ -191,6 +263,7 @@ def main() -> int:
         lines += [f"| {ph} | {name} | {m * 1e6:.1f} | {p * 1e6:.1f} | {_pct(p / m - 1)} |"
                   for ph, name, m, p in own_attn]
     lines += ksweep_section(rows, presets)
+    lines += kloop_section(rows, presets)
     lines += collectives_section(rows)
     text = "\n".join(lines) + "\n"
     if a.no_record:

@@ -145,7 +145,13 @@ def test_a_generations_decode_is_explained_over_every_step():
     ex = explain(op_features(decode.graph).with_work(*decode.work), hw, decode.cost, passes=decode.passes)
     i = next(i for i, op in enumerate(decode.graph.ops) if op.name == "layers.0.mlp.down_proj")
     assert ex.overhead_s[i] == pytest.approx(5 * hw.launch_overhead_s) and ex.overhead_host_s[i] == 0
-    assert ex.compute_efficiency[i] == pytest.approx(hw.efficiency.matmul_for(BF16))  # a GEMV: no W½
+    # a GEMV: no W½; its arithmetic time is its serial K-loop (K = 8192 at 1.22 ns), the figure cited for it
+    op = decode.graph.ops[i]
+    k_loop_s = op.inputs[0].shape[-1] * hw.gemm_k_loop_s(BF16)
+    assert k_loop_s > op.flops / (hw.engines.peak_flops_per_s[BF16] * hw.efficiency.matmul_for(BF16))
+    assert ex.compute_efficiency[i] == pytest.approx(op.flops / k_loop_s / hw.engines.peak_flops_per_s[BF16])
+    assert "efficiency.gemm_k_loop_s.bf16" in ex.op_figures[i]
+    assert "kernels-kloop-cuda-graph.json" in ex.figures["efficiency.gemm_k_loop_s.bf16"].source
     assert decode.cost.time_s.sum() == pytest.approx(est.phase_times_s["decode"])
 
 

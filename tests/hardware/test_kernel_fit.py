@@ -41,18 +41,25 @@ def _row(template: KernelRow, i: int, m: int, n: int, k: int, tflops: float, dty
 
 
 def test_gemm_time_by_hand() -> None:
-    """t = t0 + max((F + W½) / (P·e), W / (B·w) + A / (B·m)): a compute-bound and a weight-streaming case."""
+    """t = t0 + max(max((F / q + W½) / (P·e), K·τ), W / (B·w) + A / (B·m)): a compute-bound and a
+    weight-streaming case, then the tiles' useful share q and the serial K-loop K·τ."""
     kw = {"peak_flops_per_s": 1e15, "bandwidth_bytes_per_s": 2e12, "memory_eff": 0.5, "efficiency": 0.8,
           "half_flops": 1e9, "weight_stream": 0.8, "overhead_s": 2e-6}
     t = gemm_time_s(np.array([1e12, 2e6]), np.array([1e6, 1.6e7]), np.array([4e6, 1e3]), np.array([4096, 1]), **kw)
     # (1e12 + 1e9) / 8e14 = 1.25125 ms; the GEMV: no W½, 1.6e7 / 1.6e12 + 1e3 / 1e12 = 10.001 µs
     assert t[0] == pytest.approx(2e-6 + 1.25125e-3)
     assert t[1] == pytest.approx(2e-6 + 10.001e-6)
-    # the compute term over the tiles' useful share: at q = 0.8, 1.25125 ms / 0.8; the GEMV still streams
+    # the work over the tiles' useful share, not the fixed cost: at q = 0.8, (1e12 / 0.8 + 1e9) / 8e14 = 1.56375 ms
+    # (not 1.25125 ms / 0.8 = 1.5640625 ms); the GEMV still streams
     q = gemm_time_s(np.array([1e12, 2e6]), np.array([1e6, 1.6e7]), np.array([4e6, 1e3]), np.array([4096, 1]),
                     tile_eff=np.array([0.8, 0.8]), **kw)
-    assert q[0] == pytest.approx(2e-6 + 1.25125e-3 / 0.8)
+    assert q[0] == pytest.approx(2e-6 + 1.56375e-3, rel=1e-9)
     assert q[1] == pytest.approx(2e-6 + 10.001e-6)
+    # a K-loop floor of 20 µs holds the GEMV (its stream takes 10.001 µs) and not the 1.25 ms GEMM
+    k = gemm_time_s(np.array([1e12, 2e6]), np.array([1e6, 1.6e7]), np.array([4e6, 1e3]), np.array([4096, 1]),
+                    k_loop_s=np.array([20e-6, 20e-6]), **kw)
+    assert k[0] == pytest.approx(2e-6 + 1.25125e-3)
+    assert k[1] == pytest.approx(2e-6 + 20e-6)
 
 
 @pytest.mark.parametrize(("dtype", "peak", "element_bytes"), [("bf16", 989e12, 2.0), ("fp8", 1979e12, 1.0)])

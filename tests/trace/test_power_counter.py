@@ -49,11 +49,11 @@ def test_power_steps_by_hand() -> None:
 def test_golden_trace_power_integrates_to_the_ops_joules(tmp_path: Path) -> None:
     """The golden case (tiny Llama layer, decode, h100-sxm base preset, 2 engines): ∫ power = Σ dynamic J of the
     ops + 69 W idle × makespan, read back from both formats."""
-    from layerscope.hardware.presets import load_base_preset
+    from layerscope.app.golden import golden_hardware
 
     paths = write_golden(tmp_path)
     run = run_simulation(SimulateRequest(
-        model=_golden_spec(), hardware=load_base_preset("h100-sxm"), engines=2, layer=0, attention="unfused",
+        model=_golden_spec(), hardware=golden_hardware(), engines=2, layer=0, attention="unfused",
         workload=WorkloadRequest(phase="decode", context=64)))
     dyn_j = float(timed_dynamic_energy_j(run.timed).total_j.sum())
     makespan_ns = run.schedule.makespan_ns

@@ -66,6 +66,7 @@ from layerscope.cost.models import (
     _cold_costs,
     _shared_cache,
     decode_attention_ops,
+    gemm_k_loop_time_s,
     get_cost_model,
     streaming_ops,
     weight_only_dtypes,
@@ -410,6 +411,21 @@ def _half_flops(ctx: ExplainContext, dt: str) -> Sequence[FigureUse]:
     return (efficiency_use(ctx, f"matmul_half_flops.{dt}", "matmul_half_flops_source", half, "compute", tag=dt),)
 
 
+def _k_loop_ops(ctx: ExplainContext) -> np.ndarray:
+    """Ops whose arithmetic time is their serial K-loop (``efficiency.gemm_k_loop_s``): the floor binds."""
+    if not ctx.hw.efficiency.gemm_k_loop_s:
+        return np.zeros(ctx.n_ops, dtype=bool)
+    loop_s = gemm_k_loop_time_s(ctx.features, ctx.hw) * ctx.passes
+    return (loop_s > 0) & (loop_s >= np.asarray(ctx.cost.compute_s) * (1.0 - 1e-9))
+
+
+def _k_loop(ctx: ExplainContext, dt: str) -> Sequence[FigureUse]:
+    per_k = ctx.hw.efficiency.gemm_k_loop_s.get(DType(dt), 0.0)
+    if not per_k:
+        return ()
+    return (efficiency_use(ctx, f"gemm_k_loop_s.{dt}", "gemm_k_loop_source", per_k, "compute", tag=dt),)
+
+
 def _rows_tables(ctx: ExplainContext, dt: str) -> Sequence[FigureUse]:
     eff = ctx.hw.efficiency
     shapes = eff.matmul_shapes.get(DType(dt))
@@ -637,6 +653,7 @@ FIGURES: Registry[FigureRule] = Registry("spec figure", CostModelError, {
     "efficiency.vector": FigureRule(
         "compute", lambda ctx: ctx.has_flops & ctx.on_path("vector"), _vector_efficiency, _vector_kind_variant),
     "efficiency.matmul_half_flops": FigureRule("compute", _half_flops_ops, _half_flops, dtype_variant),
+    "efficiency.gemm_k_loop_s": FigureRule("compute", _k_loop_ops, _k_loop, dtype_variant),
     "efficiency.matmul_rows": FigureRule(
         "compute", lambda ctx: ctx.features.uses_matrix_units & (ctx.m > 1) & ctx.has_weights, _rows_tables,
         dtype_variant),

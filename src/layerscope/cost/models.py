@@ -63,7 +63,13 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     Matrix ops run at ``peak(dtype) * efficiency.matmul``, the rest at
     ``vector_flops_per_s * efficiency.vector`` (roofline, Williams et al., CACM 2009).
     With ``efficiency.matmul_half_flops`` set, a matrix op of W FLOPs runs at that rate times
-    W / (W + W½), i.e. takes (W + W½) / rate (see :func:`_matmul_half_flops`).
+    W / (W + W½), i.e. takes (W + W½) / rate (see :func:`_matmul_half_flops`). A fitted GPU's fp8 GEMMs
+    also pay their tile and wave quantization q (:func:`gemm_tile_fraction`) on the work, not on the fixed
+    cost: W / (rate · q) + W½ / rate. W½ / rate is a time per kernel (pipeline fill and drain), the same whether
+    the grid fills the chip or not; divided by q, an M = 64, N = 128, K = 256 fp8 GEMM (eight 64 x 16 tiles on
+    132 SMs, q = 0.06) paid 16.5 of them, 58 µs on the fitted h200 preset where our own H200 runs it in 2.7 µs
+    (bench/gpu/h200-2026-11-27b). With ``efficiency.gemm_k_loop_s``, no GEMM takes less than its tiles' serial
+    K-loop (:func:`gemm_k_loop_time_s`).
     """
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
     vector_rate: float | np.ndarray = hw.achievable_vector_flops_per_s()
@@ -74,11 +80,24 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         rate = rate * _matmul_rows_fraction(features, hw)
     if hw.efficiency.attention_rows:
         rate = rate * _attention_rows_fraction(features, hw)
-    if gemm_tiles_apply(hw):
-        rate = rate * gemm_tile_fraction(features, hw.engines.count)
-    if not hw.efficiency.matmul_half_flops:
-        return features.flops / rate
-    return (features.flops + _matmul_half_flops(features, hw)) / rate
+    work_rate = rate * gemm_tile_fraction(features, hw.engines.count) if gemm_tiles_apply(hw) else rate
+    compute_s = features.flops / work_rate
+    if hw.efficiency.matmul_half_flops:
+        compute_s = compute_s + _matmul_half_flops(features, hw) / rate
+    if hw.efficiency.gemm_k_loop_s:
+        compute_s = np.maximum(compute_s, gemm_k_loop_time_s(features, hw))
+    return compute_s
+
+
+def gemm_k_loop_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: the serial K-loop of one output tile, ``K · efficiency.gemm_k_loop_s`` of its dtype, for matrix
+    ops with weights (projections, experts; not fused attention, whose loop is over keys); 0 for the rest. A
+    floor under the op's arithmetic time (:func:`compute_time_s`): it binds grids too small to fill the chip."""
+    per_k = np.array([hw.gemm_k_loop_s(dt) for dt in DTYPE_ORDER])
+    k = features.gemm_mnkb[:, 2].astype(np.float64)
+    applies = (features.uses_matrix_units & (features.weight_bytes.reshape(-1, len(k))[-1] > 0)
+               & ~features.kind_mask("attention"))
+    return np.where(applies, k * per_k[features.dtype_code], 0.0)
 
 
 def gemm_tiles_apply(hw: HardwareSpec) -> bool:

@@ -5,7 +5,7 @@ dtype, memory-bound kernels, each with its source. A preset keeps its datasheet 
 part the datasheet cannot say, in the terms the cost model already uses (``cost.models.roofline``):
 
 * **GEMMs** (per GPU and dtype, 16-bit and fp8 apart):
-  ``t = t0 + max((F + W½) / (P · e · q), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
+  ``t = t0 + max(max((F / q + W½) / (P · e), K · τ), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
   ``P`` the datasheet peak, ``q`` the useful share of an fp8 GEMM's tiles and waves on the GPU's SMs (tile
   and wave quantization, :func:`~layerscope.hardware.gemm_tiles.tile_efficiency`: not fitted; 1 for 16-bit
   GEMMs, whose library's tiles are not published), ``W``/``A`` the
@@ -16,6 +16,8 @@ part the datasheet cannot say, in the terms the cost model already uses (``cost.
   weight streaming*, the time flat in M until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``,
   as ``w / m``).
   ``t0`` is the preset's ``launch_overhead_s`` (no published row isolates it; see the module's fallbacks).
+  ``τ`` is the preset's ``efficiency.gemm_k_loop_s`` (one tile's serial K-loop per unit of K), measured on our
+  own H200 and not fitted here (:func:`k_loop_per_k_s`).
 * **Memory-bound kernels**: ``m`` = the median achieved fraction of the datasheet bandwidth over the GPU's
   memory rows (``efficiency.memory``); they all move >= 100 MB, where ``t0`` is under 3 % of their time.
 
@@ -68,7 +70,9 @@ _PRECISION_CLASS = (("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "bf16"))
 _GRID_E = np.linspace(0.30, 1.24, 48)
 _GRID_HALF = np.concatenate(([0.0], np.logspace(7.0, 11.7, 32)))
 _GRID_W = np.linspace(0.30, 1.24, 48)
-_GRID_T0_S = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]) * 1e-6
+#: t0 in 0.5 µs steps over 0-6 µs (it skipped 2.5, 3.5 and 4.5-5.5 until the K-loop floor came in, when the H100
+#: fp8 fit's best t0 fell between 2 and 3 µs: RMS log error 0.084 at 2.5 against 0.086 at 3).
+_GRID_T0_S = np.arange(13) * 0.5e-6
 #: How much worse (RMS of the log time error) the best fit within physical bounds may be than the best fit
 #: beyond them before the fit is refused rather than kept at the bound (and flagged in its sources).
 BOUND_TOLERANCE = 0.05
@@ -145,6 +149,7 @@ class GemmRow:
     m: int
     n: int = 1
     groups: int = 1
+    k: int = 1
 
     @classmethod
     def of(cls, row: KernelRow) -> GemmRow | None:
@@ -156,7 +161,7 @@ class GemmRow:
         flops = 2.0 * g.m * g.n * g.k * g.groups
         return cls(row=row, dtype=dt, flops=flops, weight_bytes=float(g.groups * g.n * g.k * w_b),
                    act_bytes=float(g.groups * (g.m * g.k * a_in + g.m * g.n * out_b)),
-                   time_s=flops / (row.value * 1e12) - call_overhead_s(row), m=g.m, n=g.n, groups=g.groups)
+                   time_s=flops / (row.value * 1e12) - call_overhead_s(row), m=g.m, n=g.n, groups=g.groups, k=g.k)
 
 
 @dataclass(frozen=True)
@@ -185,12 +190,15 @@ Scalar = float | np.floating | np.ndarray
 def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
                 peak_flops_per_s: Scalar, bandwidth_bytes_per_s: Scalar, memory_eff: Scalar, efficiency: Scalar,
                 half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar,
-                tile_eff: Scalar = 1.0) -> np.ndarray:
+                tile_eff: Scalar = 1.0, k_loop_s: Scalar = 0.0) -> np.ndarray:
     """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1), the
-    compute term over the rows' ``tile_eff`` (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`). The
+    work over the rows' ``tile_eff`` (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`; the fixed
+    cost W½ is not scaled by it: ``cost.models.compute_time_s``), and no less than the rows' serial K-loop
+    ``k_loop_s`` (``K · efficiency.gemm_k_loop_s``: ``cost.models.gemm_k_loop_time_s``). The
     fitted terms may be arrays that broadcast against the rows (the fit's grid search times every grid point
     at once)."""
-    compute = (flops + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency * tile_eff)
+    compute = np.maximum((flops / tile_eff + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency),
+                         k_loop_s)
     memory = weight_bytes / (bandwidth_bytes_per_s * weight_stream) + act_bytes / (bandwidth_bytes_per_s * memory_eff)
     return overhead_s + np.maximum(compute, memory)
 
@@ -234,6 +242,9 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     tiled = spec.kind == "gpu" and dtype in TILED_DTYPES
     tiles = (tile_efficiency(m, np.array([r.n for r in rows]), np.array([r.groups for r in rows]),
                              spec.engines.count) if tiled else np.ones(len(rows)))
+    # the serial K-loop floor the cost model puts under each GEMM (cost.models.gemm_k_loop_time_s): measured,
+    # not fitted here, so e and W½ are fitted on what it leaves
+    k_loop = np.array([r.k for r in rows], dtype=float) * spec.gemm_k_loop_s(DType(dtype))
     ridge = peak / bw
     streaming = (flops / (wb + ab)) < 0.5 * ridge
     compute_bound = ~streaming
@@ -272,7 +283,8 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
                        efficiency=grid_e.astype(f32)[:, None, None, None, None],
                        half_flops=grid_half.astype(f32)[None, :, None, None, None],
                        weight_stream=grid_w.astype(f32)[None, None, :, None, None],
-                       overhead_s=grid_t0.astype(f32)[None, None, None, :, None], tile_eff=tiles.astype(f32))
+                       overhead_s=grid_t0.astype(f32)[None, None, None, :, None], tile_eff=tiles.astype(f32),
+                       k_loop_s=k_loop.astype(f32))
     loss = (np.log(pred / t.astype(f32)) ** 2).sum(axis=-1, dtype=np.float64).ravel()
     e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
     inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
@@ -591,3 +603,31 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
             f"its KV cache); floor fitted on gpu-kernels.md rows {', '.join(dec.rows)} beside e = {dec.efficiency:g}, "
             f"RMS log error {dec.rms_log_error:.3f}" + (f"; {note}" if note else ""))
     return result
+
+
+#: The K-loop measurement's shapes (:func:`k_loop_per_k_s`): grids of a few output tiles (N up to 1024 with at
+#: most 128 rows is at most 8 of cuBLAS's 128-wide tiles on 132 SMs), over K up to 4096, below the K at which
+#: cuBLAS starts splitting K across SMs for them (its times flatten from K = 4096-7168 at N <= 512).
+K_LOOP_MAX_N = 1024
+K_LOOP_MAX_M = 128
+K_LOOP_MAX_K = 4096
+
+
+def k_loop_per_k_s(records: Iterable[dict[str, object]]) -> dict[str, tuple[float, int]]:
+    """Per dtype: (the median over shapes of the least-squares slope of kernel time over K, the number of
+    shapes) from ``bench/gpu_kernel_probe.py --only kloop`` records (``gemm_kloop``: one GEMM by CUDA-graph
+    replay per record), on the shapes :data:`K_LOOP_MAX_N`, :data:`K_LOOP_MAX_M` and :data:`K_LOOP_MAX_K`
+    bound: what ``efficiency.gemm_k_loop_s`` holds. A shape needs three K values to count."""
+    by_shape: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+    for rec in records:
+        if rec.get("kind") != "gemm_kloop":
+            continue
+        m, n, k = (int(rec[x]) for x in ("m", "n", "k"))  # type: ignore[call-overload]
+        if n <= K_LOOP_MAX_N and m <= K_LOOP_MAX_M and k <= K_LOOP_MAX_K:
+            by_shape.setdefault((str(rec["dtype"]), m, n), []).append((float(k), float(rec["seconds_s"])))  # type: ignore[arg-type]
+    slopes: dict[str, list[float]] = {}
+    for (dtype, _, _), points in by_shape.items():
+        if len(points) >= 3:
+            ks, ts = np.array(points).T
+            slopes.setdefault(dtype, []).append(float(np.polyfit(ks, ts, 1)[0]))
+    return {dt: (float(np.median(s)), len(s)) for dt, s in sorted(slopes.items())}

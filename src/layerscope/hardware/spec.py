@@ -348,6 +348,16 @@ class EfficiencySpec(BaseModel):
     weight row per dot product, so longer rows stream faster (reference CPU, MKL sgemv on 2 threads:
     27-28 GB/s at K = 1024-2048, 35 at 8192, whatever N). Written by ``layerscope calibrate``."""
     weight_stream_k_source: str = ""
+    gemm_k_loop_s: dict[DType, float] = Field(default_factory=dict)
+    """Seconds per unit of the reduction width K of one output tile's serial K-loop, per matrix dtype: a
+    GEMM kernel takes at least ``K · gemm_k_loop_s`` of arithmetic time, whatever its FLOPs, because each
+    tile walks its K in order (load a K-slab, multiply, accumulate) on one engine. It binds only grids too
+    small to fill the chip (a few output tiles: narrow N, small M), whose FLOPs and bytes would finish
+    sooner: our own H200 ran M = 16-128, N = 128-1024 GEMMs in 2.4-3.0 µs + 1.2 ns per unit of K in bf16 and
+    + 0.81 ns in fp8 (cuBLAS, K = 256-4096; bench/gpu/h200-2026-11-27b). A library that splits K across
+    engines (cuBLAS does past K ≈ 4-7K at N ≤ 512) beats it there: not modelled. Keyed like
+    ``matmul_half_flops``; absent dtypes (and the default, empty) pay no such term."""
+    gemm_k_loop_source: str = ""
     activation_stream: float | None = Field(default=None, gt=0, le=MAX_STREAM_FACTOR)
     """Measured main-memory rate of streaming elementwise traffic, as a factor on the main-memory
     bandwidth: the activation bytes of an op whose activations do not fit the last on-chip level
@@ -361,7 +371,7 @@ class EfficiencySpec(BaseModel):
     activation_stream_source: str = ""
 
     @field_validator("matmul_per_dtype", "matmul_half_flops", "matmul_rows", "matmul_shapes", "attention_rows",
-                     "attention_rows_noncausal", "weight_stream_k", mode="before")
+                     "attention_rows_noncausal", "weight_stream_k", "gemm_k_loop_s", mode="before")
     @classmethod
     def _normalize_dtypes(cls, value: Any, info: Any) -> Any:
         return _dtype_keys(value, f"efficiency.{info.field_name}")
@@ -405,13 +415,13 @@ class EfficiencySpec(BaseModel):
             out[dtype] = ordered
         return out
 
-    @field_validator("matmul_half_flops")
+    @field_validator("matmul_half_flops", "gemm_k_loop_s")
     @classmethod
-    def _non_negative(cls, value: dict[DType, float]) -> dict[DType, float]:
-        for dtype, flops in value.items():
-            if not (math.isfinite(flops) and flops >= 0):
+    def _non_negative(cls, value: dict[DType, float], info: Any) -> dict[DType, float]:
+        for dtype, x in value.items():
+            if not (math.isfinite(x) and x >= 0):
                 raise ValueError(
-                    f"efficiency.matmul_half_flops.{dtype.value}: must be a finite number >= 0, got {flops!r}"
+                    f"efficiency.{info.field_name}.{dtype.value}: must be a finite number >= 0, got {x!r}"
                 )
         return value
 
@@ -756,6 +766,15 @@ class HardwareSpec(BaseModel):
             return 0.0
         resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
         return halves.get(resolved.dtype or DType.FP32, 0.0)
+
+    def gemm_k_loop_s(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
+        """Seconds per unit of K of one output tile's serial K-loop on the unit that runs ``dtype``; 0.0 when
+        the spec has none for it (see ``EfficiencySpec.gemm_k_loop_s``)."""
+        loops = self.efficiency.gemm_k_loop_s
+        if not loops:
+            return 0.0
+        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
+        return loops.get(resolved.dtype or DType.FP32, 0.0)
 
     def _dtype_table(self, table: Mapping[DType, TableT], dtype: DType | str, allow_tf32: bool) -> TableT | tuple[()]:
         """``table``'s entry for the unit that runs ``dtype`` (after the fallback rules); empty when none."""
