@@ -10,8 +10,12 @@ from hypothesis import strategies as st
 
 from layerscope.errors import GraphError
 from layerscope.graph import build_layer_graph, build_model_graph, build_steps_graph, layer_signature
-from layerscope.graph.naming import layer_module_leaves
-from layerscope.graph.ops import MATRIX_CLASSES, OP_KINDS, Op, OpGraph
+from layerscope.graph._common import all_gather
+from layerscope.graph.builder import _GraphCheck, _layer_ops, pass_context, stage_send
+from layerscope.graph.embedding import build_embedding, build_head
+from layerscope.graph.naming import INPUT_IDS, layer_module_leaves, layer_prefix
+from layerscope.graph.ops import MATRIX_CLASSES, OP_KINDS, Op, OpGraph, TensorSpec
+from layerscope.units import DType
 from layerscope.workload import Workload
 
 BF16 = 2
@@ -120,6 +124,105 @@ def test_model_graph_relabelled_layers_match_direct_build(spec, name: str) -> No
                                                       d.matrix_class)
             assert [t.name for t in m.outputs] == [t.name for t in d.outputs]
             assert [(t.shape, t.role) for t in m.inputs] == [(t.shape, t.role) for t in d.inputs]
+
+
+def _op_by_op(s, w: Workload, fwd, attention: str = "fused", layers=None, logits: str = "last") -> OpGraph:
+    """The model graph built op by op: every layer from its own builders (no template re-labelled), validated
+    tensor by tensor by ``OpGraph(...)``."""
+    ctx = pass_context(s, fwd, w)
+    ops, x = build_embedding(ctx, INPUT_IDS)
+    for layer in range(s.num_layers) if layers is None else layers:
+        layer_ops, x = _layer_ops(ctx, layer, x, attention, None)  # type: ignore[arg-type]
+        ops += layer_ops
+        if layer in ctx.stage_ends:
+            lp = layer_prefix(s.modules, layer)
+            ops.append(stage_send(ctx, f"{lp}pp_send", lp[:-1], layer, x))
+            x = ops[-1].outputs[0].name
+    if ctx.sp:
+        ops.append(all_gather(ctx, "norm.all_gather", "norm", None, x, s.hidden_size))
+        x = ops[-1].outputs[0].name
+    ops += build_head(ctx, x, logits)[0]  # type: ignore[arg-type]
+    return OpGraph(ops=tuple(ops), name=f"{s.name}:{fwd.label}")
+
+
+def _same_graph(g: OpGraph, ref: OpGraph) -> None:
+    assert g.ops == ref.ops and g.name == ref.name and g == ref and hash(g) == hash(ref)
+    assert g.graph_inputs == ref.graph_inputs and g.dependencies == ref.dependencies and g.index == ref.index
+    assert [[type(t) for t in o.inputs + o.outputs] for o in g.ops] == [
+        [type(t) for t in o.inputs + o.outputs] for o in ref.ops]
+
+
+@pytest.mark.parametrize("name", ["llama-8b", "qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3", "gemma2-9b",
+                                  "gemma3-4b", "gpt-oss-20b", "gpt2", "gptj", "opt", "mixtral"])
+@pytest.mark.parametrize("kw", [
+    dict(phase="decode", context=1000),
+    dict(phase="prefill", batch=2, prompt_len=33, tensor_parallel=2),
+    dict(phase="chunked", batch=2, chunk=32, prefill_offset=16, context=64, tensor_parallel=2,
+         sequence_parallel=True, pipeline_parallel=2),
+])
+def test_model_graph_equals_op_by_op_build(spec, name: str, kw: dict) -> None:
+    """The re-labelled templates and their per-block validation give the graph built and validated op by op:
+    the same ops, tensors, graph inputs and dependencies (MoE, MLA, sliding windows, parallel blocks, learned
+    positions, tensor/sequence/pipeline parallelism)."""
+    s = spec(name)
+    w = Workload(**kw)
+    if s.num_layers % w.pipeline_parallel or s.num_attention_heads % w.tensor_parallel:
+        pytest.skip("plan does not divide this model")
+    fwd = w.passes()[0]
+    for attention in ("fused", "unfused"):
+        _same_graph(build_model_graph(s, fwd, w, attention=attention),  # type: ignore[arg-type]
+                    _op_by_op(s, w, fwd, attention))
+    _same_graph(build_model_graph(s, fwd, w, layers=[2, 0, 1], logits="all"),
+                _op_by_op(s, w, fwd, layers=[2, 0, 1], logits="all"))
+
+
+@pytest.mark.parametrize("name", ["llama-1b", "qwen3-30b-a3b", "deepseek-v2-lite", "gemma3-4b", "gpt2"])
+def test_steps_graph_validates_as_op_by_op(spec, name: str) -> None:
+    s = spec(name)
+    g = build_steps_graph(s, Workload(phase="decode", context=10), steps=3)
+    _same_graph(g, OpGraph(ops=g.ops, name=g.name))
+
+
+@pytest.mark.parametrize("layers", [[0, 0], [1, 2, 1]])
+def test_repeated_layers_rejected_as_op_by_op(spec, layers: list[int]) -> None:
+    s = spec("llama-1b")
+    w = Workload(phase="decode")
+    with pytest.raises(GraphError) as ref:
+        _op_by_op(s, w, w.passes()[0], layers=layers)
+    with pytest.raises(GraphError) as err:
+        build_model_graph(s, w.passes()[0], w, layers=layers)
+    assert str(err.value) == str(ref.value) and "produced twice" in str(err.value)
+
+
+def _t(name: str, role: str = "activation") -> TensorSpec:
+    return TensorSpec(name, (1, 4), DType.BF16, role)  # type: ignore[arg-type]
+
+
+def _mk(name: str, ins: tuple[str, ...], outs: tuple[str, ...]) -> Op:
+    return Op(name=name, kind="gemm", module=name, layer=0, inputs=(*(_t(x) for x in ins), _t("w", "weight")),
+              outputs=tuple(_t(x) for x in outs), flops=1)
+
+
+@pytest.mark.parametrize("ops", [
+    (_mk("a", ("x",), ("y",)), _mk("b", ("y",), ("z",))),  # valid: x is the graph's input
+    (_mk("a", (), ("y",)), _mk("b", (), ("y",))),  # produced twice
+    (_mk("a", ("z",), ("y",)), _mk("b", ("y",), ("z",))),  # read before its producer
+    (_mk("a", ("y",), ("y",)),),  # reads its own output
+    (_mk("a", (), ("y",)), _mk("a", (), ("z",))),  # op name twice
+])
+def test_graph_check_rejects_what_opgraph_rejects(ops: tuple[Op, ...]) -> None:
+    """The builder's per-block check gives the validated graph, or the error ``OpGraph(...)`` raises."""
+    check = _GraphCheck()
+    for o in ops:
+        check.op(o)
+    try:
+        ref = OpGraph(ops=ops, name="g")
+    except GraphError as e:
+        with pytest.raises(GraphError) as err:
+            check.graph(ops, "g")
+        assert str(err.value) == str(e)
+    else:
+        _same_graph(check.graph(ops, "g"), ref)
 
 
 def test_layer_signatures(spec) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from layerscope.errors import GraphError
-from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec, make_op
+from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec, make_op, relabel_op
 from layerscope.units import DType
 
 
@@ -32,6 +32,31 @@ def test_make_op_equals_constructor() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.flops = 3  # type: ignore[misc]
     assert fast.attr("k") == 1 and fast.attr("missing", 0) == 0
+
+
+def test_make_op_takes_keywords_and_op_defaults() -> None:
+    kw = dict(name="a", kind="norm", module="a", layer=None, inputs=(t("x"),), outputs=(t("y"),), flops=4,
+              act_read_bytes=8, matrix_class="Reduction")
+    fast, slow = make_op(**kw), Op(**kw)  # type: ignore[arg-type]
+    assert type(fast) is Op and fast == slow and repr(fast) == repr(slow)
+
+
+def test_relabel_op_equals_replace() -> None:
+    op = Op(name="a", kind="gemm", module="m", layer=0, inputs=(t("x"), t("w", "weight")), outputs=(t("y"),),
+            flops=10, weight_bytes=1, gemm=GemmShape(1, 4, 4), attrs=(("k", 1),), comm_bytes=3)
+    new = relabel_op(op, "b", "n", 7, (t("x2"),), (t("y2"),))
+    assert type(new) is Op and new == dataclasses.replace(op, name="b", module="n", layer=7, inputs=(t("x2"),),
+                                                          outputs=(t("y2"),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        new.name = "c"  # type: ignore[misc]
+
+
+def test_prevalidated_graph_equals_validated() -> None:
+    ops = (mk("a", ("x",), ("y",)), mk("b", ("y", "x"), ("z",)), mk("c", ("y", "z"), ("w",)))
+    fast = OpGraph._prevalidated(ops, "g", frozenset({"x"}))
+    slow = OpGraph(ops=ops, name="g")
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert fast.dependencies == slow.dependencies and fast.index == slow.index
 
 
 def test_graph_derives_dependencies_and_inputs() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layerscope.graph.ops import GemmShape, Op, TensorSpec
+from layerscope.graph.ops import GemmShape, Op, TensorSpec, make_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.workload import check_tensor_parallel
@@ -173,7 +173,7 @@ def linear_op(name: str, module: str, layer: int | None, x: str, *, m: int, n: i
         inputs.append(weight(f"{name}.bias", (n,) if g == 1 else (g, n), wdt))
         flops += m * n * g
         wbytes += nbytes(n * g, wdt.bits)
-    return Op(
+    return make_op(
         name=name, kind=kind, module=module, layer=layer, inputs=tuple(inputs),
         outputs=(act(f"{name}:out", (m * g, n), adt),),
         flops=flops, weight_bytes=wbytes,
@@ -190,7 +190,7 @@ def elementwise_add(ctx: BuildContext, name: str, module: str, layer: int | None
     t = ctx.tokens
     adt = ctx.act_dtype
     numel = t * width
-    return Op(
+    return make_op(
         name=name, kind=kind, module=module, layer=layer,
         inputs=tuple(act(x, (t, width), adt) for x in xs),
         outputs=(act(f"{name}:out", (t, width), adt),),
@@ -207,7 +207,7 @@ def collective_op(name: str, module: str, layer: int | None, x: TensorSpec, out:
     buffer, the all-gather's output, the send's payload), ``comm_bytes`` what one device puts on the wire;
     the local buffers read and written once (act bytes). Timed on the interconnect by
     :mod:`layerscope.cost.collectives`."""
-    return Op(
+    return make_op(
         name=name, kind="communication", module=module, layer=layer, inputs=(x,), outputs=(out,),
         flops=flops, act_read_bytes=x.nbytes, act_write_bytes=out.nbytes,
         matrix_class="Collective", definition=definition,
@@ -231,7 +231,7 @@ def all_reduce(ctx: BuildContext, name: str, module: str, layer: int | None, x: 
     msg = nbytes(numel, adt.bits)
     if ctx.sp:
         return reduce_scatter(ctx, name.removesuffix(".all_reduce") + ".reduce_scatter", module, layer, x, width)
-    return Op(
+    return make_op(
         name=name, kind="communication", module=module, layer=layer,
         inputs=(act(x, (t, width), adt),), outputs=(act(f"{name}:out", (t, width), adt),),
         flops=(p - 1) * numel // p, act_read_bytes=msg, act_write_bytes=msg,

@@ -36,7 +36,7 @@ from layerscope.errors import GraphError, LayerscopeError
 from layerscope.graph._common import BuildContext, act, all_reduce, gemm_class, linear, nbytes, weight
 from layerscope.graph.naming import LayerNames
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import GemmShape, Op, TensorSpec
+from layerscope.graph.ops import GemmShape, Op, TensorSpec, make_op
 
 #: How attention appears in a graph: ``fused`` (one op, as FlashAttention and PyTorch's SDPA run it) or
 #: ``unfused`` (QKᵀ, a 3-stage softmax and PV as their own ops). The one declaration every layer uses.
@@ -153,7 +153,7 @@ def _attention_core(ctx: BuildContext, attn: str, layer: int, q_inputs: tuple[Te
     out_name = f"{attn}.attn:out" if view == "fused" else f"{attn}.pv_matmul:out"
     out = act(out_name, (t, h * shape.v_dim), adt)
     if view == "fused":
-        return [Op(
+        return [make_op(
             name=f"{attn}.attn", kind="attention", module=attn, layer=layer,
             inputs=q_inputs + cache_inputs + extra_kv + sink_w, outputs=(out,),
             flops=qk_flops + SOFTMAX_FLOPS_PER_SCORE * scores + pv_flops,
@@ -187,32 +187,32 @@ def _attention_core(ctx: BuildContext, attn: str, layer: int, q_inputs: tuple[Te
     score_shape = (h, scores // h)
     kvdims = f"h{h}_kv{shape.kv_heads}"
     ops = [
-        Op(name=f"{attn}.kv_read", kind="kv_read", module=attn, layer=layer, inputs=cache_inputs,
+        make_op(name=f"{attn}.kv_read", kind="kv_read", module=attn, layer=layer, inputs=cache_inputs,
            outputs=kv_outs, flops=0, act_write_bytes=nbytes(kv_tok * shape.cache_values, abits),
            kv_read_bytes=kv_bytes, matrix_class="KVCache",
            definition=f"kv_read_kv{shape.kv_heads}_d{shape.qk_dim}", attrs=attrs),
-        Op(name=f"{attn}.qk_matmul", kind="qk_matmul", module=attn, layer=layer, inputs=q_inputs + k_in,
+        make_op(name=f"{attn}.qk_matmul", kind="qk_matmul", module=attn, layer=layer, inputs=q_inputs + k_in,
            outputs=(act(f"{attn}.qk_matmul:out", score_shape, adt),), flops=qk_flops,
            act_read_bytes=q_bytes + k_bytes, act_write_bytes=nbytes(h * pairs, abits), matrix_class=mclass,
            definition=f"qk_matmul_{kvdims}_d{shape.qk_dim}", gemm=qk_gemm, attrs=attrs),
-        Op(name=f"{attn}.softmax_max", kind="softmax_max", module=attn, layer=layer,
+        make_op(name=f"{attn}.softmax_max", kind="softmax_max", module=attn, layer=layer,
            inputs=(act(f"{attn}.qk_matmul:out", score_shape, adt), *sink_w),
            outputs=(act(f"{attn}.softmax_max:out", (h, t), adt),), flops=SOFTMAX_MAX_FLOPS * scores,
            weight_bytes=nbytes(h, abits) if shape.sinks else 0,
            act_read_bytes=score_b, act_write_bytes=row_b, matrix_class="Reduction",
            definition=f"softmax_d{max_ctx}", attrs=attrs),
-        Op(name=f"{attn}.softmax_exp", kind="softmax_exp", module=attn, layer=layer,
+        make_op(name=f"{attn}.softmax_exp", kind="softmax_exp", module=attn, layer=layer,
            inputs=(act(f"{attn}.qk_matmul:out", score_shape, adt), act(f"{attn}.softmax_max:out", (h, t), adt)),
            outputs=(act(f"{attn}.softmax_exp:out", score_shape, adt), act(f"{attn}.softmax_exp:sum", (h, t), adt)),
            flops=SOFTMAX_EXP_FLOPS * scores, act_read_bytes=score_b + row_b,
            act_write_bytes=score_b + row_b, matrix_class="Reduction", definition=f"softmax_d{max_ctx}",
            attrs=attrs),
-        Op(name=f"{attn}.softmax_norm", kind="softmax_norm", module=attn, layer=layer,
+        make_op(name=f"{attn}.softmax_norm", kind="softmax_norm", module=attn, layer=layer,
            inputs=(act(f"{attn}.softmax_exp:out", score_shape, adt), act(f"{attn}.softmax_exp:sum", (h, t), adt)),
            outputs=(act(f"{attn}.softmax_norm:out", (h, pairs), adt),), flops=SOFTMAX_NORM_FLOPS * scores,
            act_read_bytes=score_b + row_b, act_write_bytes=nbytes(h * pairs, abits),
            matrix_class="Elementwise", definition=f"softmax_d{max_ctx}", attrs=attrs),
-        Op(name=f"{attn}.pv_matmul", kind="pv_matmul", module=attn, layer=layer,
+        make_op(name=f"{attn}.pv_matmul", kind="pv_matmul", module=attn, layer=layer,
            inputs=(act(f"{attn}.softmax_norm:out", (h, pairs), adt), *v_in), outputs=(out,), flops=pv_flops,
            act_read_bytes=nbytes(h * pairs, abits) + v_bytes, act_write_bytes=nbytes(out_numel, abits),
            matrix_class=mclass, definition=f"pv_matmul_{kvdims}_d{shape.v_dim}", gemm=pv_gemm, attrs=attrs),
@@ -226,7 +226,7 @@ def _rope(ctx: BuildContext, attn: str, layer: int, q: TensorSpec, k: TensorSpec
     t = ctx.tokens
     adt = ctx.act_dtype
     qk_numel = t * (q_heads * head_dim_q + k_heads * head_dim_k)
-    return Op(
+    return make_op(
         name=f"{attn}.rope", kind="rope", module=attn, layer=layer, inputs=(q, k),
         outputs=(act(f"{attn}.rope:q", q.shape, adt), act(f"{attn}.rope:k", k.shape, adt)),
         flops=ROPE_FLOPS_PER_ELEMENT * t * (q_heads + k_heads) * rotary_dim,
@@ -240,7 +240,7 @@ def _kv_write(ctx: BuildContext, attn: str, layer: int, srcs: tuple[TensorSpec, 
               definition: str) -> Op:
     """Append the new tokens' ``values`` cache elements per token to the KV cache."""
     t = ctx.tokens
-    return Op(
+    return make_op(
         name=f"{attn}.kv_write", kind="kv_write", module=attn, layer=layer, inputs=srcs,
         outputs=(TensorSpec(f"{attn}.kv_cache", (t, values), ctx.kv_dtype, "kv_cache"),),
         flops=0, act_read_bytes=nbytes(t * values, ctx.abits), kv_write_bytes=nbytes(t * values, ctx.kbits),
@@ -360,7 +360,7 @@ def _build_mla(ctx: BuildContext, names: LayerNames, layer: int, x: str, *, slid
     wdt = ctx.weight_dtype
     if form == "absorbed":
         # q_nope[T, h, nope] @ W_UK[h, nope, rank] -> q_latent[T, h, rank] (arXiv 2405.04434 §2.1.2).
-        absorb_q = Op(
+        absorb_q = make_op(
             name=f"{kv_b}.absorb_q", kind="gemm", module=kv_b, layer=layer,
             inputs=(q_r, weight(f"{kv_b}.weight", (h * (nope + vd), rank), wdt)),
             outputs=(act(f"{kv_b}.absorb_q:out", (t, h * rank), adt),),
@@ -378,7 +378,7 @@ def _build_mla(ctx: BuildContext, names: LayerNames, layer: int, x: str, *, slid
         core, out = _attention_core(ctx, attn, layer, q_in, cache, (), shape, window, view)
         ops += core
         # o_latent[T, h, rank] @ W_UV[h, rank, v] -> [T, h*v] (arXiv 2405.04434 §2.1.2).
-        absorb_o = Op(
+        absorb_o = make_op(
             name=f"{kv_b}.absorb_o", kind="gemm", module=kv_b, layer=layer,
             inputs=(act(out, (t, h * rank), adt), weight(f"{kv_b}.weight", (h * (nope + vd), rank), wdt)),
             outputs=(act(f"{kv_b}.absorb_o:out", (t, h * vd), adt),),
@@ -392,7 +392,7 @@ def _build_mla(ctx: BuildContext, names: LayerNames, layer: int, x: str, *, slid
     # Naive: expand K_nope and V of every attended token from the cached latent.
     kv_tok = sum(g.count * kv_tokens_read(g.new, g.cached, window) for g in ctx.groups)
     n = h * (nope + vd)
-    expand = Op(
+    expand = make_op(
         name=kv_b, kind="gemm", module=kv_b, layer=layer,
         inputs=(cache, weight(f"{kv_b}.weight", (n, rank), wdt)),
         outputs=(act(f"{kv_b}:out", (kv_tok, n), adt),),

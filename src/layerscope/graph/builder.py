@@ -2,9 +2,12 @@
 
 Speed: layers differ only by full/sliding attention and dense/MoE MLP, so the ops of each
 distinct layer *signature* are built once per pass and re-labelled for every layer (plain string
-concatenation and one :class:`Op` per op). Whole graphs are memoized on their (frozen, hashable)
-arguments (the 32 most recent per builder), so a repeated request returns the same immutable
-:class:`OpGraph`.
+concatenation and one :class:`Op` per op, copied from the template's by
+:data:`~layerscope.graph.ops.relabel_op`). The graph's validation follows the same split: what
+:class:`OpGraph` checks tensor by tensor is found once per template and checked per layer on a few
+name sets (:class:`_GraphCheck`; anything it cannot vouch for is validated op by op, as before).
+Whole graphs are memoized on their (frozen, hashable) arguments (the 32 most recent per builder),
+so a repeated request returns the same immutable :class:`OpGraph`.
 
 Dtypes: GEMM, expert and embedding weights use ``workload.weight_dtype`` (``spec.weight_dtype``
 and ``quantized_modules_excluded`` are not consulted: the workload decides); norm weights and
@@ -20,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
+from typing import TypeVar
 
 from layerscope.errors import GraphError
 from layerscope.graph._common import (
@@ -37,13 +41,15 @@ from layerscope.graph.mlp import build_dense_mlp
 from layerscope.graph.moe import build_moe
 from layerscope.graph.naming import INPUT_IDS, layer_names, layer_prefix
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import Op, OpGraph, TensorSpec, make_op
+from layerscope.graph.ops import Op, OpGraph, TensorSpec, relabel_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.steps import step_range
 from layerscope.workload.workload import ForwardPass, Workload, check_parallel, pipeline_stages
 
 _PLACEHOLDER = "\x00layer_input"
+_T = TypeVar("_T")
+_NAME = itemgetter(0)
 _MLA_FORMS = ("absorbed", "naive")
 
 
@@ -148,93 +154,204 @@ def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
     return ops, r2.outputs[0].name
 
 
+def _picker(idx: Sequence[int]) -> Callable[[Sequence[_T]], Sequence[_T]]:
+    """A getter of the items at ``idx`` of a sequence, in one C call: a tuple of them from a tuple (for one
+    index or none, a slice: ``itemgetter`` of one index gives the item itself)."""
+    if len(idx) == 1:
+        return itemgetter(slice(idx[0], idx[0] + 1))
+    if not idx:
+        return itemgetter(slice(0, 0))
+    return itemgetter(*idx)
+
+
+_Row = tuple[str, tuple[int, ...], DType, str]
+_Pick = Callable[[Sequence[TensorSpec]], Sequence[TensorSpec]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """How to re-label a template's ops for another layer / step (see :func:`_plan`).
 
     Tensors are de-duplicated: ``act``, ``wgt`` and ``ext`` hold the distinct tensors renamed as
     ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
-    they are (weights outside the prefix), ``inp`` the layer input's specs. Each op refers to
-    them by index into their concatenation.
+    they are (weights outside the prefix), ``inp`` the layer input's specs. An instance's tensors
+    are their concatenation, and ``ops`` picks each op's inputs and outputs from it by index.
+
+    ``produced`` picks the tensors the ops produce (non-weights, once per producing op), ``reads``
+    the tensors some op reads before any op of the template produces them (non-weights): what
+    :class:`_GraphCheck` needs of an instance. ``trusted`` is false when a produced tensor is not an
+    ``act`` one (then instances are validated tensor by tensor).
     """
 
-    act: tuple[tuple[str, tuple[int, ...], DType, str], ...]
-    wgt: tuple[tuple[str, tuple[int, ...], DType, str], ...]
-    ext: tuple[tuple[str, tuple[int, ...], DType, str], ...]
+    act: tuple[_Row, ...]
+    wgt: tuple[_Row, ...]
+    ext: tuple[_Row, ...]
     fixed: tuple[TensorSpec, ...]
     inp: tuple[tuple[tuple[int, ...], DType, str], ...]
-    ops: tuple[tuple[str, str, str | None, int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]],
-                     int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]], tuple[object, ...]], ...]
+    ops: tuple[tuple[Op, _Pick, _Pick], ...]
+    """Each template op (its fields but the re-labelled ones are copied) and the pickers of its inputs and
+    outputs."""
+    op_sfx: tuple[str, ...]
+    modules: Callable[[Sequence[str]], Sequence[str]]
+    """Each op's module from ``[*op names, *(prefix + mod_sfx), prefix[:-1]]`` (no step: a module op's
+    module is its name)."""
+    mod_sfx: tuple[str, ...]
+    step_modules: Callable[[Sequence[str]], Sequence[str]]
+    """Each op's module from ``[*(prefix + step_mod_sfx), prefix[:-1]]`` (with a step, which op names have
+    and modules do not)."""
+    step_mod_sfx: tuple[str, ...]
+    produced: _Pick
+    reads: tuple[int, ...]
+    trusted: bool
 
 
 def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
     n = len(prefix)
-    groups: tuple[dict[TensorSpec, int], ...] = ({}, {}, {}, {}, {})
-
-    def classify(t: TensorSpec) -> int:
-        if t.name == input_name:
-            return 4
-        if t.name.startswith(prefix):
-            return 1 if t.role == "weight" else 0
-        return 3 if t.role == "weight" else 2
-
-    cls: dict[TensorSpec, int] = {}
+    groups: tuple[list[TensorSpec], ...] = ([], [], [], [], [])
+    # Equal tensors are one: keyed by value, the dtype by identity (members are singletons, and an Enum
+    # member's hash is a Python call).
+    where: dict[tuple[str, tuple[int, ...], int, str], tuple[int, int]] = {}
+    placed: list[list[tuple[int, int]]] = []  # (class, index within the class) of each op's inputs, outputs
+    # The validation's facts, by name as OpGraph.__post_init__ finds them (weights are not checked).
+    made: set[str] = set()
+    reads: dict[tuple[int, int], None] = {}
+    produced: list[tuple[int, int]] = []
     for op in ops:
-        for t in (*op.inputs, *op.outputs):
-            if t not in cls:
-                c = cls[t] = classify(t)
-                groups[c][t] = len(groups[c])
+        for is_output, side in ((False, op.inputs), (True, op.outputs)):
+            at = []
+            for t in side:
+                name, shape, dtype, role = t
+                key = (name, shape, id(dtype), role)
+                w = where.get(key)
+                if w is None:
+                    if name == input_name:
+                        c = 4
+                    elif name.startswith(prefix):
+                        c = 1 if role == "weight" else 0
+                    else:
+                        c = 3 if role == "weight" else 2
+                    w = where[key] = (c, len(groups[c]))
+                    groups[c].append(t)
+                at.append(w)
+                if role == "weight":
+                    continue
+                if is_output:
+                    made.add(name)
+                    produced.append(w)
+                elif name not in made:
+                    reads[w] = None
+            placed.append(at)
     offsets = [0]
     for g in groups[:-1]:
         offsets.append(offsets[-1] + len(g))
-    index = {t: offsets[c] + groups[c][t] for t, c in cls.items()}
+    index = {w: offsets[w[0]] + w[1] for w in where.values()}
+    pickers = [_picker([index[w] for w in at]) for at in placed]
 
-    def getter(ts: tuple[TensorSpec, ...]) -> int | Callable[[list[TensorSpec]], tuple[TensorSpec, ...]]:
-        idx = [index[t] for t in ts]
-        if len(idx) == 1:
-            return idx[0]
-        if not idx:
-            return lambda _tensors: ()
-        return itemgetter(*idx)
-
-    planned = []
+    op_sfx = []
+    mod_sfx: dict[str, int] = {}
+    step_mod_sfx: dict[str, int] = {}
+    mod_idx = []
+    step_mod_idx = []
     for op in ops:
         assert op.name.startswith(prefix)
-        # None: the op runs in the decoder layer module itself (``layers.N``: residual adds).
-        mod_sfx = None if prefix and op.module == prefix[:-1] else op.module[n:]
-        assert mod_sfx is None or op.module.startswith(prefix)
-        rest = (op.flops, op.weight_bytes, op.act_read_bytes, op.act_write_bytes, op.kv_read_bytes,
-                op.kv_write_bytes, op.matrix_class, op.definition, op.gemm, op.multiplicity, op.attrs,
-                op.comm_bytes)
-        planned.append((op.name[n:], op.kind, mod_sfx, getter(op.inputs), getter(op.outputs), rest))
+        op_sfx.append(op.name[n:])
+        if prefix and op.module == prefix[:-1]:  # the decoder layer module itself (``layers.N``: residual adds)
+            mod_idx.append(-1)
+            step_mod_idx.append(-1)
+            continue
+        assert op.module.startswith(prefix)
+        sfx = op.module[n:]
+        step_mod_idx.append(step_mod_sfx.setdefault(sfx, len(step_mod_sfx)))
+        mod_idx.append(len(op_sfx) - 1 if op.module == op.name else len(ops) + mod_sfx.setdefault(sfx, len(mod_sfx)))
     return _Plan(
         act=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[0]),
         wgt=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[1]),
         ext=tuple(tuple(t) for t in groups[2]),  # type: ignore[misc]
         fixed=tuple(groups[3]),
         inp=tuple((t.shape, t.dtype, t.role) for t in groups[4]),
-        ops=tuple(planned),
+        ops=tuple(zip(ops, pickers[::2], pickers[1::2], strict=True)),
+        op_sfx=tuple(op_sfx),
+        modules=_picker([len(ops) + len(mod_sfx) if i < 0 else i for i in mod_idx]),
+        mod_sfx=tuple(mod_sfx),
+        step_modules=_picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
+        step_mod_sfx=tuple(step_mod_sfx),
+        produced=_picker([index[w] for w in produced]),
+        reads=tuple(index[w] for w in reads),
+        trusted=all(c == 0 for c, _ in produced),
     )
 
 
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str) -> list[Op]:
-    """Instantiate a plan: op/activation names ``step + prefix + suffix``, weights ``prefix + suffix``."""
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> list[Op]:
+    """Instantiate a plan: op/activation names ``step + prefix + suffix``, weights ``prefix + suffix``;
+    ``check`` takes the instance's names."""
     ap = step + prefix
     new = tuple.__new__
     ts = TensorSpec
-    tensors = [new(ts, (ap + s, sh, dt, r)) for s, sh, dt, r in plan.act]
-    tensors += [new(ts, (prefix + s, sh, dt, r)) for s, sh, dt, r in plan.wgt]
-    tensors += [new(ts, (step + s, sh, dt, r)) for s, sh, dt, r in plan.ext]
-    tensors += plan.fixed
-    tensors += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
-    layer_module = prefix[:-1]
-    mk = make_op
-    ops = []
-    for name_sfx, kind, mod_sfx, gin, gout, rest in plan.ops:
-        ops.append(mk(ap + name_sfx, kind, layer_module if mod_sfx is None else prefix + mod_sfx, layer,
-                      (tensors[gin],) if isinstance(gin, int) else gin(tensors),
-                      (tensors[gout],) if isinstance(gout, int) else gout(tensors), *rest))
+    t_list = [new(ts, (ap + s, sh, dt, r)) for s, sh, dt, r in plan.act]
+    t_list += [new(ts, (prefix + s, sh, dt, r)) for s, sh, dt, r in plan.wgt]
+    t_list += [new(ts, (step + s, sh, dt, r)) for s, sh, dt, r in plan.ext]
+    t_list += plan.fixed
+    t_list += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
+    tensors = tuple(t_list)
+    names = list(map(ap.__add__, plan.op_sfx))
+    if step:
+        modules = plan.step_modules([*map(prefix.__add__, plan.step_mod_sfx), prefix[:-1]])
+    else:
+        modules = plan.modules([*names, *map(prefix.__add__, plan.mod_sfx), prefix[:-1]])
+    rl = relabel_op
+    ops = [rl(op, name, module, layer, ins(tensors), outs(tensors))
+           for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
+    if plan.trusted:
+        check.block(names, plan.produced(tensors), [tensors[i] for i in plan.reads])
+    else:
+        check.trusted = False
     return ops
+
+
+class _GraphCheck:
+    """What :meth:`OpGraph.__post_init__` checks, found block by block rather than tensor by tensor.
+
+    Why: a graph is mostly instances of a few templates (one per layer signature), and an instance's
+    ops read the tensors of its own block that its template's ops read, in the same order. So a
+    block needs only its produced names (to find names produced twice), the names its template reads
+    from outside the block (the graph's inputs, or a read before the producer: a cycle) and its op
+    names; set operations on those cover the rest. :meth:`graph` validates tensor by tensor
+    (``OpGraph(...)``, which raises the error it raises today) whenever a check fails or cannot be
+    made, so a graph is rejected exactly as before.
+    """
+
+    __slots__ = ("made", "missing", "n_made", "n_names", "names", "trusted")
+
+    def __init__(self) -> None:
+        self.made: set[str] = set()
+        self.n_made = 0
+        self.names: set[str] = set()
+        self.n_names = 0
+        self.missing: list[str] = []
+        self.trusted = True
+
+    def block(self, names: Sequence[str], produced: Sequence[TensorSpec], reads: Sequence[TensorSpec]) -> None:
+        """A block of ops named ``names`` producing ``produced`` and reading ``reads`` from outside itself
+        (both without weights); the reads go first, since a block's own outputs do not satisfy them."""
+        made = self.made
+        self.missing += [r[0] for r in reads if r[0] not in made]
+        made.update(map(_NAME, produced))
+        self.n_made += len(produced)
+        self.names.update(names)
+        self.n_names += len(names)
+
+    def op(self, op: Op) -> None:
+        """One op built directly (a block of one)."""
+        self.block((op.name,), [t for t in op.outputs if t.role != "weight"],
+                   [t for t in op.inputs if t.role != "weight"])
+
+    def graph(self, ops: tuple[Op, ...], name: str) -> OpGraph:
+        """The graph of ``ops``: without a second validation if every check held, else ``OpGraph(...)``."""
+        if self.trusted and len(self.made) == self.n_made and len(self.names) == self.n_names == len(ops):
+            missing = frozenset(self.missing)
+            if missing.isdisjoint(self.made):
+                return OpGraph._prevalidated(ops, name, missing)
+        return OpGraph(ops=ops, name=name)
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
@@ -243,12 +360,17 @@ def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
 
 
 def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, mla_form: MLAForm | None,
-               logits: LogitsMode, step: str, ids: str, head: bool = True) -> list[Op]:
+               logits: LogitsMode, step: str, ids: str, check: _GraphCheck, head: bool = True) -> list[Op]:
     spec = ctx.spec
     mods = spec.modules
-    emb_ops, x = build_embedding(ctx, _PLACEHOLDER)
-    ops = _apply(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids)
-    x = step + x
+    if step:
+        emb_ops, x = build_embedding(ctx, _PLACEHOLDER)
+        ops = _apply(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids, check)
+        x = step + x
+    else:  # re-labelled with no step and no prefix, the embedding would be the one built on ``ids``
+        ops, x = build_embedding(ctx, ids)
+        for op in ops:
+            check.op(op)
     templates: dict[tuple[bool, bool], tuple[_Plan, str]] = {}
     for layer in layers:
         sig = layer_signature(spec, layer)
@@ -259,19 +381,27 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
             entry = (_plan(t_ops, lp, _PLACEHOLDER), t_out[len(lp):])
             templates[sig] = entry
         lp = layer_prefix(mods, layer)
-        ops += _apply(entry[0], step, lp, layer, x)
+        ops += _apply(entry[0], step, lp, layer, x, check)
         x = step + lp + entry[1]
         if layer in ctx.stage_ends:
             send = stage_send(ctx, f"{step}{lp}pp_send", lp[:-1], layer, x)
             ops.append(send)
+            check.op(send)
             x = send.outputs[0].name
     if head and ctx.sp and layers:  # the head reads every token: gather the last layer's slices
         ag = all_gather(ctx, f"{step}norm.all_gather", "norm", None, x, spec.hidden_size)
         ops.append(ag)
+        check.op(ag)
         x = ag.outputs[0].name
     if head:
-        head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
-        ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x)
+        if step:
+            head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
+            ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x, check)
+        else:
+            head_ops, _ = build_head(ctx, x, logits)
+            for op in head_ops:
+                check.op(op)
+            ops += head_ops
     return ops
 
 
@@ -341,8 +471,9 @@ def build_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload,
 def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: AttentionView,
                         layers: tuple[int, ...], logits: LogitsMode, mla_form: MLAForm | None) -> OpGraph:
     ctx = pass_context(spec, fwd, workload)
-    ops = _model_ops(ctx, layers, attention, mla_form, logits, "", INPUT_IDS)
-    return OpGraph(ops=tuple(ops), name=f"{spec.name}:{fwd.label}")
+    check = _GraphCheck()
+    ops = _model_ops(ctx, layers, attention, mla_form, logits, "", INPUT_IDS, check)
+    return check.graph(tuple(ops), f"{spec.name}:{fwd.label}")
 
 
 def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
@@ -363,10 +494,11 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
     layers = tuple(range(spec.num_layers)) if all_layers else (0,)
     ops: list[Op] = []
     ids = INPUT_IDS
+    check = _GraphCheck()
     for t in range(steps):
         fwd = workload.decode_pass(start + t)
         ctx = pass_context(spec, fwd, workload)
         step = f"{step_range(t)}."
-        ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids)
+        ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids, check)
         ids = f"{step}sampling:out"
-    return OpGraph(ops=tuple(ops), name=f"{spec.name}:decode_steps{steps}")
+    return check.graph(tuple(ops), f"{spec.name}:decode_steps{steps}")

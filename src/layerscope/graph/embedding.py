@@ -33,7 +33,7 @@ from layerscope.graph._common import (
 )
 from layerscope.graph.naming import INPUT_IDS, POSITION_IDS
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import Op
+from layerscope.graph.ops import Op, make_op
 
 LogitsMode = Literal["last", "all"]
 
@@ -46,7 +46,7 @@ def _lookup(ctx: BuildContext, name: str, ids: str, rows: int, dim: int, *, shar
     the rows of the ids that fall in it (``T/shards`` on average)."""
     t = ctx.tokens
     wdt = ctx.weight_dtype
-    return Op(
+    return make_op(
         name=name, kind="embedding", module=name, layer=None,
         inputs=(act(ids, (t,), INDEX_DTYPE), weight(f"{name}.weight", (ceil_div(rows, shards), dim), wdt)),
         outputs=(act(f"{name}:out", (t, dim), ctx.act_dtype),),
@@ -101,7 +101,7 @@ def build_head(ctx: BuildContext, x: str, logits: LogitsMode = "last") -> tuple[
         ops.append(gather)
         scores = full
     width = scores.shape[-1]
-    sample = Op(
+    sample = make_op(
         name="sampling", kind="sampling", module="sampling", layer=None, inputs=(scores,),
         outputs=(act("sampling:out", (rows,), INDEX_DTYPE),),
         flops=SAMPLING_FLOPS_PER_LOGIT * rows * width, act_read_bytes=nbytes(rows * width, ctx.abits),

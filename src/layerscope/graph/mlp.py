@@ -14,7 +14,7 @@ The gated form adds 1 multiply per element (``act(gate) * up``, Shazeer 2020, ar
 from __future__ import annotations
 
 from layerscope.graph._common import BuildContext, act, all_reduce, linear, nbytes
-from layerscope.graph.ops import Op
+from layerscope.graph.ops import Op, make_op
 
 #: FLOPs per element of each activation family (see the module docstring).
 ACTIVATION_FLOPS: dict[str, int] = {"silu": 4, "gelu": 9, "relu": 1}
@@ -44,7 +44,7 @@ def _activation_op(ctx: BuildContext, name: str, module: str, layer: int, xs: tu
     fam = activation_family(ctx.spec.activation)
     per_el = ACTIVATION_FLOPS[fam] + (len(xs) - 1)
     numel = t * width
-    return Op(
+    return make_op(
         name=name, kind="activation", module=module, layer=layer,
         inputs=tuple(act(x, (t, width), adt) for x in xs), outputs=(act(f"{name}:out", (t, width), adt),),
         flops=per_el * numel, act_read_bytes=len(xs) * nbytes(numel, adt.bits),

@@ -37,7 +37,7 @@ from layerscope.graph._common import (
 from layerscope.graph.attention import SOFTMAX_FLOPS_PER_SCORE
 from layerscope.graph.mlp import activation_flops, build_dense_mlp
 from layerscope.graph.naming import LayerNames
-from layerscope.graph.ops import GemmShape, Op
+from layerscope.graph.ops import GemmShape, Op, make_op
 from layerscope.model.spec import ModelSpec
 
 #: Compares per router logit for the top-k selection.
@@ -97,7 +97,7 @@ def _route(ctx: BuildContext, mlp: str, layer: int, x: str, *, in_rows: int | No
     # transformers 5 routes inside the router module (``Qwen3MoeTopKRouter``, ``MixtralTopKRouter``,
     # ``DeepseekV3TopkRouter``, gpt-oss, Llama 4: logits, softmax/sigmoid, top-k, renormalization in its
     # forward), so the top-k runs in the router's module range.
-    topk = Op(
+    topk = make_op(
         name=topk_name, kind="topk", module=router_name, layer=layer, inputs=router.outputs,
         outputs=(act(f"{topk_name}:weights", (t, k), adt), act(f"{topk_name}:ids", (t, k), INDEX_DTYPE)),
         flops=(SOFTMAX_FLOPS_PER_SCORE + TOPK_SELECT_FLOPS) * t * e,
@@ -130,7 +130,7 @@ def build_moe(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> tuple
     per_expert_w, per_pair_flops = _expert_costs(spec, width, combine=True)
     touched_int = max(1, round(touched))
     experts_name = f"{mlp}.{mods.experts}"
-    experts = Op(
+    experts = make_op(
         name=experts_name, kind="moe_experts", module=experts_name, layer=layer,
         # The ids (int32) are read too (act bytes) but not listed: an fp32-sized index tensor among
         # the inputs would read as fp32 arithmetic to cost models that take the widest input dtype.
@@ -204,7 +204,7 @@ def _build_moe_ep(ctx: BuildContext, names: LayerNames, layer: int, x: str) -> t
     per_expert_w, per_pair_flops = _expert_costs(spec, width, combine=False)  # the combine op weighs and sums
     touched_int = max(1, round(touched))
     experts_name = f"{mlp}.{mods.experts}"
-    experts = Op(
+    experts = make_op(
         name=experts_name, kind="moe_experts", module=experts_name, layer=layer,
         inputs=(dispatch.outputs[0], weight(f"{experts_name}.weight", (local, per_expert_w), wdt)),
         outputs=(act(f"{experts_name}:out", (pairs_int, hidden), adt),),

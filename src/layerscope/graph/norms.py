@@ -15,7 +15,7 @@ Norm weights are stored in the activation dtype: checkpoints keep them unquantiz
 from __future__ import annotations
 
 from layerscope.graph._common import BuildContext, act, nbytes, weight
-from layerscope.graph.ops import Op
+from layerscope.graph.ops import Op, make_op
 
 #: FLOPs per normalized element (see the module docstring for the count).
 RMSNORM_FLOPS_PER_ELEMENT = 4
@@ -48,7 +48,7 @@ def norm_op(ctx: BuildContext, name: str, layer: int | None, x: str, width: int,
             per_el += LAYERNORM_BIAS_FLOPS_PER_ELEMENT
             wnumel += width
             inputs.append(weight(f"{name}.bias", (width,), adt))
-    return Op(
+    return make_op(
         name=name, kind="norm", module=name, layer=layer, inputs=tuple(inputs),
         outputs=(act(f"{name}:out", (rows, groups * width), adt),),
         flops=per_el * numel, weight_bytes=nbytes(wnumel, adt.bits),

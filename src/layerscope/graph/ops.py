@@ -13,7 +13,7 @@ a multiply-add as 2 FLOPs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Literal, NamedTuple
 
@@ -196,6 +196,29 @@ class OpGraph:
         object.__setattr__(self, "graph_inputs", frozenset(missing))
         object.__setattr__(self, "_producers", producers)
 
+    @classmethod
+    def _prevalidated(cls, ops: tuple[Op, ...], name: str, graph_inputs: frozenset[str]) -> OpGraph:
+        """The graph of ``ops`` without :meth:`__post_init__`'s pass over every tensor, for a builder
+        that has established what that pass would: op names and produced tensor names unique, no tensor
+        read before its producer, ``graph_inputs`` the tensors read before (and never) produced.
+
+        Why: the graph builders instantiate most ops from templates checked once, so they can check a
+        whole model's graph per layer instead of per tensor (:mod:`layerscope.graph.builder`). The
+        result equals ``OpGraph(ops=ops, name=name)``; only the producers' index is derived later, when
+        :attr:`dependencies` first needs it."""
+        graph = object.__new__(cls)
+        object.__setattr__(graph, "ops", ops)
+        object.__setattr__(graph, "name", name)
+        object.__setattr__(graph, "graph_inputs", graph_inputs)
+        return graph
+
+    @cached_property
+    def _producers(self) -> dict[str, int]:
+        """Tensor name to the index of the op producing it (weights excluded); set by :meth:`__post_init__`,
+        computed here for a graph made by :meth:`_prevalidated`."""
+        return {name: i for i, op in enumerate(self.ops) for name, _shape, _dtype, role in op.outputs
+                if role != "weight"}
+
     def __len__(self) -> int:
         return len(self.ops)
 
@@ -205,7 +228,7 @@ class OpGraph:
     @cached_property
     def dependencies(self) -> tuple[tuple[int, ...], ...]:
         """For each op, the sorted indices of the ops producing its inputs."""
-        producers: dict[str, int] = self._producers  # type: ignore[attr-defined]
+        producers = self._producers
         deps = []
         for op in self.ops:
             d = {producers[t.name] for t in op.inputs if t.role != "weight" and t.name in producers}
@@ -232,33 +255,63 @@ class OpGraph:
 # ``object.__setattr__`` per field) is most of an op's construction. Measured (2-core dev VM, Python 3.11; an
 # A/B swapping ``builder.make_op`` for ``Op``, best of 15 interleaved rounds): 0.85 µs an op against 3.1 µs; a
 # graph build 31-45% faster and a whole ``estimate`` 16-27% (llama-3.2-1b and qwen3-30b-a3b, prefill 512 and
-# generate 512+128, h100-sxm).
-def _make_op_factory() -> Callable[..., Op]:
-    """A constructor of :class:`Op` from its fields in declaration order, without the frozen
-    dataclass ``__init__`` (which sets each field through ``object.__setattr__``).
+# generate 512+128, h100-sxm). ``relabel_op`` is the builders' per-layer copy of a template op: five arguments
+# instead of 18 (the other fields read from the template), 15 ops of a Llama layer in 5.0 µs against 7.6 µs
+# with ``make_op`` (same VM, best of 30).
+def _op_factories() -> tuple[Callable[..., Op], Callable[..., Op]]:
+    """Constructors of :class:`Op` without the frozen dataclass ``__init__`` (which sets each field
+    through ``object.__setattr__``): ``make_op``, taking the arguments ``Op(...)`` takes, and
+    ``relabel_op``, a copy of an op under new names (see :data:`relabel_op`).
 
-    It fills a layout-identical mutable slots class and re-classes the object to :class:`Op`
+    They fill a layout-identical mutable slots class and re-class the object to :class:`Op`
     (CPython allows ``__class__`` assignment between classes with the same slots), so the result
-    is indistinguishable from ``Op(...)``. Falls back to ``Op`` where that is not allowed.
+    is indistinguishable from ``Op(...)``. Fall back to ``Op`` and :func:`dataclasses.replace`
+    where that is not allowed.
     """
     slots = Op.__slots__
-    args = ", ".join(slots)
-    body = "".join(f"    o.{n} = {n}\n" for n in slots)
-    src = (f"class _MutableOp:\n    __slots__ = {tuple(slots)!r}\n"
-           f"def make_op({args}):\n    o = _new(_MutableOp)\n{body}    o.__class__ = _Op\n    return o\n")
     namespace: dict[str, object] = {"_new": object.__new__, "_Op": Op}
+    params = []
+    for f in fields(Op):  # Op's own defaults, so that keyword calls may leave fields out as with Op(...)
+        if f.default_factory is not MISSING:
+            return Op, _relabel_replace
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+    body = "".join(f"    o.{n} = {n}\n" for n in slots)
+    copied = "".join(f"    o.{n} = {n if n in _RELABELLED else f'op.{n}'}\n" for n in slots)
+    src = (f"class _MutableOp:\n    __slots__ = {tuple(slots)!r}\n"
+           f"def make_op({', '.join(params)}):\n    o = _new(_MutableOp)\n{body}    o.__class__ = _Op\n"
+           f"    return o\n"
+           f"def relabel_op(op, {', '.join(_RELABELLED)}):\n    o = _new(_MutableOp)\n{copied}"
+           f"    o.__class__ = _Op\n    return o\n")
     exec(src, namespace)  # generated from Op's own slots, so it follows any field added to Op
-    factory = namespace["make_op"]
-    assert callable(factory)
+    factory, relabel = namespace["make_op"], namespace["relabel_op"]
+    assert callable(factory) and callable(relabel)
     try:
         probe = factory(*(None for _ in slots))
     except TypeError:
-        return Op
-    return factory if type(probe) is Op else Op
+        return Op, _relabel_replace
+    return (factory, relabel) if type(probe) is Op else (Op, _relabel_replace)
 
 
-make_op: Callable[..., Op] = _make_op_factory()
+#: The fields :data:`relabel_op` takes, in its argument order.
+_RELABELLED = ("name", "module", "layer", "inputs", "outputs")
+
+
+def _relabel_replace(op: Op, name: str, module: str, layer: int | None, inputs: tuple[TensorSpec, ...],
+                     outputs: tuple[TensorSpec, ...]) -> Op:
+    return replace(op, name=name, module=module, layer=layer, inputs=inputs, outputs=outputs)
+
+
+_FACTORIES = _op_factories()
+make_op: Callable[..., Op] = _FACTORIES[0]
 """``make_op(name, kind, module, layer, inputs, outputs, flops, weight_bytes, act_read_bytes,
 act_write_bytes, kv_read_bytes, kv_write_bytes, matrix_class, definition, gemm, multiplicity,
-attrs, comm_bytes)``: the same :class:`Op` as ``Op(...)`` with all fields given positionally,
-several times faster; for builders that create many ops."""
+attrs, comm_bytes)``: the same :class:`Op` as ``Op(...)`` with the same arguments (positional or
+keyword, with :class:`Op`'s defaults), several times faster; for builders that create many ops."""
+relabel_op: Callable[..., Op] = _FACTORIES[1]
+"""``relabel_op(op, name, module, layer, inputs, outputs)``: ``op`` with those five fields replaced, the
+same :class:`Op` as ``dataclasses.replace(op, name=name, ...)``, as fast as :data:`make_op`; for
+builders that copy a template's ops under other names."""
