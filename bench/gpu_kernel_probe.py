@@ -183,6 +183,50 @@ def kloop(repeats: int, l2_bytes: float) -> None:
                 weights = []
 
 
+def _block_scales(x: Any, w: Any) -> list[tuple[str, Any, Any]]:
+    """Candidate DeepSeek-style scale pairs for ``x[M, K] @ w[N, K].T``: activations 1 x 128 (shape (M, K/128),
+    M-major), weights 128 x 128 (shape (K/128, N/128) against mat_b = w.T) in both memory orders, then weights
+    1 x 128 too; the first one torch accepts is timed."""
+    m, k = x.shape
+    n = w.shape[0]
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = torch.ones(kb, m, device="cuda").t()
+    return [("1x128,128x128", sa, torch.ones(kb, nb, device="cuda")),
+            ("1x128,128x128t", sa, torch.ones(nb, kb, device="cuda").t()),
+            ("1x128,1x128", sa, torch.ones(n, kb, device="cuda").t())]
+
+
+def kblock(repeats: int, l2_bytes: float) -> None:
+    """The K-loop sweep of ``kloop`` with block-scaled fp8 (scales per 1 x 128 of the activations and 128 x 128 of
+    the weights, DeepSeek-V3's recipe and DeepGEMM's; torch._scaled_mm's CUTLASS kernel on sm90): whether the
+    per-K-block promotion of the accumulators costs per unit of K beyond per-tensor fp8 (bench/GPU-KERNELS.md,
+    G-23)."""
+    if ("fp8", torch.float8_e4m3fn) not in gemm_dtypes():
+        print("skip kblock: no fp8 matrix units", file=sys.stderr)
+        return
+    dt = torch.float8_e4m3fn
+    for n in (128, 256, 512, 1024, 2048, 2112, 7168):
+        for k in (256, 512, 1024, 2048, 4096, 7168, 16384):
+            count = max(2, min(128, int(-(-2 * l2_bytes // (n * k)))))
+            weights = [torch.randn(n, k, device="cuda").to(dt) for _ in range(count)]
+            for m in (16, 64, 128):
+                x = torch.randn(m, k, device="cuda").to(dt)
+                for recipe, sa, sb in _block_scales(x, weights[0]):
+                    def body(x: Any = x, ws: list[Any] = weights, sa: Any = sa, sb: Any = sb) -> None:
+                        for w in ws:
+                            torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+                    try:
+                        s = graph_s(body, 1, repeats) / len(weights)
+                    except RuntimeError as exc:
+                        print(f"skip kblock {recipe} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                        continue
+                    record("gemm_kblock", dtype="fp8", scales=recipe, m=m, n=n, k=k, flops=2.0 * m * n * k,
+                           bytes=float(m * k + n * k + 2 * m * n), seconds_s=s,
+                           tflops=2.0 * m * n * k / s / 1e12, weights=len(weights))
+                    break
+            weights = []
+
+
 def softmax_rows(repeats: int) -> None:
     """fp32 softmax over rows of growing width, eager and torch.compile'd: useful bandwidth (input read once, output
     written once) by row width, to see where a row stops fitting on chip and the kernel reads it again (the
@@ -318,6 +362,7 @@ def main() -> int:
     steps = {"overheads": lambda: overheads(a.repeats), "gemms": lambda: gemms(a.repeats, l2, a.quick),
              "memory": lambda: memory(a.repeats), "ksweep": lambda: ksweep(a.repeats, l2),
              "kloop": lambda: kloop(a.repeats, l2),
+             "kblock": lambda: kblock(a.repeats, l2),
              "softmax": lambda: softmax_rows(a.repeats),
              "attention": lambda: attention(a.repeats, a.quick),
              "forwards": lambda: forwards(a.repeats)}
