@@ -6,6 +6,11 @@ the time per kernel is the GPU's own (plus the graph's per-node cost, measured o
 host's side: eager dispatch per op with the GPU kept busy, and whole eager forwards of the bundled models
 without profiler or hooks (the number a profiled capture inflates).
 
+Steps (``--only``, comma-separated; the default runs the first six): ``overheads``, ``gemms``, ``ksweep``,
+``memory``, ``attention``, ``forwards``, and on request ``softmax`` (rows past the on-chip capacity), ``kloop``
+(the serial K-loop of small grids, bf16 beside fp8: what ``efficiency.gemm_k_loop_s`` is measured on) and
+``kblock`` (the same sweep with block-scaled fp8).
+
 Writes ``DIR/gpu-kernels-measured.json``: one record per measurement, each with what was run, its shape,
 bytes and FLOPs as counted here, and the median seconds per kernel over ``--repeats`` replays.
 Nothing here needs layerscope; torch (with CUDA) and, for the forwards, transformers.
