@@ -9,7 +9,7 @@ without profiler or hooks (the number a profiled capture inflates).
 Steps (``--only``, comma-separated; the default runs the first six): ``overheads``, ``gemms``, ``ksweep``,
 ``memory``, ``attention``, ``forwards``, and on request ``softmax`` (rows past the on-chip capacity), ``kloop``
 (the serial K-loop of small grids, bf16 beside fp8: what ``efficiency.gemm_k_loop_s`` is measured on) and
-``kblock`` (the same sweep with block-scaled fp8).
+``kblock`` (the same sweep with block-scaled fp8) and ``int4`` (weight-only int4 GEMMs beside bf16).
 
 Writes ``DIR/gpu-kernels-measured.json``: one record per measurement, each with what was run, its shape,
 bytes and FLOPs as counted here, and the median seconds per kernel over ``--repeats`` replays.
@@ -61,6 +61,16 @@ def graph_s(body: Any, calls: int, repeats: int) -> float:
         for _ in range(calls):
             body()
     return _events_s(graph.replay, repeats) / calls
+
+
+def timed_or_skip(what: str, body: Any, calls: int, repeats: int) -> float | None:
+    """Seconds per kernel of ``body`` (``calls`` kernels, one CUDA graph); None, with a line on stderr, where the
+    kernel refuses the shape or the scales."""
+    try:
+        return graph_s(body, 1, repeats) / calls
+    except RuntimeError as exc:
+        print(f"skip {what}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return None
 
 
 def record(kind: str, **fields: Any) -> None:
@@ -139,10 +149,8 @@ def gemm_record(kind: str, dname: str, dt: Any, m: int, weights: list[Any], repe
         def body() -> None:
             for w in weights:
                 F.linear(x, w)
-    try:
-        s = graph_s(body, 1, repeats) / len(weights)
-    except RuntimeError as exc:
-        print(f"skip {kind} {dname} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+    s = timed_or_skip(f"{kind} {dname} {m}x{n}x{k}", body, len(weights), repeats)
+    if s is None:
         return
     record(kind, dtype=dname, m=m, n=n, k=k, flops=2.0 * m * n * k, bytes=float(esize * (m * k + n * k) + 2 * m * n),
            seconds_s=s, tflops=2.0 * m * n * k / s / 1e12, weights=len(weights))
@@ -220,16 +228,50 @@ def kblock(repeats: int, l2_bytes: float) -> None:
                     def body(x: Any = x, ws: list[Any] = weights, sa: Any = sa, sb: Any = sb) -> None:
                         for w in ws:
                             torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-                    try:
-                        s = graph_s(body, 1, repeats) / len(weights)
-                    except RuntimeError as exc:
-                        print(f"skip kblock {recipe} {m}x{n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                    s = timed_or_skip(f"kblock {recipe} {m}x{n}x{k}", body, len(weights), repeats)
+                    if s is None:
                         continue
                     record("gemm_kblock", dtype="fp8", scales=recipe, m=m, n=n, k=k, flops=2.0 * m * n * k,
                            bytes=float(m * k + n * k + 2 * m * n), seconds_s=s,
                            tflops=2.0 * m * n * k / s / 1e12, weights=len(weights))
                     break
             weights = []
+
+
+def int4(repeats: int, l2_bytes: float) -> None:
+    """Weight-only int4 GEMMs (W4A16: PyTorch's tinygemm kernel, ``torch._weight_int4pack_mm``, bf16 activations,
+    group-wise scales and zeros) beside bf16 ``F.linear`` on the same shapes, M = 1…64, cold weights: the weight
+    stream a dequantizing kernel reaches (bench/GPU-KERNELS.md, GX-32: Marlin at 1.25 TB/s on an H100)."""
+    for n, k in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336), (28672, 8192)):
+        for group in (128,):
+            count = max(2, min(64, int(-(-2 * l2_bytes // (n * k // 2)))))
+            packed, scales = [], []
+            try:
+                for _ in range(count):
+                    w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+                    packed.append(torch._convert_weight_to_int4pack(w, 8))
+                    scales.append(torch.rand(k // group, n, 2, device="cuda", dtype=torch.bfloat16))
+            except (RuntimeError, AttributeError) as exc:
+                print(f"skip int4 {n}x{k}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                return
+            for m in (1, 4, 16, 64):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+
+                def body(x: Any = x, ws: list[Any] = packed, ss: list[Any] = scales, g: int = group) -> None:
+                    for w, sz in zip(ws, ss, strict=True):
+                        torch._weight_int4pack_mm(x, w, g, sz)
+                s = timed_or_skip(f"int4 {m}x{n}x{k}", body, len(packed), repeats)
+                if s is None:
+                    continue
+                record("gemm_w4a16", dtype="w4a16", group=group, m=m, n=n, k=k, flops=2.0 * m * n * k,
+                       weight_bytes=float(n * k // 2), seconds_s=s, weight_gbps=n * k / 2 / s / 1e9,
+                       weights=len(packed))
+            packed, scales = [], []
+        bf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+              for _ in range(max(2, min(32, int(-(-2 * l2_bytes // (n * k * 2))))))]
+        for m in (1, 4, 16, 64):
+            gemm_record("gemm_w16a16", "bf16", torch.bfloat16, m, bf, repeats)
+        bf = []
 
 
 def softmax_rows(repeats: int) -> None:
@@ -368,6 +410,7 @@ def main() -> int:
              "memory": lambda: memory(a.repeats), "ksweep": lambda: ksweep(a.repeats, l2),
              "kloop": lambda: kloop(a.repeats, l2),
              "kblock": lambda: kblock(a.repeats, l2),
+             "int4": lambda: int4(a.repeats, l2),
              "softmax": lambda: softmax_rows(a.repeats),
              "attention": lambda: attention(a.repeats, a.quick),
              "forwards": lambda: forwards(a.repeats)}

@@ -41,7 +41,7 @@ def test_headline_errors_stay_where_bench_gpu_kernels_reports_them(replayed) -> 
     n, median, p90 = headline(done)
     assert n >= 70
     assert median <= 0.10
-    assert p90 <= 0.32
+    assert p90 <= 0.26  # 25.1 % (2026-11-27): 10 rows over 25 %, the 11th largest at 24.5 %
     n_gemm, median_gemm, p90_gemm = headline(done, "gemm")
     assert n_gemm >= 50 and median_gemm <= 0.10 and p90_gemm <= 0.30
 
@@ -104,3 +104,12 @@ def test_a_grouped_gemm_is_one_kernel_over_its_groups() -> None:
     # the fewest (BN = 152 is not a candidate; BN = 144 needs 29 x 256 = 7424 tiles, 57 waves)
     waves = -(-64 * 26 * 4 // 132)
     assert gemm_tile_fraction(features, 132)[0] == pytest.approx(8192 * 4096 * 4 / (waves * 132 * 128 * 160))
+
+
+def test_the_int4_row_held_out_is_predicted_from_our_own_measurement(replayed) -> None:
+    """GX-32 (Marlin, H100, the table's only W4A16 source) held out: no published int4 row is left, so the fit
+    takes our own H200's tinygemm rows (data/own-kernels.md) as weight bytes per second; before, such GEMMs
+    streamed at the 16-bit rate and GX-32 missed by +94 %."""
+    _, done, _ = replayed
+    gx32 = next(r for r in done if r.id == "GX-32")
+    assert gx32.held_out == "T8" and abs(gx32.error) < 0.25

@@ -75,3 +75,31 @@ def test_fp8_attention_runs_on_the_fp8_curve() -> None:
         op = attention_op(1, 4096, 0, 32, 128, 128, causal=True, kv_bytes=1e3, act_bytes=1e3,
                           attended_pairs=4096 * 4097 // 2, dtype=dtype)
         assert _cost(op, hw).compute_s[0] == pytest.approx(op.flops / (hw.achievable_flops_per_s(dtype) * fraction))
+
+
+def test_without_published_int4_rows_a_gpu_takes_our_own_measured_rate() -> None:
+    """a100-pcie (nearest a100-sxm: no int4 rows of its own) and l40s fit int4 on our own H200 rows
+    (data/own-kernels.md); an l40s streams no faster than its own plain rate (the factor is capped at 1)."""
+    import json
+    from pathlib import Path
+
+    from layerscope.hardware.kernel_fit import own_kernel_rows
+
+    own = own_kernel_rows()
+    assert [r.id for r in own] == [f"OWN-W4-0{i}" for i in range(1, 6)]
+    assert all(r.gpu == "h200" and dtype_class(r) == "w4a16" and r.gemm and r.gemm.m == 1 for r in own)
+    # the packaged rows are the kept run's M = 1 records
+    run = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "h200-2026-11-27b" / "kernels-int4-cuda-graph.json"
+    records = [r for r in json.loads(run.read_text())["records"] if r["kind"] == "gemm_w4a16" and r["m"] == 1]
+    assert [(r.gemm.n, r.gemm.k) for r in own if r.gemm] == [(r["n"], r["k"]) for r in records]
+    for row, rec in zip(own, records, strict=True):
+        assert row.value == pytest.approx(rec["tflops"] if "tflops" in rec else rec["flops"] / rec["seconds_s"] / 1e12,
+                                          rel=1e-3)
+    for gpu in ("a100-pcie", "l40s"):
+        eff = load_preset(gpu).efficiency
+        assert "own-kernels.md rows OWN-W4-01" in eff.weight_stream_k_source
+        assert DType.INT4 in eff.weight_stream_k
+    assert load_preset("l40s").efficiency.weight_stream_k[DType.INT4] == ((1.0, 1.0),)
+    # where published rows exist they win: h100-sxm (GX-32) and h200 (its nearest's GX-32)
+    for gpu in ("h100-sxm", "h200"):
+        assert "own-kernels.md" not in load_preset(gpu).efficiency.weight_stream_k_source

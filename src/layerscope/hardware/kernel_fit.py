@@ -32,13 +32,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware import attention_fit
 from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
-from layerscope.hardware.kernel_table import KernelRow
+from layerscope.hardware.kernel_table import KernelRow, own_table_path, read_kernel_table
 from layerscope.hardware.spec import HardwareSpec, row_input_reads
 from layerscope.units import DType
 
@@ -503,26 +504,45 @@ def weight_only_stream(rows: Sequence[GemmRow], spec: HardwareSpec, memory_eff: 
     return float(np.median(rates))
 
 
+@lru_cache(maxsize=1)
+def own_kernel_rows() -> tuple[KernelRow, ...]:
+    """Our own kernel measurements (``data/own-kernels.md``, :func:`~layerscope.hardware.kernel_table.
+    own_table_path`): the last resort of :func:`_fit_weight_only`."""
+    return tuple(read_kernel_table(own_table_path()))
+
+
 def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequence[KernelRow],
                      near: TableFit | None, memory_eff: float, overhead_s: float) -> None:
     """``eff['weight_stream_k']`` with the weight-only dtypes' rates (:func:`weight_only_stream`), from this GPU's
-    single-row rows, else the :data:`NEAREST` GPU's, said in ``weight_stream_k_source``."""
+    single-row rows, else the :data:`NEAREST` GPU's, else our own measured ones (:func:`own_kernel_rows`, any
+    GPU), said in ``weight_stream_k_source``. A rate measured on another GPU is taken as its weight bytes per
+    second, not as a fraction of that GPU's bandwidth: a dequantizing kernel at M = 1 is held by its SMs (on our
+    H200, tinygemm's int4 stream was 0.42 of bf16's at N = K = 8192), so it moves the same bytes per second on
+    the same SMs; never faster than the GPU's own streaming rate (``efficiency.memory``)."""
     stream = dict(eff["weight_stream_k"])  # type: ignore[call-overload]
     notes = []
     for cls, dtype in WEIGHT_ONLY.items():
         own = [g for g in _gemm_rows(usable, base.name, cls) if g.m == 1]
-        where = ""
+        where, table = "", "gpu-kernels.md"
         if not own and near is not None:
             near_name, why = NEAREST.get(base.name, ("", ""))
             own = [g for g in _gemm_rows(usable, near_name, cls) if g.m == 1]
             where = f" (no {cls} rows: {near_name}'s rows, {why})" if own else ""
         if not own:
+            measured = own_kernel_rows()
+            own = [g for gpu in dict.fromkeys(r.gpu for r in measured if r.gpu)
+                   for g in _gemm_rows(measured, gpu, cls) if g.m == 1]
+            if own:
+                gpus = ", ".join(dict.fromkeys(g.row.gpu or "" for g in own))
+                where, table = (f" (no published {cls} rows here or on the nearest GPU: our own {gpus} measurement,"
+                                f" {own[0].row.framework}, its weight bytes per second)"), "own-kernels.md"
+        if not own:
             notes.append(f"{dtype} (weight-only {cls}): no rows here or on the nearest GPU, so such GEMMs stream "
                          "at their arithmetic dtype's rate (an assumption)")
             continue
         rate = weight_only_stream(own, base, memory_eff, overhead_s)
-        stream[dtype] = [[1.0, round(min(rate, 1.0) / memory_eff, 4)]]
-        notes.append(f"{dtype} (weight-only {cls}, dequantized in the kernel): fitted on gpu-kernels.md rows "
+        stream[dtype] = [[1.0, round(min(rate, memory_eff) / memory_eff, 4)]]
+        notes.append(f"{dtype} (weight-only {cls}, dequantized in the kernel): fitted on {table} rows "
                      f"{', '.join(g.row.id for g in own)}{where}")
     if notes:
         eff["weight_stream_k"] = stream

@@ -242,6 +242,12 @@ def default_table_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "gpu-kernels.md"
 
 
+def own_table_path() -> Path:
+    """Our own kernel measurements in the table's format, ``layerscope/data/own-kernels.md``: rows the preset fit
+    reads only where no published row of a kind exists (:mod:`layerscope.hardware.kernel_fit`)."""
+    return default_table_path().with_name("own-kernels.md")
+
+
 def read_kernel_table(path: Path | str | None = None) -> list[KernelRow]:
     """Every measurement row of ``path`` (None: the bundled table), in file order.
 
