@@ -483,7 +483,7 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
         data["launch_overhead_s"] = fit.overhead_s
         sources["launch_overhead_s"] = (f"{fit.taken_from.get('overhead') or fit.taken_from.get('all', '')}; "
                                         f"was: {sources.get('launch_overhead_s', '')}")
-    _fit_weight_only(eff, base, usable, near, mem, float(data["launch_overhead_s"]))
+    _fit_weight_only(eff, base, usable, mem, float(data["launch_overhead_s"]))
     taken = _fit_attention(eff, base, rows, usable, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
     return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
@@ -511,34 +511,36 @@ def own_kernel_rows() -> tuple[KernelRow, ...]:
     return tuple(read_kernel_table(own_table_path()))
 
 
-def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequence[KernelRow],
-                     near: TableFit | None, memory_eff: float, overhead_s: float) -> None:
+def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequence[KernelRow], memory_eff: float,
+                     overhead_s: float) -> None:
     """``eff['weight_stream_k']`` with the weight-only dtypes' rates (:func:`weight_only_stream`), from this GPU's
-    single-row rows, else the :data:`NEAREST` GPU's, else our own measured ones (:func:`own_kernel_rows`, any
-    GPU), said in ``weight_stream_k_source``. A rate measured on another GPU is taken as its weight bytes per
+    single-row rows, else those of the first GPU along :data:`NEAREST` that has some (a100-pcie takes a100-sxm's
+    nearest's, as its attention does), else our own measured ones (:func:`own_kernel_rows`, any GPU), said in
+    ``weight_stream_k_source``. A rate measured on another GPU is taken as its weight bytes per
     second, not as a fraction of that GPU's bandwidth: a dequantizing kernel at M = 1 is held by its SMs (on our
     H200, tinygemm's int4 stream was 0.42 of bf16's at N = K = 8192), so it moves the same bytes per second on
     the same SMs; never faster than the GPU's own streaming rate (``efficiency.memory``)."""
     stream = dict(eff["weight_stream_k"])  # type: ignore[call-overload]
     notes = []
     for cls, dtype in WEIGHT_ONLY.items():
-        own = [g for g in _gemm_rows(usable, base.name, cls) if g.m == 1]
+        own: list[GemmRow] = []
         where, table = "", "gpu-kernels.md"
-        if not own and near is not None:
-            near_name, why = NEAREST.get(base.name, ("", ""))
-            own = [g for g in _gemm_rows(usable, near_name, cls) if g.m == 1]
-            where = f" (no {cls} rows: {near_name}'s rows, {why})" if own else ""
+        for gpu, why in _nearest_chain(base.name):
+            own = [g for g in _gemm_rows(usable, gpu, cls) if g.m == 1]
+            if own:
+                where = f" (no {cls} rows: {gpu}'s rows, {why})" if gpu != base.name else ""
+                break
         if not own:
             measured = own_kernel_rows()
             own = [g for gpu in dict.fromkeys(r.gpu for r in measured if r.gpu)
                    for g in _gemm_rows(measured, gpu, cls) if g.m == 1]
             if own:
                 gpus = ", ".join(dict.fromkeys(g.row.gpu or "" for g in own))
-                where, table = (f" (no published {cls} rows here or on the nearest GPU: our own {gpus} measurement,"
+                where, table = (f" (no published {cls} rows here or along the nearest GPUs: our own {gpus} measurement,"
                                 f" {own[0].row.framework}, its weight bytes per second)"), "own-kernels.md"
         if not own:
-            notes.append(f"{dtype} (weight-only {cls}): no rows here or on the nearest GPU, so such GEMMs stream "
-                         "at their arithmetic dtype's rate (an assumption)")
+            notes.append(f"{dtype} (weight-only {cls}): no rows here, along the nearest GPUs or of our own, so such "
+                         "GEMMs stream at their arithmetic dtype's rate (an assumption)")
             continue
         rate = weight_only_stream(own, base, memory_eff, overhead_s)
         stream[dtype] = [[1.0, round(min(rate, memory_eff) / memory_eff, 4)]]
