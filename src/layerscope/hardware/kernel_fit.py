@@ -525,10 +525,12 @@ def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequenc
     for cls, dtype in WEIGHT_ONLY.items():
         own: list[GemmRow] = []
         where, table = "", "gpu-kernels.md"
-        for gpu, why in _nearest_chain(base.name):
+        chain = _nearest_chain(base.name)
+        for i, (gpu, why) in enumerate(chain):
             own = [g for g in _gemm_rows(usable, gpu, cls) if g.m == 1]
             if own:
-                where = f" (no {cls} rows: {gpu}'s rows, {why})" if gpu != base.name else ""
+                path = " -> ".join(name for name, _ in chain[:i + 1])
+                where = f" (no {cls} rows: {gpu}'s rows along NEAREST, {path}; {why})" if i else ""
                 break
         if not own:
             measured = own_kernel_rows()
