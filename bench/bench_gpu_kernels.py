@@ -38,6 +38,7 @@ from layerscope.hardware.kernel_fit import (  # noqa: E402
 )
 from layerscope.hardware.kernel_table import GemmShape, KernelRow, read_kernel_table  # noqa: E402
 from layerscope.hardware.presets import load_base_preset  # noqa: E402
+from layerscope.hardware.spec import HardwareSpec  # noqa: E402
 
 GPUS = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "l40s", "mi300x")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -51,53 +52,50 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def own_h200_rows(rows: list[KernelRow], presets: dict) -> list[tuple[str, float, float]]:
-    """(shape, measured TFLOPS, predicted TFLOPS) for our own graph-timed H200 bf16/fp8 GEMMs, predicted by the
-    h200 preset fitted on the whole published table."""
-    if not OWN_H200.exists():
-        return []
-    spec = fit_preset(presets["h200"], rows, presets).spec
-    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
-    out = []
-    for rec in json.loads(OWN_H200.read_text())["records"]:
-        if rec["kind"] != "gemm":
-            continue
-        row = replace(template, id=f"own {rec['dtype']} {rec['m']}x{rec['n']}x{rec['k']}", gpu="h200",
-                      source="own", precision=rec["dtype"], gemm=GemmShape(rec["m"], rec["n"], rec["k"]),
-                      value=rec["tflops"], tags=frozenset({"E"}))
-        g = GemmRow.of(row)
-        if g is not None:
-            out.append((row.id, rec["tflops"], gemm_tflops(g, spec)))
-    return out
+def _errors(errors: list[float]) -> str:
+    """``median |error| X%, p90 Y%`` of ``errors`` (the p90 as the file's other tables take it)."""
+    e = sorted(errors)
+    return f"median |error| {e[len(e) // 2] * 100:.1f}%, p90 {e[int(0.9 * (len(e) - 1))] * 100:.1f}%"
 
 
-def own_h200_ksweep(rows: list[KernelRow], presets: dict) -> list[tuple[str, int, int, int, float, float, float]]:
-    """(kind, m, n, k, measured TFLOPS, predicted TFLOPS, measured s) for our own graph-timed H200 bf16 GEMMs over
-    the reduction width K and over narrow N (``bench/gpu_kernel_probe.py --only ksweep``), predicted by the h200
-    preset fitted on the whole published table."""
-    if not OWN_H200_KSWEEP.exists():
+def own_gemms(path: Path, kinds: tuple[str, ...], spec: HardwareSpec, template: KernelRow) -> list[tuple[dict, float]]:
+    """(record, predicted TFLOPS) for the GEMM records of ``kinds`` in ``path`` (``bench/gpu_kernel_probe.py``'s
+    output: our own graph-timed H200 kernels), each timed as a table row of the h200 preset ``spec`` would be;
+    ``template`` is any published GEMM row (the fields a probe record does not carry)."""
+    if not path.exists():
         return []
-    spec = fit_preset(presets["h200"], rows, presets).spec
-    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
     out = []
-    for rec in json.loads(OWN_H200_KSWEEP.read_text())["records"]:
-        if rec["kind"] not in ("gemm_ksweep", "gemm_narrow_n"):
+    for rec in json.loads(path.read_text())["records"]:
+        if rec["kind"] not in kinds:
             continue
         row = replace(template, id="own", gpu="h200", source="own", precision=rec["dtype"],
                       gemm=GemmShape(rec["m"], rec["n"], rec["k"]), value=rec["tflops"], tags=frozenset({"E"}))
         g = GemmRow.of(row)
         if g is not None:
-            out.append((rec["kind"], rec["m"], rec["n"], rec["k"], rec["tflops"], gemm_tflops(g, spec),
-                        rec["seconds_s"]))
+            out.append((rec, gemm_tflops(g, spec)))
     return out
 
 
-def ksweep_section(rows: list[KernelRow], presets: dict) -> list[str]:
+def own_h200_rows(spec: HardwareSpec, template: KernelRow) -> list[tuple[str, float, float]]:
+    """(shape, measured TFLOPS, predicted TFLOPS) for our own graph-timed H200 bf16/fp8 GEMMs, predicted by the
+    h200 preset fitted on the whole published table."""
+    return [(f"own {rec['dtype']} {rec['m']}x{rec['n']}x{rec['k']}", rec["tflops"], p)
+            for rec, p in own_gemms(OWN_H200, ("gemm",), spec, template)]
+
+
+def own_h200_ksweep(spec: HardwareSpec, template: KernelRow) -> list[tuple[str, int, int, int, float, float, float]]:
+    """(kind, m, n, k, measured TFLOPS, predicted TFLOPS, measured s) for our own graph-timed H200 bf16 GEMMs over
+    the reduction width K and over narrow N (``bench/gpu_kernel_probe.py --only ksweep``), predicted by the h200
+    preset fitted on the whole published table."""
+    return [(rec["kind"], rec["m"], rec["n"], rec["k"], rec["tflops"], p, rec["seconds_s"])
+            for rec, p in own_gemms(OWN_H200_KSWEEP, ("gemm_ksweep", "gemm_narrow_n"), spec, template)]
+
+
+def ksweep_section(spec: HardwareSpec, template: KernelRow) -> list[str]:
     """The K-sweep and narrow-N GEMMs beside the preset, and the small-kernel time floor by K they show."""
-    sweep = own_h200_ksweep(rows, presets)
+    sweep = own_h200_ksweep(spec, template)
     if not sweep:
         return []
-    errors = sorted(abs(p / m - 1) for *_, m, p, _ in sweep)
     # The floor: the fastest kernel at each K among those doing little work (at most 0.5 GFLOP), where neither
     # the weight bytes nor the FLOPs explain the time.
     floor: dict[int, float] = {}
@@ -108,8 +106,8 @@ def ksweep_section(rows: list[KernelRow], presets: dict) -> list[str]:
     lines = ["", "## Our own H200 GEMMs over K and narrow N (CUDA-graph replay, 2026-11-27, never fitted)", "",
              f"{len(sweep)} bf16 GEMMs from `{OWN_H200_KSWEEP.relative_to(ROOT)}` (`bench/gpu_kernel_probe.py --only "
              "ksweep`: N = 4096 and 14336 at K = 256…16384, and N = 128…6144 at K = 4096, M = 1…16384, cold "
-             "weights), predicted by the h200 preset fitted on the whole table: median |error| "
-             f"{errors[len(errors) // 2] * 100:.1f}%, p90 {errors[int(0.9 * (len(errors) - 1))] * 100:.1f}%.", ""]
+             "weights), predicted by the h200 preset fitted on the whole table: "
+             f"{_errors([abs(p / m - 1) for *_, m, p, _ in sweep])}.", ""]
     if len(ks) >= 2:
         slope, icpt = np.polyfit(np.array(ks, dtype=float), np.array([floor[k] for k in ks]), 1)
         lines += ["Fastest small kernel (≤ 0.5 GFLOP, ≤ 16 MB of weights) by K: " + ", ".join(
@@ -122,44 +120,23 @@ def ksweep_section(rows: list[KernelRow], presets: dict) -> list[str]:
     return lines
 
 
-def _own_gemms(path: Path, kinds: tuple[str, ...], spec: object,
-               template: KernelRow) -> list[tuple[str, str, int, int, int, float, float]]:
-    """(kind, dtype, m, n, k, measured s, predicted s) for the probe's GEMM records of ``kinds`` in ``path``."""
-    out = []
-    for rec in json.loads(path.read_text())["records"]:
-        if rec["kind"] not in kinds:
-            continue
-        row = replace(template, id="own", gpu="h200", source="own", precision=rec["dtype"],
-                      gemm=GemmShape(rec["m"], rec["n"], rec["k"]), value=rec["tflops"], tags=frozenset({"E"}))
-        g = GemmRow.of(row)
-        if g is not None:
-            predicted_s = rec["flops"] / (gemm_tflops(g, spec) * 1e12)  # type: ignore[arg-type]
-            out.append((rec["kind"], rec["dtype"], rec["m"], rec["n"], rec["k"], rec["seconds_s"], predicted_s))
-    return out
-
-
 def _used_for_k_loop(m: int, n: int, k: int) -> bool:
     return n <= K_LOOP_MAX_N and m <= K_LOOP_MAX_M and k <= K_LOOP_MAX_K
 
 
-def kloop_section(rows: list[KernelRow], presets: dict) -> list[str]:
-    """The K-loop sweep (bf16 and fp8) that sets ``efficiency.gemm_k_loop_s``, and the fp8 K-sweep beside it,
-    predicted by the h200 preset fitted on the whole table."""
+def kloop_section(spec: HardwareSpec, template: KernelRow, base: HardwareSpec) -> list[str]:
+    """The K-loop sweep (bf16 and fp8) that sets ``efficiency.gemm_k_loop_s`` (``base``: the h200 preset before
+    the fit), and the fp8 K-sweep beside it, predicted by the h200 preset fitted on the whole table (``spec``)."""
     if not OWN_H200_KLOOP.exists():
         return []
-    spec = fit_preset(presets["h200"], rows, presets).spec
-    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
-    records = json.loads(OWN_H200_KLOOP.read_text())["records"]
-    per_k = k_loop_per_k_s(records)
-    kloop = _own_gemms(OWN_H200_KLOOP, ("gemm_kloop",), spec, template)
-    sweep = (_own_gemms(OWN_H200_KSWEEP_FP8, ("gemm_ksweep",), spec, template)
-             if OWN_H200_KSWEEP_FP8.exists() else [])
-    base = presets["h200"]
+    per_k = k_loop_per_k_s(json.loads(OWN_H200_KLOOP.read_text())["records"])
+    # (kind, dtype, m, n, k, measured s, predicted s)
+    kloop, sweep = ([(rec["kind"], rec["dtype"], rec["m"], rec["n"], rec["k"], rec["seconds_s"],
+                      rec["flops"] / (p * 1e12)) for rec, p in own_gemms(path, (kind,), spec, template)]
+                    for path, kind in ((OWN_H200_KLOOP, "gemm_kloop"), (OWN_H200_KSWEEP_FP8, "gemm_ksweep")))
 
     def stats(items: list[tuple[float, float]]) -> str:
-        e = sorted(abs(p / m - 1) for m, p in items)
-        return (f"{len(e)} GEMMs, median |error| {e[len(e) // 2] * 100:.1f}%, p90 "
-                f"{e[int(0.9 * (len(e) - 1))] * 100:.1f}%") if e else "none"
+        return f"{len(items)} GEMMs, {_errors([abs(p / m - 1) for m, p in items])}" if items else "none"
 
     lines = ["", "## The serial K-loop: our own H200, bf16 beside fp8 (CUDA-graph replay, 2026-11-27b)", "",
              f"`{OWN_H200_KLOOP.relative_to(ROOT)}` (`bench/gpu_kernel_probe.py --only kloop`: cuBLAS GEMMs, "
@@ -185,11 +162,10 @@ def kloop_section(rows: list[KernelRow], presets: dict) -> list[str]:
     return lines
 
 
-def own_h200_attention(presets: dict, rows: list[KernelRow]) -> list[tuple[str, str, float, float]]:
-    """(phase, shape, measured s, predicted s) for our own graph-timed H200 SDPA calls."""
+def own_h200_attention(spec: HardwareSpec) -> list[tuple[str, str, float, float]]:
+    """(phase, shape, measured s, predicted s) for our own graph-timed H200 SDPA calls on the h200 preset ``spec``."""
     if not OWN_H200.exists():
         return []
-    spec = fit_preset(presets["h200"], rows, presets).spec
     out = []
     for rec in json.loads(OWN_H200.read_text())["records"]:
         if rec["kind"] == "attention_prefill":
@@ -237,17 +213,18 @@ def main() -> int:
         by_reason.setdefault(s.why, []).append(s.id)
     for why, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"- {why}: {', '.join(ids)}")
-    own = own_h200_rows(rows, presets)
+    # the h200 preset fitted on the whole table, which every section on our own H200 kernels predicts with
+    h200 = fit_preset(presets["h200"], rows, presets).spec
+    template = next(r for r in rows if r.kind == "gemm" and r.gemm is not None and r.unit == "TFLOPS")
+    own = own_h200_rows(h200, template)
     if own:
-        errors = sorted(abs(p / m - 1) for _, m, p in own)
         lines += ["", "## Our own H200 GEMMs (CUDA-graph replay, never fitted)", "",
                   f"{len(own)} GEMMs from `{OWN_H200.relative_to(ROOT)}` (bf16 and fp8, M = 1…16384 over Llama "
                   "projection shapes, cold weights), predicted by the h200 preset fitted on the whole table: "
-                  f"median |error| {errors[len(errors) // 2] * 100:.1f}%, p90 "
-                  f"{errors[int(0.9 * (len(errors) - 1))] * 100:.1f}%.", "",
+                  f"{_errors([abs(p / m - 1) for _, m, p in own])}.", "",
                   "| GEMM | measured TFLOPS | predicted | error |", "|---|---|---|---|"]
         lines += [f"| {name} | {m:.1f} | {p:.1f} | {_pct(p / m - 1)} |" for name, m, p in own]
-    own_attn = own_h200_attention(presets, rows)
+    own_attn = own_h200_attention(h200)
     if own_attn:
         lines += ["", "## Our own H200 attention kernels (CUDA-graph replay, never fitted)", "",
                   f"{len(own_attn)} `scaled_dot_product_attention` calls from `{OWN_H200.relative_to(ROOT)}` (causal "
@@ -255,15 +232,14 @@ def main() -> int:
                   "fitted on the whole table (its attention curves are h100-sxm's: the table has no H200 attention "
                   "rows).", ""]
         for phase in ("prefill", "decode"):
-            errs = sorted(abs(p / m - 1) for ph, _, m, p in own_attn if ph == phase)
+            errs = [abs(p / m - 1) for ph, _, m, p in own_attn if ph == phase]
             if errs:
-                lines.append(f"- {phase}: {len(errs)} calls, median |error| {errs[len(errs) // 2] * 100:.1f}%, "
-                             f"p90 {errs[int(0.9 * (len(errs) - 1))] * 100:.1f}%")
+                lines.append(f"- {phase}: {len(errs)} calls, {_errors(errs)}")
         lines += ["", "| phase | shape | measured µs | predicted µs | error |", "|---|---|---|---|---|"]
         lines += [f"| {ph} | {name} | {m * 1e6:.1f} | {p * 1e6:.1f} | {_pct(p / m - 1)} |"
                   for ph, name, m, p in own_attn]
-    lines += ksweep_section(rows, presets)
-    lines += kloop_section(rows, presets)
+    lines += ksweep_section(h200, template)
+    lines += kloop_section(h200, template, presets["h200"])
     lines += collectives_section(rows)
     text = "\n".join(lines) + "\n"
     if a.no_record:
