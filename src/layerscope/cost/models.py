@@ -95,9 +95,7 @@ def gemm_k_loop_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     floor under the op's arithmetic time (:func:`compute_time_s`): it binds grids too small to fill the chip."""
     per_k = np.array([hw.gemm_k_loop_s(dt) for dt in DTYPE_ORDER])
     k = features.gemm_mnkb[:, 2].astype(np.float64)
-    applies = (features.uses_matrix_units & (features.weight_bytes.reshape(-1, len(k))[-1] > 0)
-               & ~features.kind_mask("attention"))
-    return np.where(applies, k * per_k[features.dtype_code], 0.0)
+    return np.where(gemms_with_weights(features), k * per_k[features.dtype_code], 0.0)
 
 
 def gemm_tiles_apply(hw: HardwareSpec) -> bool:
@@ -125,13 +123,19 @@ def gemm_tile_fraction(features: OpFeatures, engines: int) -> np.ndarray:
     return fraction
 
 
-def tiled_gemms(features: OpFeatures) -> np.ndarray:
-    """Per op: whether :func:`gemm_tile_fraction` charges it (a matrix op with rows and weights, weights in a
-    dtype of ``gemm_tiles.TILED_DTYPES``, not fused attention), whatever its shape."""
+def gemms_with_weights(features: OpFeatures) -> np.ndarray:
+    """Per op: a matrix op with rows and weights that is not fused attention (a projection or an experts op): the
+    ops a GEMM kernel's tiles run (:func:`tiled_gemms`, :func:`gemm_k_loop_time_s`)."""
     m = features.gemm_mnkb[:, 0]
+    return (features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
+            & ~features.kind_mask("attention"))
+
+
+def tiled_gemms(features: OpFeatures) -> np.ndarray:
+    """Per op: whether :func:`gemm_tile_fraction` charges it (:func:`gemms_with_weights`, weights in a dtype of
+    ``gemm_tiles.TILED_DTYPES``), whatever its shape."""
     tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
-    applies = features.uses_matrix_units & (m > 0) & (features.weight_bytes.reshape(-1, len(m))[-1] > 0)
-    return applies & tiled[features.dtype_code] & ~features.kind_mask("attention")
+    return gemms_with_weights(features) & tiled[features.dtype_code]
 
 
 def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:

@@ -374,10 +374,11 @@ def _usable(rows: Iterable[KernelRow], exclude_sources: Iterable[str]) -> list[K
     return [r for r in rows if "L" not in r.tags and source_key(r) not in excluded]
 
 
-def _gemm_rows(rows: Iterable[KernelRow], gpu: str, dtype: str) -> list[GemmRow]:
+def _gemm_rows(rows: Iterable[KernelRow], gpu: str | None, dtype: str) -> list[GemmRow]:
+    """The single-GEMM rows of ``dtype`` measured on ``gpu`` (None: on any GPU)."""
     out = []
     for r in rows:
-        g = GemmRow.of(r) if r.gpu == gpu else None
+        g = GemmRow.of(r) if gpu is None or r.gpu == gpu else None
         if g is not None and g.dtype == dtype and r.gemm is not None and r.gemm.groups == 1:
             out.append(g)
     return out
@@ -533,9 +534,7 @@ def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequenc
                 where = f" (no {cls} rows: {gpu}'s rows along NEAREST, {path}; {why})" if i else ""
                 break
         if not own:
-            measured = own_kernel_rows()
-            own = [g for gpu in dict.fromkeys(r.gpu for r in measured if r.gpu)
-                   for g in _gemm_rows(measured, gpu, cls) if g.m == 1]
+            own = [g for g in _gemm_rows(own_kernel_rows(), None, cls) if g.m == 1]
             if own:
                 gpus = ", ".join(dict.fromkeys(g.row.gpu or "" for g in own))
                 where, table = (f" (no published {cls} rows here or along the nearest GPUs: our own {gpus} measurement,"

@@ -758,23 +758,21 @@ class HardwareSpec(BaseModel):
             requested, "vector", None, self.engines.vector_flops_per_s, self.efficiency.vector
         )
 
+    def _dtype_figure(self, figures: Mapping[DType, float], dtype: DType | str, allow_tf32: bool) -> float:
+        """``figures``' entry for the unit that runs ``dtype`` (after the fallback rules); 0.0 when none."""
+        if not figures:
+            return 0.0
+        return figures.get(self.resolve_flops(dtype, allow_tf32=allow_tf32).dtype or DType.FP32, 0.0)
+
     def matmul_half_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Hockney half-performance GEMM work (FLOPs) of the unit that runs ``dtype``; 0.0 when the
         spec has no shape-dependent efficiency for it (see ``EfficiencySpec.matmul_half_flops``)."""
-        halves = self.efficiency.matmul_half_flops
-        if not halves:
-            return 0.0
-        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
-        return halves.get(resolved.dtype or DType.FP32, 0.0)
+        return self._dtype_figure(self.efficiency.matmul_half_flops, dtype, allow_tf32)
 
     def gemm_k_loop_s(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Seconds per unit of K of one output tile's serial K-loop on the unit that runs ``dtype``; 0.0 when
         the spec has none for it (see ``EfficiencySpec.gemm_k_loop_s``)."""
-        loops = self.efficiency.gemm_k_loop_s
-        if not loops:
-            return 0.0
-        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
-        return loops.get(resolved.dtype or DType.FP32, 0.0)
+        return self._dtype_figure(self.efficiency.gemm_k_loop_s, dtype, allow_tf32)
 
     def _dtype_table(self, table: Mapping[DType, TableT], dtype: DType | str, allow_tf32: bool) -> TableT | tuple[()]:
         """``table``'s entry for the unit that runs ``dtype`` (after the fallback rules); empty when none."""
