@@ -162,3 +162,39 @@ def test_memory_traffic_takes_out_the_call_and_counts_the_second_read() -> None:
     assert memory_traffic_gbps(by_id["MX-02"], smem) == pytest.approx(1890 * 1.5)
     assert memory_traffic_gbps(by_id["MX-01"], smem) == pytest.approx(3010)
     assert memory_traffic_gbps(by_id["MX-13"], smem) == by_id["MX-13"].value  # no row shape: as published
+
+
+def test_t0_is_fitted_only_where_a_short_row_can_tell_it_from_w_half(table, presets) -> None:
+    """Where every short row is compute-bound at M > 1, t0 and W½ / (P·e) both add one constant to every row: any
+    t0 fits as well as another (within the W½ grid's step), so the fit takes the fallback's t0 and says why rather
+    than pick one by grid noise. A short GEMV (no W½: M = 1) separates them, and then t0 is fitted."""
+    spec = presets["h100-sxm"]
+    template = next(r for r in table if r.id == "G-15")
+    half = float(_GRID_HALF[30])
+
+    def rows(shapes: list[tuple[int, int, int]], first: int = 0) -> list[GemmRow]:
+        out = []
+        for i, (m, n, k) in enumerate(shapes, start=first):
+            f, w_b, a_b = 2.0 * m * n * k, 2.0 * n * k, 2.0 * (m * k + m * n)
+            t = gemm_time_s(np.array([f]), np.array([w_b]), np.array([a_b]), np.array([m]), peak_flops_per_s=989e12,
+                            bandwidth_bytes_per_s=3.35e12, memory_eff=0.8, efficiency=0.76, half_flops=half,
+                            weight_stream=0.8, overhead_s=1e-6)[0]
+            g = GemmRow.of(_row(template, i, m, n, k, f / t / 1e12))
+            assert g is not None
+            out.append(g)
+        return out
+
+    cubes = rows([(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)])
+    assert min(r.time_s for r in cubes) < 25e-6  # a short row, but compute-bound at M > 1
+    rms = [fit_gemm(cubes, spec, "bf16", memory_eff=0.8, fallback=None, overhead_s=t0).rms_log_error  # type: ignore[union-attr]
+           for t0 in (0.0, 1e-6, 2e-6, 3e-6)]
+    assert max(rms) < 0.03  # any t0 up to 3 µs fits, within a step of the W½ grid (1.19x): inseparable
+    fallback = fit_gemm(cubes, spec, "bf16", memory_eff=0.8, fallback=None, overhead_s=3.5e-6)
+    fit = fit_gemm(cubes, spec, "bf16", memory_eff=0.8, fallback=fallback)
+    assert fit is not None and fit.overhead_s == 3.5e-6 and "inseparable" in fit.taken_from["overhead"]
+    gemvs = cubes + rows([(1, 8192, 8192), (1, 2048, 2048)], first=len(cubes))
+    wrong = fit_gemm(gemvs, spec, "bf16", memory_eff=0.8, fallback=None, overhead_s=3e-6)
+    assert wrong is not None and wrong.rms_log_error > 0.1  # the GEMVs tell a wrong t0 apart
+    with_gemv = fit_gemm(gemvs, spec, "bf16", memory_eff=0.8, fallback=fallback)
+    assert with_gemv is not None and "overhead" not in with_gemv.taken_from
+    assert with_gemv.overhead_s == pytest.approx(1e-6)

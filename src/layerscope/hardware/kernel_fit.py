@@ -69,7 +69,9 @@ _PRECISION_CLASS = (("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "bf16"))
 
 #: The grids reach past 1 so that a fit wanting an efficiency above 1 is seen (and refused), not clamped.
 _GRID_E = np.linspace(0.30, 1.24, 48)
-_GRID_HALF = np.concatenate(([0.0], np.logspace(7.0, 11.7, 32)))
+#: W½ in steps of 1.19x (it was 1.41x, 32 points, until B200's fit without T7 showed its RMS log error varying by
+#: 0.003 between neighbouring t0s that fit equally well: the W½ step, not the rows, picked among them).
+_GRID_HALF = np.concatenate(([0.0], np.logspace(7.0, 11.7, 64)))
 _GRID_W = np.linspace(0.30, 1.24, 48)
 #: t0 in 0.5 µs steps over 0-6 µs (it skipped 2.5, 3.5 and 4.5-5.5 until the K-loop floor came in, when the H100
 #: fp8 fit's best t0 fell between 2 and 3 µs: RMS log error 0.084 at 2.5 against 0.086 at 3).
@@ -226,8 +228,9 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     by grid search (e and w in [0.3, 1], W½ 0 or 1e7..5e11 FLOPs). A parameter the rows cannot pin down
     comes from ``fallback`` (another GPU's fit): ``w`` without a weight-streaming row (one where W / (B·w)
     would bind), ``W½`` with fewer than three compute-bound rows. The fixed cost per kernel ``t0`` is
-    ``overhead_s`` where given, else fitted (0-6 µs) when a row is shorter than :data:`SHORT_ROW_S`, else the
-    fallback's, else the preset's ``launch_overhead_s``. None without rows and fallback."""
+    ``overhead_s`` where given, else fitted (0-6 µs) when a row shorter than :data:`SHORT_ROW_S` is a GEMV or
+    weight-streaming (the rows that tell t0 from W½), else the fallback's, else the preset's
+    ``launch_overhead_s``. None without rows and fallback."""
     peak = spec.engines.peak_flops_per_s.get(DType(dtype))
     if not rows or peak is None:
         return None
@@ -267,14 +270,20 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     if not compute_bound.any() and fallback is not None:
         grid_e = np.array([fallback.efficiency])
         taken["efficiency"] = f"no compute-bound row: {fallback.gpu}'s fit"
+    # t0 and W½ / (P·e) add the same constant to a compute-bound GEMM at M > 1: only a short row where W½ is not
+    # charged (M = 1) or the memory term binds (weight streaming) tells them apart. Without one, every t0 fits as
+    # well as another (B200 without T7: RMS log error 0.0818-0.0822 for t0 = 0.5-3.5 µs), so none is picked.
+    short = t < SHORT_ROW_S
     if overhead_s is not None:
         grid_t0 = np.array([overhead_s])
-    elif (t < SHORT_ROW_S).any():
+    elif (short & ((m <= 1) | streaming)).any():
         grid_t0 = _GRID_T0_S
     else:
         grid_t0 = np.array([fallback.overhead_s if fallback is not None else spec.launch_overhead_s])
-        taken["overhead"] = (f"no row under {SHORT_ROW_S * 1e6:g} µs: " +
-                             (f"{fallback.gpu}'s fit" if fallback is not None else "the preset's launch_overhead_s"))
+        why = ("t0 and W½ inseparable (every short row compute-bound at M > 1, where both add a constant)"
+               if short.any() else f"no row under {SHORT_ROW_S * 1e6:g} µs")
+        taken["overhead"] = f"{why}: " + (f"{fallback.gpu}'s fit" if fallback is not None
+                                          else "the preset's launch_overhead_s")
     # Every grid point at once, in float32 (a log error needs 7 digits, not 16; half the memory traffic):
     # the grids as axes [e, W½, w, t0] broadcast against the rows (the last axis), then the squared log error
     # summed over rows.
@@ -356,6 +365,9 @@ class TableFit:
     """Empty when fitted on this GPU's rows, else where the figure came from."""
     gemm: dict[str, GemmFit]
     attention: AttentionTaken = field(default_factory=lambda: AttentionTaken(None, "", None, ""))
+    overhead_rows: tuple[str, ...] = ()
+    """The GEMM rows that pinned ``launch_overhead_s`` (this GPU's or a :data:`NEAREST` one's); empty where none
+    did and the figure is the base preset's assumption."""
     """The attention curves the spec took, and from which GPU's rows."""
 
 
@@ -427,27 +439,27 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     excluded = tuple(sorted(set(exclude_sources)))
     usable = _usable(rows, excluded)
     near_name = NEAREST.get(base.name, ("", ""))[0]
-    near = None
-    if _nearest and near_name in presets:
-        key = (near_name, excluded)
-        near = cache.get(key) if cache is not None else None
-        if near is None:
-            near = fit_preset(presets[near_name], rows, presets, exclude_sources=excluded, _nearest=False)
-            if cache is not None:
-                cache[key] = near
+    near = _own_fit(near_name, rows, presets, excluded, cache) if _nearest and near_name in presets else None
     mem, mem_rows, mem_from = _memory_efficiency(usable, base, near)
-    # t0 is one per GPU (one launch_overhead_s): fitted per dtype, the first dtype with short rows sets it, and
-    # every dtype is then refitted with it.
+    # t0 is one per GPU (one launch_overhead_s): fitted per dtype, the first dtype whose rows pin it (a short GEMV or
+    # weight-streaming row: fit_gemm) sets it, else the first GPU along NEAREST whose rows do, and every dtype is
+    # then refitted with it.
     # only the dtypes this GPU has matrix units for (an A100 runs fp8 GEMMs on its 16-bit path)
     dtypes = [dt for dt in ("bf16", "fp8") if DType(dt) in base.engines.peak_flops_per_s]
     fallbacks = {dt: (near.gemm.get(dt) if near is not None else None) for dt in dtypes}
     first = {dt: fit for dt, fb in fallbacks.items() if (fit := _gemm_fit(usable, base, dt, mem, fb)) is not None}
     pinned = [fit for fit in first.values() if "overhead" not in fit.taken_from and "all" not in fit.taken_from]
-    overhead_s = pinned[0].overhead_s if pinned else None
-    overhead_from = (f"fitted on gpu-kernels.md rows {', '.join(pinned[0].rows)} ({pinned[0].dtype} GEMMs, "
-                     f"rows under {SHORT_ROW_S * 1e6:g} µs pin it)") if pinned else ""
-    gemms = {dt: fit for dt in first
-             if (fit := _gemm_fit(usable, base, dt, mem, fallbacks[dt], overhead_s)) is not None} if pinned else first
+    overhead_s: float | None = None
+    overhead_rows: tuple[str, ...] = ()
+    overhead_from = ""
+    if pinned:
+        overhead_s, overhead_rows = pinned[0].overhead_s, pinned[0].rows
+        overhead_from = (f"fitted on gpu-kernels.md rows {', '.join(pinned[0].rows)} ({pinned[0].dtype} GEMMs, "
+                         f"GEMVs or weight-streaming rows under {SHORT_ROW_S * 1e6:g} µs pin it)")
+    elif _nearest:
+        overhead_s, overhead_rows, overhead_from = _overhead_along_nearest(base.name, rows, presets, excluded, cache)
+    gemms = ({dt: fit for dt in first if (fit := _gemm_fit(usable, base, dt, mem, fallbacks[dt], overhead_s))
+              is not None} if overhead_s is not None else first)
     data = base.model_dump(mode="json", exclude={"calibration"})
     eff = data["efficiency"]
     sources = data["sources"]
@@ -488,7 +500,38 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     taken = _fit_attention(eff, base, rows, usable, presets, excluded, float(data["launch_overhead_s"]))
     spec = HardwareSpec.from_dict(data, origin=f"{base.name} fitted on gpu-kernels.md")
     return TableFit(spec=spec, memory_efficiency=mem, memory_rows=mem_rows, memory_from=mem_from, gemm=gemms,
-                    attention=taken)
+                    attention=taken, overhead_rows=overhead_rows)
+
+
+def _own_fit(gpu: str, rows: Sequence[KernelRow], presets: dict[str, HardwareSpec], excluded: tuple[str, ...],
+             cache: dict[tuple[str, tuple[str, ...]], TableFit] | None) -> TableFit:
+    """``gpu``'s preset fitted on its own rows only (no :data:`NEAREST` fallback), kept in ``cache``."""
+    key = (gpu, excluded)
+    fit = cache.get(key) if cache is not None else None
+    if fit is None:
+        fit = fit_preset(presets[gpu], rows, presets, exclude_sources=excluded, _nearest=False)
+        if cache is not None:
+            cache[key] = fit
+    return fit
+
+
+def _overhead_along_nearest(gpu: str, rows: Sequence[KernelRow], presets: dict[str, HardwareSpec],
+                            excluded: tuple[str, ...], cache: dict[tuple[str, tuple[str, ...]], TableFit] | None,
+                            ) -> tuple[float | None, tuple[str, ...], str]:
+    """t0 for a GPU whose own rows do not pin it: that of the first GPU along :data:`NEAREST` whose own rows do
+    (a100-pcie -> a100-sxm -> h100-sxm: a100-sxm's short rows are all compute-bound at M > 1), with its rows and
+    the path said; (None, (), "") where no GPU along the chain pins one."""
+    chain = _nearest_chain(gpu)
+    for i, (name, why) in enumerate(chain[1:], start=1):
+        if name not in presets:
+            continue
+        own = _own_fit(name, rows, presets, excluded, cache)
+        if own.overhead_rows:
+            path = " -> ".join(n for n, _ in chain[:i + 1])
+            return (own.spec.launch_overhead_s, own.overhead_rows,
+                    f"no {gpu} row pins it: {name}'s, along NEAREST ({path}; {why}), fitted on gpu-kernels.md rows "
+                    f"{', '.join(own.overhead_rows)}")
+    return None, (), ""
 
 
 def weight_only_stream(rows: Sequence[GemmRow], spec: HardwareSpec, memory_eff: float, overhead_s: float) -> float:
