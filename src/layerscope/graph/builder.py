@@ -25,6 +25,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import TypeVar
 
+import numpy as np
+
 from layerscope.errors import GraphError
 from layerscope.graph._common import (
     BuildContext,
@@ -41,7 +43,7 @@ from layerscope.graph.mlp import build_dense_mlp
 from layerscope.graph.moe import build_moe
 from layerscope.graph.naming import INPUT_IDS, layer_names, layer_prefix
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import Op, OpGraph, TensorSpec, relabel_op
+from layerscope.graph.ops import DeferredOps, Op, OpGraph, TensorSpec, relabel_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.steps import step_range
@@ -49,7 +51,6 @@ from layerscope.workload.workload import ForwardPass, Workload, check_parallel, 
 
 _PLACEHOLDER = "\x00layer_input"
 _T = TypeVar("_T")
-_NAME = itemgetter(0)
 _MLA_FORMS = ("absorbed", "naive")
 
 
@@ -177,10 +178,9 @@ class _Plan:
     they are (weights outside the prefix), ``inp`` the layer input's specs. An instance's tensors
     are their concatenation, and ``ops`` picks each op's inputs and outputs from it by index.
 
-    ``produced`` picks the tensors the ops produce (non-weights, once per producing op), ``reads``
-    the tensors some op reads before any op of the template produces them (non-weights): what
-    :class:`_GraphCheck` needs of an instance. ``trusted`` is false when a produced tensor is not an
-    ``act`` one (then instances are validated tensor by tensor).
+    ``produced`` and ``reads`` give the names of what :class:`_GraphCheck` needs of an instance (without
+    making its tensors). ``trusted`` is false when a produced tensor is not an ``act`` one (then instances
+    are validated tensor by tensor).
     """
 
     act: tuple[_Row, ...]
@@ -200,8 +200,12 @@ class _Plan:
     """Each op's module from ``[*(prefix + step_mod_sfx), prefix[:-1]]`` (with a step, which op names have
     and modules do not)."""
     step_mod_sfx: tuple[str, ...]
-    produced: _Pick
-    reads: tuple[int, ...]
+    produced: tuple[str, ...]
+    """The suffixes of the tensors the ops produce (non-weights, once per producing op; all ``act`` ones
+    when ``trusted``)."""
+    reads: tuple[tuple[int, str], ...]
+    """The tensors read before any op of the template produces them (non-weights), as (class, text): an
+    ``act`` suffix (0), an ``ext`` name (2) or the layer input (4)."""
     trusted: bool
 
 
@@ -214,7 +218,7 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
     placed: list[list[tuple[int, int]]] = []  # (class, index within the class) of each op's inputs, outputs
     # The validation's facts, by name as OpGraph.__post_init__ finds them (weights are not checked).
     made: set[str] = set()
-    reads: dict[tuple[int, int], None] = {}
+    reads: dict[tuple[int, int], str] = {}
     produced: list[tuple[int, int]] = []
     for op in ops:
         for is_output, side in ((False, op.inputs), (True, op.outputs)):
@@ -239,12 +243,13 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
                     made.add(name)
                     produced.append(w)
                 elif name not in made:
-                    reads[w] = None
+                    reads[w] = name
             placed.append(at)
     offsets = [0]
     for g in groups[:-1]:
         offsets.append(offsets[-1] + len(g))
     index = {w: offsets[w[0]] + w[1] for w in where.values()}
+    trusted = all(c == 0 for c, _ in produced)
     pickers = [_picker([index[w] for w in at]) for at in placed]
 
     op_sfx = []
@@ -275,15 +280,31 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         mod_sfx=tuple(mod_sfx),
         step_modules=_picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
         step_mod_sfx=tuple(step_mod_sfx),
-        produced=_picker([index[w] for w in produced]),
-        reads=tuple(index[w] for w in reads),
-        trusted=all(c == 0 for c, _ in produced),
+        produced=tuple(groups[0][i].name[n:] for _, i in produced) if trusted else (),
+        reads=tuple((c, name if c == 2 else name[n:] if c == 0 else "") for (c, _), name in reads.items()),
+        trusted=trusted,
     )
 
 
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> list[Op]:
-    """Instantiate a plan: op/activation names ``step + prefix + suffix``, weights ``prefix + suffix``;
-    ``check`` takes the instance's names."""
+#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names).
+_Instance = tuple[_Plan, str, str, "int | None", str, list[str]]
+
+
+def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
+    """An instance of a plan, its ops not made yet (:func:`_apply`): op/activation names ``step + prefix +
+    suffix``, weights ``prefix + suffix``; ``check`` takes the instance's names."""
+    ap = step + prefix
+    names = list(map(ap.__add__, plan.op_sfx))
+    if plan.trusted:
+        check.block(names, list(map(ap.__add__, plan.produced)),
+                    [ap + s if c == 0 else x if c == 4 else s if not step else step + s for c, s in plan.reads])
+    else:
+        check.trusted = False
+    return plan, step, prefix, layer, x, names
+
+
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names: list[str]) -> list[Op]:
+    """The ops of an instance (:func:`_instance`)."""
     ap = step + prefix
     new = tuple.__new__
     ts = TensorSpec
@@ -293,19 +314,50 @@ def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check
     t_list += plan.fixed
     t_list += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
     tensors = tuple(t_list)
-    names = list(map(ap.__add__, plan.op_sfx))
     if step:
         modules = plan.step_modules([*map(prefix.__add__, plan.step_mod_sfx), prefix[:-1]])
     else:
         modules = plan.modules([*names, *map(prefix.__add__, plan.mod_sfx), prefix[:-1]])
     rl = relabel_op
-    ops = [rl(op, name, module, layer, ins(tensors), outs(tensors))
-           for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
-    if plan.trusted:
-        check.block(names, plan.produced(tensors), [tensors[i] for i in plan.reads])
-    else:
-        check.trusted = False
-    return ops
+    return [rl(op, name, module, layer, ins(tensors), outs(tensors))
+            for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
+
+
+class _Ops(DeferredOps):
+    """A graph's ops as built: ops made directly and instances of plans, made on first use."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Op | _Instance]) -> None:
+        super().__init__(sum(1 if isinstance(item, Op) else len(item[0].ops) for item in items))
+        self.items = items
+
+    def _make(self) -> tuple[Op, ...]:
+        ops: list[Op] = []
+        for item in self.items:
+            if isinstance(item, Op):
+                ops.append(item)
+            else:
+                ops += _apply(*item)
+        return tuple(ops)
+
+    def layout(self) -> tuple[tuple[Op, ...], np.ndarray]:
+        """A plan's template ops stand for the ops of its instances; an op made directly for itself."""
+        reps: list[Op] = []
+        rep_of: list[int] = []
+        start: dict[int, int] = {}  # id of a plan (alive in self.items) -> index of its first template op
+        for item in self.items:
+            if isinstance(item, Op):
+                rep_of.append(len(reps))
+                reps.append(item)
+                continue
+            plan = item[0]
+            first = start.get(id(plan))
+            if first is None:
+                first = start[id(plan)] = len(reps)
+                reps += (op for op, _, _ in plan.ops)
+            rep_of += range(first, first + len(plan.ops))
+        return tuple(reps), np.array(rep_of, dtype=np.intp)
 
 
 class _GraphCheck:
@@ -330,28 +382,30 @@ class _GraphCheck:
         self.missing: list[str] = []
         self.trusted = True
 
-    def block(self, names: Sequence[str], produced: Sequence[TensorSpec], reads: Sequence[TensorSpec]) -> None:
-        """A block of ops named ``names`` producing ``produced`` and reading ``reads`` from outside itself
-        (both without weights); the reads go first, since a block's own outputs do not satisfy them."""
+    def block(self, names: Sequence[str], produced: Sequence[str], reads: Sequence[str]) -> None:
+        """A block of ops named ``names`` producing the tensors named ``produced`` and reading ``reads``
+        from outside itself (both without weights); the reads go first, since a block's own outputs do not
+        satisfy them."""
         made = self.made
-        self.missing += [r[0] for r in reads if r[0] not in made]
-        made.update(map(_NAME, produced))
+        self.missing += [r for r in reads if r not in made]
+        made.update(produced)
         self.n_made += len(produced)
         self.names.update(names)
         self.n_names += len(names)
 
     def op(self, op: Op) -> None:
         """One op built directly (a block of one)."""
-        self.block((op.name,), [t for t in op.outputs if t.role != "weight"],
-                   [t for t in op.inputs if t.role != "weight"])
+        self.block((op.name,), [t.name for t in op.outputs if t.role != "weight"],
+                   [t.name for t in op.inputs if t.role != "weight"])
 
-    def graph(self, ops: tuple[Op, ...], name: str) -> OpGraph:
-        """The graph of ``ops``: without a second validation if every check held, else ``OpGraph(...)``."""
+    def graph(self, ops: tuple[Op, ...] | DeferredOps, name: str) -> OpGraph:
+        """The graph of ``ops``: without a second validation if every check held (deferred ops not made),
+        else ``OpGraph(...)``."""
         if self.trusted and len(self.made) == self.n_made and len(self.names) == self.n_names == len(ops):
             missing = frozenset(self.missing)
             if missing.isdisjoint(self.made):
                 return OpGraph._prevalidated(ops, name, missing)
-        return OpGraph(ops=ops, name=name)
+        return OpGraph(ops=ops if isinstance(ops, tuple) else ops.ops, name=name)
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
@@ -360,17 +414,20 @@ def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
 
 
 def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, mla_form: MLAForm | None,
-               logits: LogitsMode, step: str, ids: str, check: _GraphCheck, head: bool = True) -> list[Op]:
+               logits: LogitsMode, step: str, ids: str, check: _GraphCheck, head: bool = True) -> list[Op | _Instance]:
+    """The ops of one pass: ops made directly, and instances of plans (a plan per layer signature)."""
     spec = ctx.spec
     mods = spec.modules
+    ops: list[Op | _Instance]
     if step:
         emb_ops, x = build_embedding(ctx, _PLACEHOLDER)
-        ops = _apply(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids, check)
+        ops = [_instance(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids, check)]
         x = step + x
     else:  # re-labelled with no step and no prefix, the embedding would be the one built on ``ids``
-        ops, x = build_embedding(ctx, ids)
-        for op in ops:
+        emb_ops, x = build_embedding(ctx, ids)
+        for op in emb_ops:
             check.op(op)
+        ops = [*emb_ops]
     templates: dict[tuple[bool, bool], tuple[_Plan, str]] = {}
     for layer in layers:
         sig = layer_signature(spec, layer)
@@ -381,7 +438,7 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
             entry = (_plan(t_ops, lp, _PLACEHOLDER), t_out[len(lp):])
             templates[sig] = entry
         lp = layer_prefix(mods, layer)
-        ops += _apply(entry[0], step, lp, layer, x, check)
+        ops.append(_instance(entry[0], step, lp, layer, x, check))
         x = step + lp + entry[1]
         if layer in ctx.stage_ends:
             send = stage_send(ctx, f"{step}{lp}pp_send", lp[:-1], layer, x)
@@ -396,7 +453,7 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
     if head:
         if step:
             head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
-            ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x, check)
+            ops.append(_instance(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x, check))
         else:
             head_ops, _ = build_head(ctx, x, logits)
             for op in head_ops:
@@ -473,7 +530,7 @@ def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, a
     ctx = pass_context(spec, fwd, workload)
     check = _GraphCheck()
     ops = _model_ops(ctx, layers, attention, mla_form, logits, "", INPUT_IDS, check)
-    return check.graph(tuple(ops), f"{spec.name}:{fwd.label}")
+    return check.graph(_Ops(ops), f"{spec.name}:{fwd.label}")
 
 
 def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
@@ -492,7 +549,7 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
     start = workload.context if workload.phase in ("decode", "chunked") else workload.prompt_len
     start = max(start, 1)
     layers = tuple(range(spec.num_layers)) if all_layers else (0,)
-    ops: list[Op] = []
+    ops: list[Op | _Instance] = []
     ids = INPUT_IDS
     check = _GraphCheck()
     for t in range(steps):
@@ -501,4 +558,4 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
         step = f"{step_range(t)}."
         ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids, check)
         ids = f"{step}sampling:out"
-    return check.graph(tuple(ops), f"{spec.name}:decode_steps{steps}")
+    return check.graph(_Ops(ops), f"{spec.name}:decode_steps{steps}")
