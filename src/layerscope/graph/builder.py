@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import repeat
 from operator import itemgetter
 from typing import TypeVar
 
@@ -173,8 +174,8 @@ _Pick = Callable[[Sequence[TensorSpec]], Sequence[TensorSpec]]
 class _Plan:
     """How to re-label a template's ops for another layer / step (see :func:`_plan`).
 
-    Tensors are de-duplicated: ``act``, ``wgt`` and ``ext`` hold the distinct tensors renamed as
-    ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
+    Tensors are de-duplicated: ``act`` (names in ``act_sfx``), ``wgt`` and ``ext`` hold the distinct tensors
+    renamed as ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
     they are (weights outside the prefix), ``inp`` the layer input's specs. An instance's tensors
     are their concatenation, and ``ops`` picks each op's inputs and outputs from it by index.
 
@@ -183,8 +184,11 @@ class _Plan:
     are validated tensor by tensor).
     """
 
-    act: tuple[_Row, ...]
-    wgt: tuple[_Row, ...]
+    act: tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]
+    """Shapes, dtypes and roles (a column each)."""
+    act_sfx: tuple[str, ...]
+    wgt: tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]
+    wgt_sfx: tuple[str, ...]
     ext: tuple[_Row, ...]
     fixed: tuple[TensorSpec, ...]
     inp: tuple[tuple[tuple[int, ...], DType, str], ...]
@@ -200,13 +204,17 @@ class _Plan:
     """Each op's module from ``[*(prefix + step_mod_sfx), prefix[:-1]]`` (with a step, which op names have
     and modules do not)."""
     step_mod_sfx: tuple[str, ...]
-    produced: tuple[str, ...]
-    """The suffixes of the tensors the ops produce (non-weights, once per producing op; all ``act`` ones
-    when ``trusted``)."""
-    reads: tuple[tuple[int, str], ...]
-    """The tensors read before any op of the template produces them (non-weights), as (class, text): an
-    ``act`` suffix (0), an ``ext`` name (2) or the layer input (4)."""
+    produced: Callable[[Sequence[str]], Sequence[str]]
+    """Picks the names of the tensors the ops produce (non-weights, once per producing op) from the ``act``
+    names (when ``trusted``: they are all ``act`` ones)."""
+    reads: tuple[tuple[int, int, str], ...]
+    """The tensors read before any op of the template produces them (non-weights), as (class, index, text):
+    the ``act`` tensor at index (class 0), the ``ext`` tensor named text (2) or the layer input (4)."""
     trusted: bool
+
+
+def _columns(tensors: Sequence[TensorSpec]) -> tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]:
+    return tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), tuple(t.role for t in tensors)
 
 
 def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
@@ -269,8 +277,10 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         step_mod_idx.append(step_mod_sfx.setdefault(sfx, len(step_mod_sfx)))
         mod_idx.append(len(op_sfx) - 1 if op.module == op.name else len(ops) + mod_sfx.setdefault(sfx, len(mod_sfx)))
     return _Plan(
-        act=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[0]),
-        wgt=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[1]),
+        act=_columns(groups[0]),
+        act_sfx=tuple(t.name[n:] for t in groups[0]),
+        wgt=_columns(groups[1]),
+        wgt_sfx=tuple(t.name[n:] for t in groups[1]),
         ext=tuple(tuple(t) for t in groups[2]),  # type: ignore[misc]
         fixed=tuple(groups[3]),
         inp=tuple((t.shape, t.dtype, t.role) for t in groups[4]),
@@ -280,14 +290,14 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         mod_sfx=tuple(mod_sfx),
         step_modules=_picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
         step_mod_sfx=tuple(step_mod_sfx),
-        produced=tuple(groups[0][i].name[n:] for _, i in produced) if trusted else (),
-        reads=tuple((c, name if c == 2 else name[n:] if c == 0 else "") for (c, _), name in reads.items()),
+        produced=_picker([i for _, i in produced] if trusted else []),
+        reads=tuple((c, i, name) for (c, i), name in reads.items()),
         trusted=trusted,
     )
 
 
-#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names).
-_Instance = tuple[_Plan, str, str, "int | None", str, list[str]]
+#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names, ``act`` tensor names).
+_Instance = tuple[_Plan, str, str, "int | None", str, list[str], list[str]]
 
 
 def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
@@ -295,21 +305,23 @@ def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, ch
     suffix``, weights ``prefix + suffix``; ``check`` takes the instance's names."""
     ap = step + prefix
     names = list(map(ap.__add__, plan.op_sfx))
+    act = list(map(ap.__add__, plan.act_sfx))
     if plan.trusted:
-        check.block(names, list(map(ap.__add__, plan.produced)),
-                    [ap + s if c == 0 else x if c == 4 else s if not step else step + s for c, s in plan.reads])
+        check.block(names, plan.produced(act),
+                    [act[i] if c == 0 else x if c == 4 else step + s for c, i, s in plan.reads])
     else:
         check.trusted = False
-    return plan, step, prefix, layer, x, names
+    return plan, step, prefix, layer, x, names, act
 
 
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names: list[str]) -> list[Op]:
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names: list[str],
+           act: list[str]) -> list[Op]:
     """The ops of an instance (:func:`_instance`)."""
-    ap = step + prefix
     new = tuple.__new__
     ts = TensorSpec
-    t_list = [new(ts, (ap + s, sh, dt, r)) for s, sh, dt, r in plan.act]
-    t_list += [new(ts, (prefix + s, sh, dt, r)) for s, sh, dt, r in plan.wgt]
+    # map over zip: the specs made in C (zip re-uses its tuple), ~30% faster than a comprehension
+    t_list = list(map(new, repeat(ts), zip(act, *plan.act, strict=True)))
+    t_list += map(new, repeat(ts), zip(map(prefix.__add__, plan.wgt_sfx), *plan.wgt, strict=True))
     t_list += [new(ts, (step + s, sh, dt, r)) for s, sh, dt, r in plan.ext]
     t_list += plan.fixed
     t_list += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
