@@ -6,8 +6,11 @@ concatenation and one :class:`Op` per op, copied from the template's by
 :data:`~layerscope.graph.ops.relabel_op`). The graph's validation follows the same split: what
 :class:`OpGraph` checks tensor by tensor is found once per template and checked per layer on a few
 name sets (:class:`_GraphCheck`; anything it cannot vouch for is validated op by op, as before).
-Whole graphs are memoized on their (frozen, hashable) arguments (the 32 most recent per builder),
-so a repeated request returns the same immutable :class:`OpGraph`.
+A model or steps graph keeps its layers as instances of their templates and makes their ops on the
+first read of ``graph.ops`` (:class:`_Ops`); timing a graph reads the templates' ops only
+(:func:`layerscope.cost.features.op_features`). Whole graphs are memoized on their (frozen,
+hashable) arguments (the 32 most recent per builder), so a repeated request returns the same
+immutable :class:`OpGraph`.
 
 Dtypes: GEMM, expert and embedding weights use ``workload.weight_dtype`` (``spec.weight_dtype``
 and ``quantized_modules_excluded`` are not consulted: the workload decides); norm weights and
@@ -297,7 +300,7 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
 
 
 #: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names, ``act`` tensor names).
-_Instance = tuple[_Plan, str, str, "int | None", str, list[str], list[str]]
+_Instance = tuple[_Plan, str, str, int | None, str, list[str], list[str]]
 
 
 def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
@@ -335,6 +338,9 @@ def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names
             for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
 
 
+# Why deferred: making the ops is most of a build (0.44 of 0.70 ms for Llama-3.1-8B decode, 2-core VM, Python
+# 3.11), and a cold estimate needs only the templates' ops: 0.26 ms a build and 0.65 ms with time_graph, against
+# 0.69 and 1.90 ms making them (bench/RESULTS.md, issue #31).
 class _Ops(DeferredOps):
     """A graph's ops as built: ops made directly and instances of plans, made on first use."""
 

@@ -12,6 +12,7 @@ a multiply-add as 2 FLOPs.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
@@ -178,13 +179,14 @@ class DeferredOps(Sequence[Op]):
             assert len(ops) == self._count
         return ops
 
+    @abstractmethod
     def _make(self) -> tuple[Op, ...]:
-        raise NotImplementedError
+        """The ops (called once)."""
 
+    @abstractmethod
     def layout(self) -> tuple[tuple[Op, ...], np.ndarray]:
         """``(reps, rep_of)``: distinct ops, and per op of the graph the index in ``reps`` of the op it equals
         in every field but ``name``, ``module``, ``layer`` and its tensors' names."""
-        raise NotImplementedError
 
     def __len__(self) -> int:
         return self._count
