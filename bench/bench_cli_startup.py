@@ -83,7 +83,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="ls-startup-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
-        env.update(PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"), OPENBLAS_NUM_THREADS="1")
+        # this checkout's source, not whichever the environment installed (a worktree shares its venv)
+        env.update(PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"), OPENBLAS_NUM_THREADS="1",
+                   PYTHONPATH=str(ROOT / "src"))
         cases: list[tuple[str, list[str], dict[str, str]]] = [
             ("`layerscope estimate --model llama-3.1-8b --hardware h100-sxm`", _layerscope(*ESTIMATE), env),
             ("`layerscope --help`", _layerscope("--help"), env),

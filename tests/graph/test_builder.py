@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import pytest
@@ -174,6 +175,30 @@ def test_model_graph_equals_op_by_op_build(spec, name: str, kw: dict) -> None:
                     _op_by_op(s, w, fwd, attention))
     _same_graph(build_model_graph(s, fwd, w, layers=[2, 0, 1], logits="all"),
                 _op_by_op(s, w, fwd, layers=[2, 0, 1], logits="all"))
+
+
+@pytest.mark.parametrize("name", ["llama-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gemma2-9b"])
+def test_model_graph_makes_its_ops_on_first_use(spec, name: str) -> None:
+    """A model graph keeps its layers as template instances until ``ops`` is read: its length, graph inputs and
+    name need no op made; the ops it then makes, once, are those of the graph built op by op."""
+    s = spec(name)
+    w = Workload(phase="decode", context=777, batch=3)
+    fwd = w.passes()[0]
+    g = build_model_graph(s, fwd, w)
+    ref = _op_by_op(s, w, fwd)
+    assert "ops" not in vars(g)
+    assert len(g) == len(ref.ops) and g.graph_inputs == ref.graph_inputs and g.name == ref.name
+    assert "ops" not in vars(g)
+    _same_graph(g, ref)
+    assert vars(g)["ops"] is g.ops
+
+
+def test_deferred_graph_pickles_as_its_ops(spec) -> None:
+    g = model(spec("llama-1b"), context=555)
+    back = pickle.loads(pickle.dumps(g))
+    assert back == g and back.ops == g.ops and "_deferred" not in vars(back)
+    with pytest.raises(AttributeError, match="no attribute 'opz'"):
+        g.opz  # type: ignore[attr-defined]  # noqa: B018
 
 
 @pytest.mark.parametrize("name", ["llama-1b", "qwen3-30b-a3b", "deepseek-v2-lite", "gemma3-4b", "gpt2"])

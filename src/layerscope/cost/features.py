@@ -8,7 +8,9 @@ variants of the same graph; static features (kind, GEMM shape, dtypes) are per o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -43,8 +45,16 @@ class OpFeatures:
     operand_bytes: np.ndarray
     """float [ops, 3]: bytes per element of A (activations), B (weights or K/V) and C (output)."""
     kinds: tuple[str, ...]
-    ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
-    """The graph's ops (static facts for the execution profiles of :mod:`layerscope.cost.execution`)."""
+    ops: Sequence[Op] = field(default=(), repr=False, compare=False)
+    """The graph's ops (static facts for the execution profiles of :mod:`layerscope.cost.execution`); a
+    :class:`~layerscope.graph.ops.DeferredOps` made on first use when the graph's builder deferred them."""
+    reps: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    """With :attr:`rep_of`: the distinct ops that the graph's ops copy but for their names (templates)."""
+    rep_of: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Per op, the index in :attr:`reps` of the op it copies (None: no such map, each op stands for itself).
+    Per-op facts that do not depend on names are computed once per rep and gathered with it."""
+    rep_first: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Per rep, the index of the first op copying it."""
     plans: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Derived per-op facts, computed on first use and shared by :meth:`with_work`: kernel plans per
     execution profile, and the routed experts' down-projection K (``cost.models.weight_stream_factor``)."""
@@ -64,7 +74,11 @@ class OpFeatures:
         key = f"(kind {kind})"  # parenthesized: never an execution profile name
         mask = self.plans.get(key)
         if mask is None or len(mask) != len(self.kinds):
-            mask = np.fromiter((k == kind for k in self.kinds), dtype=bool, count=len(self.kinds))
+            rep_of = self.rep_of
+            if rep_of is not None and len(rep_of) == len(self.kinds):
+                mask = np.fromiter((op.kind == kind for op in self.reps), dtype=bool, count=len(self.reps))[rep_of]
+            else:
+                mask = np.fromiter((k == kind for k in self.kinds), dtype=bool, count=len(self.kinds))
             mask.flags.writeable = False
             self.plans[key] = mask
         return mask
@@ -96,7 +110,10 @@ def op_features(graph: OpGraph) -> OpFeatures:
 
 
 def _extract(graph: OpGraph) -> OpFeatures:
-    n = len(graph.ops)
+    # Why per rep: the features of an op copied from a template under other names are the template's, so a
+    # graph of 32 copies of one 15-op layer is read for 15 + a few ops, not ~500.
+    ops, reps, rep_of = graph.op_layout()
+    n = len(reps)
     flops = np.empty(n)
     wb = np.empty(n)
     ab = np.empty(n)
@@ -107,7 +124,7 @@ def _extract(graph: OpGraph) -> OpFeatures:
     dtypes: list[DType] = []
     kinds: list[str] = []
     widest: dict[tuple[DType, ...], DType] = {}  # a graph has a handful of input-type combinations
-    for i, op in enumerate(graph.ops):
+    for i, op in enumerate(reps):
         flops[i] = op.flops
         wb[i] = op.weight_bytes
         ab[i] = op.act_read_bytes + op.act_write_bytes
@@ -129,15 +146,15 @@ def _extract(graph: OpGraph) -> OpFeatures:
             b_t = other_in[0].dtype if other_in else (act_in[1].dtype if len(act_in) > 1 else a_t)
             c_t = op.outputs[0].dtype if op.outputs else a_t
             operand[i] = (a_t.bytes, b_t.bytes, c_t.bytes)
-    return OpFeatures(
-        flops=flops,
-        weight_bytes=wb,
-        act_bytes=ab,
-        kv_bytes=kb,
-        uses_matrix_units=matrix,
-        dtype_code=np.fromiter((_DTYPE_CODE[d] for d in dtypes), dtype=np.int8, count=n),
-        gemm_mnkb=mnkb,
-        operand_bytes=operand,
-        kinds=tuple(kinds),
-        ops=graph.ops,
-    )
+    codes = np.fromiter((_DTYPE_CODE[d] for d in dtypes), dtype=np.int8, count=n)
+    if rep_of is None:
+        return OpFeatures(flops=flops, weight_bytes=wb, act_bytes=ab, kv_bytes=kb, uses_matrix_units=matrix,
+                          dtype_code=codes, gemm_mnkb=mnkb, operand_bytes=operand, kinds=tuple(kinds), ops=ops)
+    first = np.empty(n, dtype=np.intp)
+    first[rep_of[::-1]] = np.arange(len(rep_of) - 1, -1, -1)  # the last write of each rep is its first op
+    per_op = itemgetter(*rep_of.tolist())
+    return OpFeatures(flops=flops[rep_of], weight_bytes=wb[rep_of], act_bytes=ab[rep_of], kv_bytes=kb[rep_of],
+                      uses_matrix_units=matrix[rep_of], dtype_code=codes[rep_of], gemm_mnkb=mnkb[rep_of],
+                      operand_bytes=operand[rep_of],
+                      kinds=per_op(kinds) if len(rep_of) > 1 else tuple(kinds[i] for i in rep_of.tolist()),
+                      ops=ops, reps=reps, rep_of=rep_of, rep_first=first)

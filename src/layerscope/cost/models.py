@@ -248,14 +248,27 @@ def _per_op(features: OpFeatures, key: str, value: Callable[[int, Op], object], 
             absent: object, only: np.ndarray | None = None) -> np.ndarray:
     """Per op: ``value(index, op)`` over the graph's ops, computed on first use and kept in ``features.plans``
     under ``key`` (one scan of the ops per graph); ``absent`` for every op when the features carry no ops, and
-    for the ops outside ``only`` (a mask of the ops ``value`` can differ from ``absent`` on: one kind, say)."""
+    for the ops outside ``only`` (a mask of the ops ``value`` can differ from ``absent`` on: one kind, say).
+    ``value`` must not read the op's names (``name``, ``module``, ``layer``, tensor names): with
+    ``features.rep_of`` it is called once per template op and its result gathered."""
     cached = features.plans.get(key)
     if cached is not None and len(cached) == len(features.kinds):
         return np.asarray(cached)
     if len(features.ops) != len(features.kinds):
         return np.full(len(features.kinds), absent, dtype=dtype)
-    if only is None:
-        values: np.ndarray = np.fromiter((value(i, op) for i, op in enumerate(features.ops)), dtype=dtype,
+    rep_of, first = features.rep_of, features.rep_first
+    values: np.ndarray
+    if rep_of is not None and first is not None and len(rep_of) == len(features.kinds):
+        # once per rep (the op every copy of it equals but for names, which no ``value`` reads), at its first op
+        mask = None if only is None else np.asarray(only, dtype=bool)
+        need = range(len(first)) if mask is None else sorted(set(rep_of[mask].tolist()))
+        per_rep: np.ndarray = np.full(len(first), absent, dtype=dtype)
+        per_rep[list(need)] = [value(int(first[j]), features.reps[j]) for j in need]
+        values = per_rep[rep_of]  # a copy
+        if mask is not None:
+            values[~mask] = absent
+    elif only is None:
+        values = np.fromiter((value(i, op) for i, op in enumerate(features.ops)), dtype=dtype,
                              count=len(features.ops))
     else:
         values = np.full(len(features.ops), absent, dtype=dtype)

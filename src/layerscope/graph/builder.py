@@ -6,8 +6,11 @@ concatenation and one :class:`Op` per op, copied from the template's by
 :data:`~layerscope.graph.ops.relabel_op`). The graph's validation follows the same split: what
 :class:`OpGraph` checks tensor by tensor is found once per template and checked per layer on a few
 name sets (:class:`_GraphCheck`; anything it cannot vouch for is validated op by op, as before).
-Whole graphs are memoized on their (frozen, hashable) arguments (the 32 most recent per builder),
-so a repeated request returns the same immutable :class:`OpGraph`.
+A model or steps graph keeps its layers as instances of their templates and makes their ops on the
+first read of ``graph.ops`` (:class:`_Ops`); timing a graph reads the templates' ops only
+(:func:`layerscope.cost.features.op_features`). Whole graphs are memoized on their (frozen,
+hashable) arguments (the 32 most recent per builder), so a repeated request returns the same
+immutable :class:`OpGraph`.
 
 Dtypes: GEMM, expert and embedding weights use ``workload.weight_dtype`` (``spec.weight_dtype``
 and ``quantized_modules_excluded`` are not consulted: the workload decides); norm weights and
@@ -22,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import repeat
 from operator import itemgetter
 from typing import TypeVar
+
+import numpy as np
 
 from layerscope.errors import GraphError
 from layerscope.graph._common import (
@@ -41,7 +47,7 @@ from layerscope.graph.mlp import build_dense_mlp
 from layerscope.graph.moe import build_moe
 from layerscope.graph.naming import INPUT_IDS, layer_names, layer_prefix
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import Op, OpGraph, TensorSpec, relabel_op
+from layerscope.graph.ops import DeferredOps, Op, OpGraph, TensorSpec, relabel_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.steps import step_range
@@ -49,7 +55,6 @@ from layerscope.workload.workload import ForwardPass, Workload, check_parallel, 
 
 _PLACEHOLDER = "\x00layer_input"
 _T = TypeVar("_T")
-_NAME = itemgetter(0)
 _MLA_FORMS = ("absorbed", "naive")
 
 
@@ -172,19 +177,21 @@ _Pick = Callable[[Sequence[TensorSpec]], Sequence[TensorSpec]]
 class _Plan:
     """How to re-label a template's ops for another layer / step (see :func:`_plan`).
 
-    Tensors are de-duplicated: ``act``, ``wgt`` and ``ext`` hold the distinct tensors renamed as
-    ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
+    Tensors are de-duplicated: ``act`` (names in ``act_sfx``), ``wgt`` and ``ext`` hold the distinct tensors
+    renamed as ``step + prefix + suffix``, ``prefix + suffix`` and ``step + name``; ``fixed`` those kept as
     they are (weights outside the prefix), ``inp`` the layer input's specs. An instance's tensors
     are their concatenation, and ``ops`` picks each op's inputs and outputs from it by index.
 
-    ``produced`` picks the tensors the ops produce (non-weights, once per producing op), ``reads``
-    the tensors some op reads before any op of the template produces them (non-weights): what
-    :class:`_GraphCheck` needs of an instance. ``trusted`` is false when a produced tensor is not an
-    ``act`` one (then instances are validated tensor by tensor).
+    ``produced`` and ``reads`` give the names of what :class:`_GraphCheck` needs of an instance (without
+    making its tensors). ``trusted`` is false when a produced tensor is not an ``act`` one (then instances
+    are validated tensor by tensor).
     """
 
-    act: tuple[_Row, ...]
-    wgt: tuple[_Row, ...]
+    act: tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]
+    """Shapes, dtypes and roles (a column each)."""
+    act_sfx: tuple[str, ...]
+    wgt: tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]
+    wgt_sfx: tuple[str, ...]
     ext: tuple[_Row, ...]
     fixed: tuple[TensorSpec, ...]
     inp: tuple[tuple[tuple[int, ...], DType, str], ...]
@@ -200,9 +207,17 @@ class _Plan:
     """Each op's module from ``[*(prefix + step_mod_sfx), prefix[:-1]]`` (with a step, which op names have
     and modules do not)."""
     step_mod_sfx: tuple[str, ...]
-    produced: _Pick
-    reads: tuple[int, ...]
+    produced: Callable[[Sequence[str]], Sequence[str]]
+    """Picks the names of the tensors the ops produce (non-weights, once per producing op) from the ``act``
+    names (when ``trusted``: they are all ``act`` ones)."""
+    reads: tuple[tuple[int, int, str], ...]
+    """The tensors read before any op of the template produces them (non-weights), as (class, index, text):
+    the ``act`` tensor at index (class 0), the ``ext`` tensor named text (2) or the layer input (4)."""
     trusted: bool
+
+
+def _columns(tensors: Sequence[TensorSpec]) -> tuple[tuple[tuple[int, ...], ...], tuple[DType, ...], tuple[str, ...]]:
+    return tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), tuple(t.role for t in tensors)
 
 
 def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
@@ -214,7 +229,7 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
     placed: list[list[tuple[int, int]]] = []  # (class, index within the class) of each op's inputs, outputs
     # The validation's facts, by name as OpGraph.__post_init__ finds them (weights are not checked).
     made: set[str] = set()
-    reads: dict[tuple[int, int], None] = {}
+    reads: dict[tuple[int, int], str] = {}
     produced: list[tuple[int, int]] = []
     for op in ops:
         for is_output, side in ((False, op.inputs), (True, op.outputs)):
@@ -239,12 +254,13 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
                     made.add(name)
                     produced.append(w)
                 elif name not in made:
-                    reads[w] = None
+                    reads[w] = name
             placed.append(at)
     offsets = [0]
     for g in groups[:-1]:
         offsets.append(offsets[-1] + len(g))
     index = {w: offsets[w[0]] + w[1] for w in where.values()}
+    trusted = all(c == 0 for c, _ in produced)
     pickers = [_picker([index[w] for w in at]) for at in placed]
 
     op_sfx = []
@@ -264,8 +280,10 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         step_mod_idx.append(step_mod_sfx.setdefault(sfx, len(step_mod_sfx)))
         mod_idx.append(len(op_sfx) - 1 if op.module == op.name else len(ops) + mod_sfx.setdefault(sfx, len(mod_sfx)))
     return _Plan(
-        act=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[0]),
-        wgt=tuple((t.name[n:], t.shape, t.dtype, t.role) for t in groups[1]),
+        act=_columns(groups[0]),
+        act_sfx=tuple(t.name[n:] for t in groups[0]),
+        wgt=_columns(groups[1]),
+        wgt_sfx=tuple(t.name[n:] for t in groups[1]),
         ext=tuple(tuple(t) for t in groups[2]),  # type: ignore[misc]
         fixed=tuple(groups[3]),
         inp=tuple((t.shape, t.dtype, t.role) for t in groups[4]),
@@ -275,37 +293,89 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         mod_sfx=tuple(mod_sfx),
         step_modules=_picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
         step_mod_sfx=tuple(step_mod_sfx),
-        produced=_picker([index[w] for w in produced]),
-        reads=tuple(index[w] for w in reads),
-        trusted=all(c == 0 for c, _ in produced),
+        produced=_picker([i for _, i in produced] if trusted else []),
+        reads=tuple((c, i, name) for (c, i), name in reads.items()),
+        trusted=trusted,
     )
 
 
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> list[Op]:
-    """Instantiate a plan: op/activation names ``step + prefix + suffix``, weights ``prefix + suffix``;
-    ``check`` takes the instance's names."""
+#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names, ``act`` tensor names).
+_Instance = tuple[_Plan, str, str, int | None, str, list[str], list[str]]
+
+
+def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
+    """An instance of a plan, its ops not made yet (:func:`_apply`): op/activation names ``step + prefix +
+    suffix``, weights ``prefix + suffix``; ``check`` takes the instance's names."""
     ap = step + prefix
+    names = list(map(ap.__add__, plan.op_sfx))
+    act = list(map(ap.__add__, plan.act_sfx))
+    if plan.trusted:
+        check.block(names, plan.produced(act),
+                    [act[i] if c == 0 else x if c == 4 else step + s for c, i, s in plan.reads])
+    else:
+        check.trusted = False
+    return plan, step, prefix, layer, x, names, act
+
+
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names: list[str],
+           act: list[str]) -> list[Op]:
+    """The ops of an instance (:func:`_instance`)."""
     new = tuple.__new__
     ts = TensorSpec
-    t_list = [new(ts, (ap + s, sh, dt, r)) for s, sh, dt, r in plan.act]
-    t_list += [new(ts, (prefix + s, sh, dt, r)) for s, sh, dt, r in plan.wgt]
+    # map over zip: the specs made in C (zip re-uses its tuple), ~30% faster than a comprehension
+    t_list = list(map(new, repeat(ts), zip(act, *plan.act, strict=True)))
+    t_list += map(new, repeat(ts), zip(map(prefix.__add__, plan.wgt_sfx), *plan.wgt, strict=True))
     t_list += [new(ts, (step + s, sh, dt, r)) for s, sh, dt, r in plan.ext]
     t_list += plan.fixed
     t_list += [new(ts, (x, sh, dt, r)) for sh, dt, r in plan.inp]
     tensors = tuple(t_list)
-    names = list(map(ap.__add__, plan.op_sfx))
     if step:
         modules = plan.step_modules([*map(prefix.__add__, plan.step_mod_sfx), prefix[:-1]])
     else:
         modules = plan.modules([*names, *map(prefix.__add__, plan.mod_sfx), prefix[:-1]])
     rl = relabel_op
-    ops = [rl(op, name, module, layer, ins(tensors), outs(tensors))
-           for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
-    if plan.trusted:
-        check.block(names, plan.produced(tensors), [tensors[i] for i in plan.reads])
-    else:
-        check.trusted = False
-    return ops
+    return [rl(op, name, module, layer, ins(tensors), outs(tensors))
+            for (op, ins, outs), name, module in zip(plan.ops, names, modules, strict=True)]
+
+
+# Why deferred: making the ops is most of a build (0.44 of 0.70 ms for Llama-3.1-8B decode, 2-core VM, Python
+# 3.11), and a cold estimate needs only the templates' ops: 0.26 ms a build and 0.65 ms with time_graph, against
+# 0.69 and 1.90 ms making them (bench/RESULTS.md, issue #31).
+class _Ops(DeferredOps):
+    """A graph's ops as built: ops made directly and instances of plans, made on first use."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Op | _Instance]) -> None:
+        super().__init__(sum(1 if isinstance(item, Op) else len(item[0].ops) for item in items))
+        self.items = items
+
+    def _make(self) -> tuple[Op, ...]:
+        ops: list[Op] = []
+        for item in self.items:
+            if isinstance(item, Op):
+                ops.append(item)
+            else:
+                ops += _apply(*item)
+        return tuple(ops)
+
+    def layout(self) -> tuple[tuple[Op, ...], np.ndarray]:
+        """A plan's template ops stand for the ops of its instances; an op made directly for itself."""
+        reps: list[Op] = []
+        rep_of: list[int] = []
+        start: dict[int, int] = {}  # id of a plan (alive in self.items) -> index of its first template op
+        for item in self.items:
+            if isinstance(item, Op):
+                rep_of.append(len(reps))
+                reps.append(item)
+                continue
+            plan = item[0]
+            first = start.get(id(plan))
+            if first is None:
+                first = start[id(plan)] = len(reps)
+                reps += (op for op, _, _ in plan.ops)
+            rep_of += range(first, first + len(plan.ops))
+        return tuple(reps), np.array(rep_of, dtype=np.intp)
 
 
 class _GraphCheck:
@@ -330,28 +400,30 @@ class _GraphCheck:
         self.missing: list[str] = []
         self.trusted = True
 
-    def block(self, names: Sequence[str], produced: Sequence[TensorSpec], reads: Sequence[TensorSpec]) -> None:
-        """A block of ops named ``names`` producing ``produced`` and reading ``reads`` from outside itself
-        (both without weights); the reads go first, since a block's own outputs do not satisfy them."""
+    def block(self, names: Sequence[str], produced: Sequence[str], reads: Sequence[str]) -> None:
+        """A block of ops named ``names`` producing the tensors named ``produced`` and reading ``reads``
+        from outside itself (both without weights); the reads go first, since a block's own outputs do not
+        satisfy them."""
         made = self.made
-        self.missing += [r[0] for r in reads if r[0] not in made]
-        made.update(map(_NAME, produced))
+        self.missing += [r for r in reads if r not in made]
+        made.update(produced)
         self.n_made += len(produced)
         self.names.update(names)
         self.n_names += len(names)
 
     def op(self, op: Op) -> None:
         """One op built directly (a block of one)."""
-        self.block((op.name,), [t for t in op.outputs if t.role != "weight"],
-                   [t for t in op.inputs if t.role != "weight"])
+        self.block((op.name,), [t.name for t in op.outputs if t.role != "weight"],
+                   [t.name for t in op.inputs if t.role != "weight"])
 
-    def graph(self, ops: tuple[Op, ...], name: str) -> OpGraph:
-        """The graph of ``ops``: without a second validation if every check held, else ``OpGraph(...)``."""
+    def graph(self, ops: tuple[Op, ...] | DeferredOps, name: str) -> OpGraph:
+        """The graph of ``ops``: without a second validation if every check held (deferred ops not made),
+        else ``OpGraph(...)``."""
         if self.trusted and len(self.made) == self.n_made and len(self.names) == self.n_names == len(ops):
             missing = frozenset(self.missing)
             if missing.isdisjoint(self.made):
                 return OpGraph._prevalidated(ops, name, missing)
-        return OpGraph(ops=ops, name=name)
+        return OpGraph(ops=ops if isinstance(ops, tuple) else ops.ops, name=name)
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
@@ -360,17 +432,20 @@ def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
 
 
 def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, mla_form: MLAForm | None,
-               logits: LogitsMode, step: str, ids: str, check: _GraphCheck, head: bool = True) -> list[Op]:
+               logits: LogitsMode, step: str, ids: str, check: _GraphCheck, head: bool = True) -> list[Op | _Instance]:
+    """The ops of one pass: ops made directly, and instances of plans (a plan per layer signature)."""
     spec = ctx.spec
     mods = spec.modules
+    ops: list[Op | _Instance]
     if step:
         emb_ops, x = build_embedding(ctx, _PLACEHOLDER)
-        ops = _apply(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids, check)
+        ops = [_instance(_plan(emb_ops, "", _PLACEHOLDER), step, "", None, ids, check)]
         x = step + x
     else:  # re-labelled with no step and no prefix, the embedding would be the one built on ``ids``
-        ops, x = build_embedding(ctx, ids)
-        for op in ops:
+        emb_ops, x = build_embedding(ctx, ids)
+        for op in emb_ops:
             check.op(op)
+        ops = [*emb_ops]
     templates: dict[tuple[bool, bool], tuple[_Plan, str]] = {}
     for layer in layers:
         sig = layer_signature(spec, layer)
@@ -381,7 +456,7 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
             entry = (_plan(t_ops, lp, _PLACEHOLDER), t_out[len(lp):])
             templates[sig] = entry
         lp = layer_prefix(mods, layer)
-        ops += _apply(entry[0], step, lp, layer, x, check)
+        ops.append(_instance(entry[0], step, lp, layer, x, check))
         x = step + lp + entry[1]
         if layer in ctx.stage_ends:
             send = stage_send(ctx, f"{step}{lp}pp_send", lp[:-1], layer, x)
@@ -396,7 +471,7 @@ def _model_ops(ctx: BuildContext, layers: Sequence[int], view: AttentionView, ml
     if head:
         if step:
             head_ops, _ = build_head(ctx, _PLACEHOLDER, logits)
-            ops += _apply(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x, check)
+            ops.append(_instance(_plan(head_ops, "", _PLACEHOLDER), step, "", None, x, check))
         else:
             head_ops, _ = build_head(ctx, x, logits)
             for op in head_ops:
@@ -473,7 +548,7 @@ def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, a
     ctx = pass_context(spec, fwd, workload)
     check = _GraphCheck()
     ops = _model_ops(ctx, layers, attention, mla_form, logits, "", INPUT_IDS, check)
-    return check.graph(tuple(ops), f"{spec.name}:{fwd.label}")
+    return check.graph(_Ops(ops), f"{spec.name}:{fwd.label}")
 
 
 def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
@@ -492,7 +567,7 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
     start = workload.context if workload.phase in ("decode", "chunked") else workload.prompt_len
     start = max(start, 1)
     layers = tuple(range(spec.num_layers)) if all_layers else (0,)
-    ops: list[Op] = []
+    ops: list[Op | _Instance] = []
     ids = INPUT_IDS
     check = _GraphCheck()
     for t in range(steps):
@@ -501,4 +576,4 @@ def build_steps_graph(spec: ModelSpec, workload: Workload, steps: int,
         step = f"{step_range(t)}."
         ops += _model_ops(ctx, layers, attention, mla_form, logits, step, ids, check)
         ids = f"{step}sampling:out"
-    return check.graph(tuple(ops), f"{spec.name}:decode_steps{steps}")
+    return check.graph(_Ops(ops), f"{spec.name}:decode_steps{steps}")

@@ -12,10 +12,11 @@ a multiply-add as 2 FLOPs.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -153,6 +154,56 @@ class Op:
         return self.flops / self.total_bytes if self.total_bytes else float("inf")
 
 
+class DeferredOps(Sequence[Op]):
+    """A graph's ops, made on first use from a builder's record of them (:meth:`_make`), which can also say
+    without making them which op each one copies but for its names (:meth:`layout`).
+
+    Why: a model graph is mostly copies of a few template layers under other names, and what a cost model
+    needs of an op (kind, FLOPs, bytes, shapes, dtypes, attributes) is its template's; so a graph builder may
+    defer its ~500 ops (an 8B decode pass) and an estimate compute features once per template op
+    (:func:`layerscope.cost.features.op_features`). Anything that reads the ops gets them made, once.
+    """
+
+    __slots__ = ("_count", "_ops")
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._ops: tuple[Op, ...] | None = None
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The ops, made on the first call."""
+        ops = self._ops
+        if ops is None:
+            ops = self._ops = self._make()
+            assert len(ops) == self._count
+        return ops
+
+    @abstractmethod
+    def _make(self) -> tuple[Op, ...]:
+        """The ops (called once)."""
+
+    @abstractmethod
+    def layout(self) -> tuple[tuple[Op, ...], np.ndarray]:
+        """``(reps, rep_of)``: distinct ops, and per op of the graph the index in ``reps`` of the op it equals
+        in every field but ``name``, ``module``, ``layer`` and its tensors' names."""
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Op: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Op, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Op | tuple[Op, ...]:
+        return self.ops[index]
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+
 @dataclass(frozen=True)
 class OpGraph:
     """A validated DAG of ops in program order; edges derived from named tensors."""
@@ -197,7 +248,7 @@ class OpGraph:
         object.__setattr__(self, "_producers", producers)
 
     @classmethod
-    def _prevalidated(cls, ops: tuple[Op, ...], name: str, graph_inputs: frozenset[str]) -> OpGraph:
+    def _prevalidated(cls, ops: tuple[Op, ...] | DeferredOps, name: str, graph_inputs: frozenset[str]) -> OpGraph:
         """The graph of ``ops`` without :meth:`__post_init__`'s pass over every tensor, for a builder
         that has established what that pass would: op names and produced tensor names unique, no tensor
         read before its producer, ``graph_inputs`` the tensors read before (and never) produced.
@@ -205,12 +256,43 @@ class OpGraph:
         Why: the graph builders instantiate most ops from templates checked once, so they can check a
         whole model's graph per layer instead of per tensor (:mod:`layerscope.graph.builder`). The
         result equals ``OpGraph(ops=ops, name=name)``; only the producers' index is derived later, when
-        :attr:`dependencies` first needs it."""
+        :attr:`dependencies` first needs it. With :class:`DeferredOps`, :attr:`ops` is made on first
+        access (the same tuple of ops)."""
         graph = object.__new__(cls)
-        object.__setattr__(graph, "ops", ops)
+        if isinstance(ops, DeferredOps):
+            object.__setattr__(graph, "_deferred", ops)
+        else:
+            object.__setattr__(graph, "ops", ops)
         object.__setattr__(graph, "name", name)
         object.__setattr__(graph, "graph_inputs", graph_inputs)
         return graph
+
+    if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any attribute of a graph
+
+        def __getattr__(self, attr: str) -> Any:
+            # Called only for attributes not found: ``ops`` of a graph of deferred ops, before its first use.
+            deferred = self.__dict__.get("_deferred") if attr == "ops" else None
+            if deferred is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+            ops = deferred.ops
+            object.__setattr__(self, "ops", ops)
+            return ops
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For pickle and copy: the ops made (a builder's record of them need not pickle), derived data dropped."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_deferred", "_op_features")}
+        state["ops"] = self.ops
+        return state
+
+    def op_layout(self) -> tuple[Sequence[Op], tuple[Op, ...], np.ndarray | None]:
+        """``(ops, reps, rep_of)``: the ops (a :class:`DeferredOps` not made yet, if the builder deferred them),
+        and ``reps``/``rep_of`` as :meth:`DeferredOps.layout` gives them (``reps`` the ops themselves and
+        ``rep_of`` None when they were not deferred)."""
+        deferred = self.__dict__.get("_deferred")
+        if deferred is None:
+            return self.ops, self.ops, None
+        reps, rep_of = deferred.layout()
+        return deferred, reps, rep_of
 
     @cached_property
     def _producers(self) -> dict[str, int]:
@@ -220,7 +302,8 @@ class OpGraph:
                 if role != "weight"}
 
     def __len__(self) -> int:
-        return len(self.ops)
+        deferred = self.__dict__.get("_deferred")
+        return len(self.ops) if deferred is None else len(deferred)
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops)
