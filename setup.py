@@ -1,9 +1,9 @@
 """Installs ``layerscope-trace.pth`` next to the package in site-packages (regular and editable
 installs): the hook that lets ``LAYERSCOPE_TRACE=1 python script.py`` trace a script that never
 imports layerscope; and builds the optional C scanner for trace JSON
-(``layerscope.trace._chrome_scan``) and the scheduler's event loop (``layerscope.schedule._event_loop``):
-where no C compiler is available the build of those extensions is skipped and the pure-Python readers
-and event loop are used. Everything else is configured in
+(``layerscope.trace._chrome_scan``), the scheduler's event loop (``layerscope.schedule._event_loop``) and
+the Perfetto writer's packet loop (``layerscope.trace._perfetto_packets``): where no C compiler is
+available the build of those extensions is skipped and the pure-Python readers and loops are used. Everything else is configured in
 pyproject.toml."""
 
 from pathlib import Path
@@ -48,4 +48,7 @@ CHROME_SCAN = Extension("layerscope.trace._chrome_scan", sources=["src/layerscop
 # multiply-adds), so that both give bit-identical schedules.
 EVENT_LOOP = Extension("layerscope.schedule._event_loop", sources=["src/layerscope/schedule/_event_loop.c"],
                        extra_compile_args=["-ffp-contract=off"], optional=True)
-setup(cmdclass=cmdclass, ext_modules=[CHROME_SCAN, EVENT_LOOP])
+# optional=True here too: without it perfetto_writer joins the packets in Python (the same bytes).
+PERFETTO_PACKETS = Extension("layerscope.trace._perfetto_packets",
+                             sources=["src/layerscope/trace/_perfetto_packets.c"], optional=True)
+setup(cmdclass=cmdclass, ext_modules=[CHROME_SCAN, EVENT_LOOP, PERFETTO_PACKETS])

@@ -22,9 +22,11 @@ strings are emitted in the packet that first uses them. Events are written in ti
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections import defaultdict
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +43,11 @@ from layerscope.trace.writers import (
     power_counter,
     sim_pid,
 )
+
+try:
+    from layerscope.trace import _perfetto_packets  # the C event loop (absent where setup.py could not build it)
+except ImportError:  # pragma: no cover - installs without a compiler
+    _perfetto_packets = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from layerscope.schedule.core import Schedule
@@ -268,7 +275,6 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     track_field = [f_varint(TE_TRACK_UUID, THREAD_UUID_BASE + k) for k in range(schedule.engines.count)]
     end_tail = [_TE_KEY + varint(len(ev)) + ev
                 for ev in (f_varint(TE_TYPE, TYPE_SLICE_END) + tf for tf in track_field)]
-    begin_type = f_varint(TE_TYPE, TYPE_SLICE_BEGIN)
     layer_ann: dict[int, bytes] = defaultdict(bytes)
     if meta.layer is not None:
         for v in np.unique(meta.layer).tolist():
@@ -277,33 +283,24 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
 
     p = schedule.problem
     n = p.n
-    names = meta.names
-    template = meta.template.tolist()
-    layer = meta.layer.tolist() if meta.layer is not None else None
     # The module annotation of an op whose module is not its own name; its strings interned up front.
     module = meta.module
     module_ann: dict[str, bytes] = {"": b""}
     if module is not None:
         for name in sorted(set(module) - {""}):
             module_ann[name] = _annotation(iid_module, name, svals)
-    engine = schedule.engine.tolist()
-    indptr = p.indptr.tolist()
-    p.indices.tolist()
     # Flow ids: edge k of the dependency CSR has id k + 1. Out-edges grouped by producer.
     out_order = np.argsort(p.indices, kind="stable")
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     if len(p.indices):
         np.cumsum(np.bincount(p.indices, minlength=n), out=out_ptr[1:])
-    rec = len(_FLOW_KEY) + 8
     out_blob = _fixed64_records(_FLOW_KEY, out_order + 1)
     in_blob = _fixed64_records(_TFLOW_KEY, np.arange(1, len(p.indices) + 1))
-    out_ptr_l = (out_ptr * rec).tolist()
-    in_ptr_l = (p.indptr * (len(_TFLOW_KEY) + 8)).tolist()
+    out_ptr_b = out_ptr * (len(_FLOW_KEY) + 8)
+    in_ptr_b = p.indptr.astype(np.int64) * (len(_TFLOW_KEY) + 8)
     # Ops that are someone's dependency get a string-value iid: their name, interned at their begin.
     str_iid = np.zeros(n, dtype=np.int64)
     str_iid[has_out] = np.arange(1, int(has_out.sum()) + 1)
-    str_iid_l = str_iid.tolist()
-    si_blob, si_off = encode_varints(str_iid)
     # Dependency array elements: DebugAnnotation{string_value_iid}, one per edge.
     elem_blob, elem_off = _array_elements(str_iid[p.indices])
     deps_key = f_varint(DA_NAME_IID, iid_deps)
@@ -312,37 +309,118 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     c_ts, c_ev = _counter_events(schedule, power)
     # One stream in time order: counter values first at an instant, then slice ends/begins.
     n_ev, n_c = len(order), len(c_ts)
-    ts_m = np.concatenate([np.asarray(c_ts, dtype=np.int64), np.asarray(ts_all, dtype=np.int64)])
+    ts_m = np.concatenate([np.asarray(c_ts, dtype=np.int64), ts_all])
     grp = np.concatenate([np.zeros(n_c, np.int8), np.ones(n_ev, np.int8)])
     seqno = np.concatenate([np.arange(n_c), np.arange(n_ev)])
     merged = np.lexsort((seqno, grp, ts_m))
     # Timestamps on the incremental clock: deltas from the previous packet (descriptors are at 0).
     ts_sorted = ts_m[merged]
     delta = np.diff(ts_sorted, prepend=0)
+    keys = _Keys(
+        packet=_PACKET_KEY, head=_TS_KEY, seq=_SEQ, seq_needs=_SEQ + _NEEDS, te=_TE_KEY,
+        begin=f_varint(TE_TYPE, TYPE_SLICE_BEGIN), name=key(TE_NAME, 2), da=key(TE_DEBUG_ANNOTATIONS, 2),
+        deps=deps_key, interned=key(TP_INTERNED_DATA, 2), svals=key(ID_DEBUG_ANNOTATION_STRING_VALUES, 2),
+        iid=key(1, 0), str=_STRING_FIELD)
+    tmpl_done = [template_bytes(t) for t in range(len(meta.templates))]
+    # Every category, annotation name and template string is known now: it rides on the first begin.
+    first_interned = cats.take() + anames.take() + svals.take()
+    write(b"".join(buf))
+
+    native = _native_writer()
+    if native is not None:
+        if meta.layer is not None:
+            layer_values, layer_index = np.unique(np.asarray(meta.layer, dtype=np.int64), return_inverse=True)
+            layer_pieces = [layer_ann[v] for v in layer_values.tolist()]
+            layer_arg: np.ndarray | None = np.ascontiguousarray(layer_index, dtype=np.int64)
+        else:
+            layer_pieces, layer_arg = [], None
+        native.write_events(
+            write, np.ascontiguousarray(merged, dtype=np.int64), n_c, np.ascontiguousarray(delta, dtype=np.int64),
+            c_ev, np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(is_end, dtype=np.uint8),
+            np.ascontiguousarray(schedule.engine, dtype=np.int64), meta.names,
+            np.ascontiguousarray(meta.template, dtype=np.int64), tmpl_done, layer_arg, layer_pieces, module,
+            module_ann, np.ascontiguousarray(p.indptr, dtype=np.int64), elem_blob,
+            np.asarray(elem_off, dtype=np.int64), out_blob, out_ptr_b, in_blob, in_ptr_b, str_iid,
+            first_interned, track_field, end_tail, tuple(keys))
+        return
+    _write_events_python(
+        write, merged, n_c, delta, c_ev, order, is_end, schedule.engine, meta.names, meta.template, tmpl_done,
+        tmpl_bytes, meta.layer, layer_ann, module, module_ann, p.indptr, out_ptr, elem_blob, elem_off,
+        out_blob, out_ptr_b, in_blob, in_ptr_b, str_iid, first_interned, track_field, end_tail, keys)
+
+
+class _Keys(NamedTuple):
+    """The wire pieces the event loop joins, in the order ``_perfetto_packets.c`` takes them."""
+
+    packet: bytes
+    head: bytes
+    seq: bytes
+    seq_needs: bytes
+    te: bytes
+    begin: bytes
+    name: bytes
+    da: bytes
+    deps: bytes
+    interned: bytes
+    svals: bytes
+    iid: bytes
+    str: bytes
+
+
+def _native_writer() -> Any | None:
+    """The C event loop (``_perfetto_packets.c``), or None where setup.py could not build it or
+    ``LAYERSCOPE_TRACE_NATIVE=0`` asks for the Python loop."""
+    if _perfetto_packets is None or os.environ.get("LAYERSCOPE_TRACE_NATIVE", "1") == "0":
+        return None
+    return _perfetto_packets
+
+
+def _write_events_python(
+    write: Callable[[bytes], Any], merged: np.ndarray, n_c: int, delta: np.ndarray, c_ev: list[bytes],
+    order_a: np.ndarray, is_end_a: np.ndarray, engine_a: np.ndarray, names: Sequence[str],
+    template_a: np.ndarray, tmpl_done: list[bytes], tmpl_bytes: list[bytes | None], layer_a: np.ndarray | None,
+    layer_ann: dict[int, bytes], module: Sequence[str] | None, module_ann: dict[str, bytes],
+    indptr_a: np.ndarray, out_ptr: np.ndarray, elem_blob: bytes, elem_off: list[int], out_blob: bytes,
+    out_ptr_b: np.ndarray, in_blob: bytes, in_ptr_b: np.ndarray, str_iid: np.ndarray, first_interned: bytes,
+    track_field: list[bytes], end_tail: list[bytes], keys: _Keys,
+) -> None:
+    """The event loop in Python (where the C loop is not built, or with ``LAYERSCOPE_TRACE_NATIVE=0``):
+    one TracePacket per merged event, joined from the pieces; the reference the C loop must match."""
+    buf: list[bytes] = []
+    engine = engine_a.tolist()
+    indptr = indptr_a.tolist()
+    template = template_a.tolist()
+    layer = layer_a.tolist() if layer_a is not None else None
+    order = order_a.tolist()
+    is_end = is_end_a.tolist()
+    out_ptr_l = out_ptr_b.tolist()
+    in_ptr_l = in_ptr_b.tolist()
+    str_iid_l = str_iid.tolist()
+    si_blob, si_off = encode_varints(str_iid)
     d_blob, d_off = encode_varints(delta)
     merged_l = merged.tolist()
-    str_field = _STRING_FIELD
-    packet_key = _PACKET_KEY
-    head = _TS_KEY
-    seq_needs = _SEQ + _NEEDS
-    seq = _SEQ
-    te_key = _TE_KEY
-    name_key = key(TE_NAME, 2)
-    id_svals = key(ID_DEBUG_ANNOTATION_STRING_VALUES, 2)
-    interned_key = key(TP_INTERNED_DATA, 2)
-    da_key = key(TE_DEBUG_ANNOTATIONS, 2)
-    iid_key = key(1, 0)
+    str_field = keys.str
+    packet_key = keys.packet
+    head = keys.head
+    seq_needs = keys.seq_needs
+    seq = keys.seq
+    te_key = keys.te
+    begin_type = keys.begin
+    name_key = keys.name
+    id_svals = keys.svals
+    interned_key = keys.interned
+    da_key = keys.da
+    iid_key = keys.iid
+    deps_key = keys.deps
     # Lengths of names, annotation arrays and packets: a list lookup when they surely stay below
     # 2**16 (names < 8 KiB, < 1000 edges per op, template annotations < 16 KiB), else computed.
-    tmpl_done = [template_bytes(t) for t in range(len(meta.templates))]
-    degree = np.diff(p.indptr) + np.diff(out_ptr) if n else np.zeros(1, np.int64)
+    n = len(names)
+    degree = np.diff(indptr_a) + np.diff(out_ptr) if n else np.zeros(1, np.int64)
     fast = (max((len(x) for x in names), default=0) < 2048 and int(degree.max(initial=0)) < 1000
             and max((len(b) for b in tmpl_bytes if b is not None), default=0) < 16384)
     V: Any = SMALL_VARINTS if fast else _VarintTable()
     _v = V.__getitem__
 
-    # Every category, annotation name and template string is known now: it rides on the first begin.
-    first_interned = cats.take() + anames.take() + svals.take()
     for m, code in enumerate(merged_l):
         vts = d_blob[d_off[m] : d_off[m + 1]]
         if code < n_c:
@@ -392,7 +470,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     write(b"".join(buf))
 
 
-def _event_order(schedule: Schedule) -> tuple[list[int], list[int], list[bool]]:
+def _event_order(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Begin/end events sorted by time; at one instant ends of non-empty slices come first,
     then in op order each begin followed by its end if the slice is empty."""
     n = len(schedule.start_ns)
@@ -404,7 +482,7 @@ def _event_order(schedule: Schedule) -> tuple[list[int], list[int], list[bool]]:
     sub = np.concatenate([2 * ops, 2 * ops + 1])
     order = np.lexsort((sub, rank, ts))
     op = np.concatenate([ops, ops])[order]
-    return op.tolist(), ts[order].tolist(), (order >= n).tolist()
+    return op, ts[order].astype(np.int64, copy=False), order >= n
 
 
 def _counter_events(schedule: Schedule,
