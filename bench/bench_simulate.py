@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import filecmp
 import gc
 import os
 import platform
@@ -77,6 +78,11 @@ def main() -> int:
     meta = TraceMetadata.from_timed(tg)
     t_meta = time.perf_counter() - t0
     sizes = {}
+    from layerscope.trace import perfetto_writer
+
+    packets = ("C (`layerscope.trace._perfetto_packets`)" if perfetto_writer._native_writer() is not None
+               else "Python (no C build)")
+    t_pf_py = None
     with tempfile.TemporaryDirectory() as tmp:
         for suffix in (".pftrace", ".json", ".json.gz"):
             path = Path(tmp) / f"bench{suffix}"
@@ -85,6 +91,17 @@ def main() -> int:
             dt = time.perf_counter() - t0
             sizes[suffix] = path.stat().st_size
             rows.append((suffix, dt, sizes[suffix]))
+            if suffix == ".pftrace" and perfetto_writer._native_writer() is not None:
+                # the same file from the pure-Python packet loop, for the ratio
+                os.environ["LAYERSCOPE_TRACE_NATIVE"] = "0"
+                path_py = Path(tmp) / "bench-python.pftrace"
+                t0 = time.perf_counter()
+                write_schedule_trace(s, meta, path_py)
+                t_pf_py = time.perf_counter() - t0
+                del os.environ["LAYERSCOPE_TRACE_NATIVE"]
+                if not filecmp.cmp(path, path_py, shallow=False):
+                    raise SystemExit("the C and Python packet loops wrote different .pftrace files")
+                path_py.unlink()
             path.unlink()
     n, e = problem.n, problem.num_edges
     lines = [
@@ -96,7 +113,7 @@ def main() -> int:
         f"{a.model} decode, {a.steps} steps x {spec.num_layers} layers (unfused attention), {a.hardware}, "
         f"roofline: **{n:,} ops, {e:,} dependency edges**; {a.engines} engines, shared bandwidth. "
         f"Not counted below: graph build {t_build:.2f} s, timing {t_time:.2f} s, "
-        f"ScheduleProblem.from_timed {t_problem:.2f} s. Event loop: {loop}.",
+        f"ScheduleProblem.from_timed {t_problem:.2f} s. Event loop: {loop}. `.pftrace` packet loop: {packets}.",
         "",
         "| step | time | output |",
         "|---|---|---|",
@@ -109,6 +126,9 @@ def main() -> int:
     ]
     for suffix, dt, size in rows:
         lines.append(f"| write `{suffix}` | {dt:.2f} s | {size / 1e6:.1f} MB |")
+        if suffix == ".pftrace" and t_pf_py is not None:
+            lines.append(f"| write `.pftrace`, Python packet loop (`LAYERSCOPE_TRACE_NATIVE=0`) | {t_pf_py:.2f} s | "
+                         f"the same bytes; C is {t_pf_py / dt:.1f}x faster |")
     best = {suffix: dt for suffix, dt, _ in rows}
     lines += [
         "",

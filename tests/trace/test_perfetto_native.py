@@ -168,15 +168,19 @@ def test_bad_arguments_raise(monkeypatch: pytest.MonkeyPatch) -> None:
         return a
 
     with pytest.raises(TypeError):
-        native.write_events(*spoiled(4, [object()] * len(args[4])))  # counter events not bytes
+        native.write_events(*spoiled(4, bytearray(args[4])))  # counter events not bytes
     with pytest.raises(TypeError):
-        native.write_events(*spoiled(8, [1, 2]))  # names not str
+        native.write_events(*spoiled(9, [1, 2]))  # names not str
     with pytest.raises(ValueError):
-        native.write_events(*spoiled(7, np.array([0, 9], dtype=np.int64)))  # engine out of range
+        native.write_events(*spoiled(8, np.array([0, 9], dtype=np.int64)))  # engine out of range
     with pytest.raises(ValueError):
         native.write_events(*spoiled(1, np.array([0, 99], dtype=np.int64)))  # event code out of range
     with pytest.raises(ValueError):
-        native.write_events(*spoiled(7, np.array([0], dtype=np.int64)))  # too short
+        native.write_events(*spoiled(8, np.array([0], dtype=np.int64)))  # too short
+    past = np.array(args[5], dtype=np.int64)
+    past[1] = 10**6
+    with pytest.raises(ValueError, match="counter_off"):
+        native.write_events(*spoiled(5, past))  # a counter event past the end of the blob
     with pytest.raises(TypeError):
         native.write_events(*spoiled(0, None))
 

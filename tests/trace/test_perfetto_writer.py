@@ -192,3 +192,34 @@ def test_real_trace_processor_reads_it(perfetto_oracle: Any, tmp_path: Path, tim
         (sched.bandwidth_bytes_per_s / 1e9).tolist())
     with TraceDB(path, use_cache=False) as db:
         assert trace.disagreements(db.records) == []
+
+
+def test_counter_events_are_the_per_value_encoding() -> None:
+    """The vectorized counter TrackEvents equal ``head + struct.pack("<d", v)`` / ``head + varint(n)`` per value,
+    in time order (bandwidth, engines busy, power at one instant); 200 engines make busy counts of 2-byte varints."""
+    import struct
+    from itertools import pairwise
+
+    import numpy as np
+
+    from layerscope.trace import perfetto_writer as pwr
+
+    n = 300
+    problem = ScheduleProblem(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.full(n, 1e-6), np.full(n, 1e3),
+                              np.zeros(n), 1e12)
+    sched = schedule(problem, 200)
+    busy_t, busy_v = sched.engines_busy()
+    assert busy_v.max() >= 128
+    power = (np.array([0, 500, 1000], np.int64), np.array([-0.0, 1e300, 2.5]))
+    ts, blob, off = pwr._counter_events(sched, power)
+    head = {track: pw.f_varint(pwr.TE_TYPE, pwr.TYPE_COUNTER) + pw.f_varint(pwr.TE_TRACK_UUID, track)
+            for track in (pwr.BANDWIDTH_UUID, pwr.ENGINES_UUID, pwr.POWER_UUID)}
+    expect = [(int(t), 0, head[pwr.BANDWIDTH_UUID] + pw.key(pwr.TE_DOUBLE_COUNTER_VALUE, 1) + struct.pack("<d", v))
+              for t, v in zip(sched.bandwidth_time_ns, (sched.bandwidth_bytes_per_s / 1e9).tolist(), strict=True)]
+    expect += [(int(t), 1, head[pwr.ENGINES_UUID] + pw.key(pwr.TE_COUNTER_VALUE, 0) + pw.varint(int(v)))
+               for t, v in zip(busy_t, busy_v, strict=True)]
+    expect += [(int(t), 2, head[pwr.POWER_UUID] + pw.key(pwr.TE_DOUBLE_COUNTER_VALUE, 1) + struct.pack("<d", v))
+               for t, v in zip(*power, strict=True)]
+    expect.sort(key=lambda e: e[:2])  # stable: values of one track keep their order
+    assert ts.tolist() == [t for t, _, _ in expect]
+    assert [blob[a:b] for a, b in pairwise(off.tolist())] == [e for _, _, e in expect]

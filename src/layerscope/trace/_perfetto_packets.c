@@ -171,14 +171,14 @@ enum {
     NKEYS
 };
 
-#define NARRAYS 11
-enum { A_CODES, A_DELTA, A_ORDER, A_IS_END, A_ENGINE, A_TEMPLATE, A_LAYER, A_INDPTR, A_ELEM_OFF, A_OUT_PTR,
-       A_IN_PTR };
-#define NTUPLES 7
-enum { T_COUNTERS, T_NAMES, T_TEMPLATES, T_LAYERS, T_TRACKS, T_END_TAILS, T_MODULE };
+#define NARRAYS 12
+enum { A_CODES, A_DELTA, A_COUNTER_OFF, A_ORDER, A_IS_END, A_ENGINE, A_TEMPLATE, A_LAYER, A_INDPTR, A_ELEM_OFF,
+       A_OUT_PTR, A_IN_PTR };
+#define NTUPLES 6
+enum { T_NAMES, T_TEMPLATES, T_LAYERS, T_TRACKS, T_END_TAILS, T_MODULE };
 
 PyDoc_STRVAR(write_events_doc,
-             "write_events(write, codes, n_counters, delta, counter_events, order, is_end, engine, names,\n"
+             "write_events(write, codes, n_counters, delta, counter_blob, counter_off, order, is_end, engine, names,\n"
              "    template, template_pieces, layer_index, layer_pieces, module, module_pieces, indptr,\n"
              "    elem_blob, elem_off, out_blob, out_ptr, in_blob, in_ptr, str_iid, first_interned,\n"
              "    track_fields, end_tails, keys) -> None\n\n"
@@ -188,11 +188,12 @@ PyDoc_STRVAR(write_events_doc,
 
 static PyObject *write_events(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *write, *arr_obj[NARRAYS], *tup_obj[NTUPLES], *module_pieces, *elem_obj, *out_obj, *in_obj, *str_iid_obj,
-        *first_obj, *keys_obj;
+    PyObject *write, *arr_obj[NARRAYS], *tup_obj[NTUPLES], *module_pieces, *counter_obj, *elem_obj, *out_obj, *in_obj,
+        *str_iid_obj, *first_obj, *keys_obj;
     Py_ssize_t n_c;
-    if (!PyArg_ParseTuple(args, "OOnOOOOOOOOOOOOOOOOOOOOOOOO", &write, &arr_obj[A_CODES], &n_c, &arr_obj[A_DELTA],
-                          &tup_obj[T_COUNTERS], &arr_obj[A_ORDER], &arr_obj[A_IS_END], &arr_obj[A_ENGINE],
+    if (!PyArg_ParseTuple(args, "OOnOOOOOOOOOOOOOOOOOOOOOOOOO", &write, &arr_obj[A_CODES], &n_c, &arr_obj[A_DELTA],
+                          &counter_obj, &arr_obj[A_COUNTER_OFF], &arr_obj[A_ORDER], &arr_obj[A_IS_END],
+                          &arr_obj[A_ENGINE],
                           &tup_obj[T_NAMES], &arr_obj[A_TEMPLATE], &tup_obj[T_TEMPLATES], &arr_obj[A_LAYER],
                           &tup_obj[T_LAYERS], &tup_obj[T_MODULE], &module_pieces, &arr_obj[A_INDPTR], &elem_obj,
                           &arr_obj[A_ELEM_OFF], &out_obj, &arr_obj[A_OUT_PTR], &in_obj, &arr_obj[A_IN_PTR],
@@ -218,8 +219,8 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
     Out o = {NULL, 0, 0, write};
     int j;
 
-    static const char *tup_names[NTUPLES] = {"counter_events", "names", "template_pieces", "layer_pieces",
-                                             "track_fields", "end_tails", "module"};
+    static const char *tup_names[NTUPLES] = {"names", "template_pieces", "layer_pieces", "track_fields", "end_tails",
+                                             "module"};
     for (j = 0; j < NTUPLES; j++) {
         if (j == T_MODULE || j == T_NAMES) { /* str sequences: held as tuples, checked at use */
             if (j == T_MODULE && tup_obj[j] == Py_None) continue;
@@ -239,33 +240,35 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "module: %zd entries for %zd ops", counts[T_MODULE], n);
         goto done;
     }
-    static const char *arr_names[NARRAYS] = {"codes", "delta", "order", "is_end", "engine", "template",
-                                             "layer_index", "indptr", "elem_off", "out_ptr", "in_ptr"};
+    static const char *arr_names[NARRAYS] = {"codes", "delta", "counter_off", "order", "is_end", "engine",
+                                             "template", "layer_index", "indptr", "elem_off", "out_ptr", "in_ptr"};
     for (j = 0; j < NARRAYS; j++) {
         if (j == A_LAYER && arr_obj[j] == Py_None) continue;
         Py_ssize_t count = -1;
         if (j == A_ENGINE || j == A_TEMPLATE || j == A_LAYER) count = n;
         if (j == A_INDPTR || j == A_OUT_PTR || j == A_IN_PTR) count = n + 1;
+        if (j == A_COUNTER_OFF) count = n_c >= 0 ? n_c + 1 : 0;
         if (array_of(arr_obj[j], &views[j], count, j == A_IS_END ? 1 : 8, arr_names[j]) < 0) goto done;
     }
     if (array_of(str_iid_obj, str_iid_view, n, 8, "str_iid") < 0) goto done;
     Py_ssize_t total = views[A_CODES].len / 8, n_ev = views[A_ORDER].len / 8;
-    if (views[A_DELTA].len / 8 != total || views[A_IS_END].len != n_ev || n_c < 0 || n_c != counts[T_COUNTERS] ||
-        views[A_ELEM_OFF].len < 8) {
-        PyErr_SetString(PyExc_ValueError, "codes, delta, order, is_end, counter_events or elem_off: inconsistent lengths");
+    if (views[A_DELTA].len / 8 != total || views[A_IS_END].len != n_ev || n_c < 0 || views[A_ELEM_OFF].len < 8) {
+        PyErr_SetString(PyExc_ValueError, "codes, delta, order, is_end or elem_off: inconsistent lengths");
         goto done;
     }
     Py_ssize_t n_edges = views[A_ELEM_OFF].len / 8 - 1;
-    Piece elem, outb, inb, first;
-    if (bytes_of(elem_obj, "elem_blob", &elem) < 0 || bytes_of(out_obj, "out_blob", &outb) < 0 ||
+    Piece counter_blob, elem, outb, inb, first;
+    if (bytes_of(counter_obj, "counter_blob", &counter_blob) < 0 || bytes_of(elem_obj, "elem_blob", &elem) < 0 ||
+        bytes_of(out_obj, "out_blob", &outb) < 0 ||
         bytes_of(in_obj, "in_blob", &inb) < 0 || bytes_of(first_obj, "first_interned", &first) < 0)
         goto done;
-    const int64_t *codes = views[A_CODES].buf, *delta = views[A_DELTA].buf, *order = views[A_ORDER].buf,
+    const int64_t *codes = views[A_CODES].buf, *delta = views[A_DELTA].buf, *counter_off = views[A_COUNTER_OFF].buf,
+                  *order = views[A_ORDER].buf,
                   *engine = views[A_ENGINE].buf, *template = views[A_TEMPLATE].buf, *layer = views[A_LAYER].buf,
                   *indptr = views[A_INDPTR].buf, *elem_off = views[A_ELEM_OFF].buf, *out_ptr = views[A_OUT_PTR].buf,
                   *in_ptr = views[A_IN_PTR].buf, *str_iid = str_iid_view->buf;
     const unsigned char *is_end = views[A_IS_END].buf;
-    const Piece *counters = pieces[T_COUNTERS], *tmpls = pieces[T_TEMPLATES], *layers = pieces[T_LAYERS],
+    const Piece *tmpls = pieces[T_TEMPLATES], *layers = pieces[T_LAYERS],
                 *tracks = pieces[T_TRACKS], *end_tails = pieces[T_END_TAILS];
     PyObject *names = tuples[T_NAMES], *module = tuples[T_MODULE];
     const Piece *K = keys;
@@ -280,7 +283,11 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
             goto done;
         }
         if (code < n_c) { /* counter: head ts seq te len(ev) ev */
-            Piece ev = counters[code];
+            Piece ev;
+            Py_ssize_t ca, cb;
+            if (span(counter_off, (Py_ssize_t)code, counter_blob.len, "counter_off", &ca, &cb) < 0) goto done;
+            ev.s = counter_blob.s + ca;
+            ev.len = cb - ca;
             Py_ssize_t body = K[K_HEAD].len + lts + K[K_SEQ].len + K[K_TE].len + varint_len((uint64_t)ev.len) + ev.len;
             if (reserve(&o, K[K_PACKET].len + varint_len((uint64_t)body) + body) < 0) goto done;
             put(&o, K[K_PACKET].s, K[K_PACKET].len);
@@ -363,12 +370,14 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
         /* deps = da_key len(arr) arr, arr = deps_key elem_blob[elem_off[a]:elem_off[b]] (none without edges) */
         Py_ssize_t arr = indptr[i + 1] > indptr[i] ? K[K_DEPS].len + (db - da) : 0;
         Py_ssize_t deps = arr ? K[K_DA].len + varint_len((uint64_t)arr) + arr : 0;
-        Py_ssize_t ev = K[K_BEGIN].len + tracks[e].len + K[K_NAME].len + varint_len((uint64_t)nm.len) + nm.len + tb.len +
-                        lay.len + mod.len + deps + (ob - oa) + (ib - ia);
+        Py_ssize_t nm_len = varint_len((uint64_t)nm.len) + nm.len; /* len(nm) nm */
+        Py_ssize_t ev = K[K_BEGIN].len + tracks[e].len + K[K_NAME].len + nm_len + tb.len + lay.len + mod.len + deps +
+                        (ob - oa) + (ib - ia);
         /* interned = [first_interned] [id_svals len(entry) entry], entry = iid_key iid str_key len(nm) nm */
         uint64_t sid = (uint64_t)str_iid[i];
-        Py_ssize_t entry = sid ? K[K_IID].len + varint_len(sid) + K[K_STR].len + varint_len((uint64_t)nm.len) + nm.len : 0;
-        Py_ssize_t interned = (first_pending ? first.len : 0) + (sid ? K[K_SVALS].len + varint_len((uint64_t)entry) + entry : 0);
+        Py_ssize_t entry = sid ? K[K_IID].len + varint_len(sid) + K[K_STR].len + nm_len : 0;
+        Py_ssize_t interned = (first_pending ? first.len : 0) +
+                              (sid ? K[K_SVALS].len + varint_len((uint64_t)entry) + entry : 0);
         Py_ssize_t body = K[K_HEAD].len + lts + K[K_SEQ_NEEDS].len +
                           (interned ? K[K_INTERNED].len + varint_len((uint64_t)interned) + interned : 0) + K[K_TE].len +
                           varint_len((uint64_t)ev) + ev;

@@ -17,13 +17,17 @@ edges leaving it and ``terminating_flow_ids`` for the edges entering it. Timesta
 packets are on one sequence (``trusted_packet_sequence_id`` 1) whose first packet clears the incremental state; interned
 strings are emitted in the packet that first uses them. Events are written in timestamp order
 (ends before begins at the same instant), so the file needs no re-sorting.
+
+Every byte piece is computed up front (NumPy and Python); one loop then joins them into a packet per event:
+in C (``_perfetto_packets.c``, an optional extension ``setup.py`` builds) or, where it is not built or
+``LAYERSCOPE_TRACE_NATIVE=0``, in Python (:func:`_write_events_python`, the reference the C loop matches byte
+for byte: tests/trace/test_perfetto_native.py).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import struct
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
@@ -156,8 +160,9 @@ def _annotation(name_iid: int, value: Any, strings: _Interner) -> bytes:
     return f_bytes(TE_DEBUG_ANNOTATIONS, f_varint(DA_NAME_IID, name_iid) + body)
 
 
-def encode_varints(values: np.ndarray) -> tuple[bytes, list[int]]:
-    """Varints of many non-negative integers at once: the concatenation and the offsets."""
+def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of many non-negative integers at once: row ``i`` of an ``(n, 10)`` uint8 array holds
+    ``varint(values[i])`` in its first ``lengths[i]`` bytes; returns the rows and the lengths."""
     v = np.asarray(values, dtype=np.uint64)
     n = len(v)
     nb = np.ones(n, dtype=np.int64)
@@ -167,8 +172,14 @@ def encode_varints(values: np.ndarray) -> tuple[bytes, list[int]]:
     for k in range(10):
         group = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
         arr[:, k] = group | np.where(k < nb - 1, 0x80, 0).astype(np.uint8)
+    return arr, nb
+
+
+def encode_varints(values: np.ndarray) -> tuple[bytes, list[int]]:
+    """Varints of many non-negative integers at once: the concatenation and the offsets."""
+    arr, nb = _varint_rows(values)
     mask = np.arange(10)[None, :] < nb[:, None]
-    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets = np.zeros(len(nb) + 1, dtype=np.int64)
     np.cumsum(nb, out=offsets[1:])
     return arr[mask].tobytes(), offsets.tolist()
 
@@ -306,10 +317,10 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     deps_key = f_varint(DA_NAME_IID, iid_deps)
 
     order, ts_all, is_end = _event_order(schedule)
-    c_ts, c_ev = _counter_events(schedule, power)
+    c_ts, c_blob, c_off = _counter_events(schedule, power)
     # One stream in time order: counter values first at an instant, then slice ends/begins.
     n_ev, n_c = len(order), len(c_ts)
-    ts_m = np.concatenate([np.asarray(c_ts, dtype=np.int64), ts_all])
+    ts_m = np.concatenate([c_ts, ts_all])
     grp = np.concatenate([np.zeros(n_c, np.int8), np.ones(n_ev, np.int8)])
     seqno = np.concatenate([np.arange(n_c), np.arange(n_ev)])
     merged = np.lexsort((seqno, grp, ts_m))
@@ -336,7 +347,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
             layer_pieces, layer_arg = [], None
         native.write_events(
             write, np.ascontiguousarray(merged, dtype=np.int64), n_c, np.ascontiguousarray(delta, dtype=np.int64),
-            c_ev, np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(is_end, dtype=np.uint8),
+            c_blob, c_off, np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(is_end, dtype=np.uint8),
             np.ascontiguousarray(schedule.engine, dtype=np.int64), meta.names,
             np.ascontiguousarray(meta.template, dtype=np.int64), tmpl_done, layer_arg, layer_pieces, module,
             module_ann, np.ascontiguousarray(p.indptr, dtype=np.int64), elem_blob,
@@ -344,7 +355,7 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
             first_interned, track_field, end_tail, tuple(keys))
         return
     _write_events_python(
-        write, merged, n_c, delta, c_ev, order, is_end, schedule.engine, meta.names, meta.template, tmpl_done,
+        write, merged, n_c, delta, c_blob, c_off, order, is_end, schedule.engine, meta.names, meta.template, tmpl_done,
         tmpl_bytes, meta.layer, layer_ann, module, module_ann, p.indptr, out_ptr, elem_blob, elem_off,
         out_blob, out_ptr_b, in_blob, in_ptr_b, str_iid, first_interned, track_field, end_tail, keys)
 
@@ -376,7 +387,7 @@ def _native_writer() -> Any | None:
 
 
 def _write_events_python(
-    write: Callable[[bytes], Any], merged: np.ndarray, n_c: int, delta: np.ndarray, c_ev: list[bytes],
+    write: Callable[[bytes], Any], merged: np.ndarray, n_c: int, delta: np.ndarray, c_blob: bytes, c_off_a: np.ndarray,
     order_a: np.ndarray, is_end_a: np.ndarray, engine_a: np.ndarray, names: Sequence[str],
     template_a: np.ndarray, tmpl_done: list[bytes], tmpl_bytes: list[bytes | None], layer_a: np.ndarray | None,
     layer_ann: dict[int, bytes], module: Sequence[str] | None, module_ann: dict[str, bytes],
@@ -399,6 +410,7 @@ def _write_events_python(
     si_blob, si_off = encode_varints(str_iid)
     d_blob, d_off = encode_varints(delta)
     merged_l = merged.tolist()
+    c_off = c_off_a.tolist()
     str_field = keys.str
     packet_key = keys.packet
     head = keys.head
@@ -424,7 +436,7 @@ def _write_events_python(
     for m, code in enumerate(merged_l):
         vts = d_blob[d_off[m] : d_off[m + 1]]
         if code < n_c:
-            ev = c_ev[code]
+            ev = c_blob[c_off[code] : c_off[code + 1]]
             body = head + vts + seq + te_key + V[len(ev)] + ev
             buf.append(packet_key + V[len(body)] + body)
             continue
@@ -485,26 +497,44 @@ def _event_order(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return op, ts[order].astype(np.int64, copy=False), order >= n
 
 
-def _counter_events(schedule: Schedule,
-                    power: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[list[int], list[bytes]]:
-    """Time and encoded TrackEvent of every counter value, in time order (bandwidth, engines, then power)."""
+def _doubles(values: np.ndarray) -> np.ndarray:
+    """Each value as the 8 bytes of a little-endian double (``struct.pack("<d", v)``): an ``(n, 8)`` uint8 array."""
+    return np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(-1, 8)
+
+
+def _counter_events(schedule: Schedule, power: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """Time (int64 ns) and encoded TrackEvent of every counter value, in time order (bandwidth, engines, then
+    power): the events concatenated and the offsets of each (``n + 1``)."""
     busy_t, busy_v = schedule.engines_busy()
     bw_t = schedule.bandwidth_time_ns
     pw_t, pw_v = power if power is not None else (np.zeros(0, np.int64), np.zeros(0))
     ts = np.concatenate([bw_t, busy_t, pw_t]).astype(np.int64)
-    track = np.concatenate([np.zeros(len(bw_t), np.int8), np.ones(len(busy_t), np.int8),
-                            np.full(len(pw_t), 2, np.int8)])
+    nbw, nbusy, npw = len(bw_t), len(busy_t), len(pw_t)
+    track = np.concatenate([np.zeros(nbw, np.int8), np.ones(nbusy, np.int8), np.full(npw, 2, np.int8)])
     order = np.lexsort((track, ts))
     bw_head = (f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, BANDWIDTH_UUID)
                + key(TE_DOUBLE_COUNTER_VALUE, 1))
     busy_head = f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, ENGINES_UUID) + key(TE_COUNTER_VALUE, 0)
-    gbps = (schedule.bandwidth_bytes_per_s / 1e9).tolist()
     power_head = (f_varint(TE_TYPE, TYPE_COUNTER) + f_varint(TE_TRACK_UUID, POWER_UUID)
                   + key(TE_DOUBLE_COUNTER_VALUE, 1))
-    busy = busy_v.tolist()
-    watts = pw_v.tolist()
-    nbw, nbusy = len(bw_t), len(busy_t)
-    pack = struct.Struct("<d").pack
-    evs = [bw_head + pack(gbps[j]) if j < nbw else busy_head + varint(int(busy[j - nbw])) if j < nbw + nbusy
-           else power_head + pack(watts[j - nbw - nbusy]) for j in order.tolist()]
-    return ts[order].tolist(), evs
+    # One row per value, head then payload (a little-endian double, or the busy count's varint), padded to
+    # a common width; rows put in time order, then the padding masked out. A list of bytes objects per value
+    # (2.1M at the 1M-op bench) took 0.54 s of the C-path write under cProfile; these array steps 0.11 s.
+    busy_rows, busy_len = _varint_rows(np.asarray(busy_v, dtype=np.int64))
+    width = max(len(bw_head), len(busy_head), len(power_head)) + 10
+    rows = np.zeros((nbw + nbusy + npw, width), dtype=np.uint8)
+    lens = np.empty(nbw + nbusy + npw, dtype=np.int64)
+    for part, head, payload, payload_len in (
+        (slice(0, nbw), bw_head, _doubles(schedule.bandwidth_bytes_per_s / 1e9), 8),
+        (slice(nbw, nbw + nbusy), busy_head, busy_rows, busy_len),
+        (slice(nbw + nbusy, nbw + nbusy + npw), power_head, _doubles(pw_v), 8),
+    ):
+        h = len(head)
+        rows[part, :h] = np.frombuffer(head, dtype=np.uint8)
+        rows[part, h : h + payload.shape[1]] = payload
+        lens[part] = h + payload_len
+    rows, lens = rows[order], lens[order]
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return ts[order], rows[np.arange(width)[None, :] < lens[:, None]].tobytes(), offsets
