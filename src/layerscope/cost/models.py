@@ -194,6 +194,8 @@ def _attention_rows_fraction(features: OpFeatures, hw: HardwareSpec) -> np.ndarr
     an op with too few query tiles for the engines runs at its critical path (:func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0].astype(np.float64)
     applies = features.kind_mask("attention") & (m > 1)
+    if not applies.any():  # no fused attention over more than one query row (a decode step): 1 for every op
+        return np.ones(len(m))
     fraction = _per_dtype_rows(features, applies, m, hw.attention_rows)
     if hw.efficiency.attention_rows_noncausal:
         n = features.gemm_mnkb[:, 1].astype(np.float64)
@@ -322,10 +324,10 @@ def _per_dtype_rows(features: OpFeatures, applies: np.ndarray, x: np.ndarray,
     """Per op: :func:`rows_fraction` of ``table(op dtype)`` at ``x`` where ``applies`` and the dtype has
     a table; 1 elsewhere."""
     fraction = np.ones(len(x))
-    for code, dt in enumerate(DTYPE_ORDER):
-        sel = applies & (features.dtype_code == code)
-        rows = table(dt) if sel.any() else ()
+    for code in distinct(features.dtype_code[applies]):  # the dtypes of the ops it applies to (one or two)
+        rows = table(DTYPE_ORDER[code])
         if rows:
+            sel = applies & (features.dtype_code == code)
             fraction[sel] = rows_fraction(rows, x[sel])
     return fraction
 
