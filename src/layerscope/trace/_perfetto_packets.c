@@ -171,6 +171,18 @@ enum {
     NKEYS
 };
 
+/* A TracePacket's start, `key(Trace.packet, LEN) len(body) head ts seq`, with room reserved for its whole body
+ * (`body` counts from `head` on); `seq` is K_SEQ or K_SEQ_NEEDS. -1 with MemoryError set when out of memory. */
+static int packet_start(Out *o, const Piece *K, Py_ssize_t body, uint64_t dts, int seq) {
+    if (reserve(o, K[K_PACKET].len + varint_len((uint64_t)body) + body) < 0) return -1;
+    put(o, K[K_PACKET].s, K[K_PACKET].len);
+    put_varint(o, (uint64_t)body);
+    put(o, K[K_HEAD].s, K[K_HEAD].len);
+    put_varint(o, dts);
+    put(o, K[seq].s, K[seq].len);
+    return 0;
+}
+
 #define NARRAYS 12
 enum { A_CODES, A_DELTA, A_COUNTER_OFF, A_ORDER, A_IS_END, A_ENGINE, A_TEMPLATE, A_LAYER, A_INDPTR, A_ELEM_OFF,
        A_OUT_PTR, A_IN_PTR };
@@ -289,12 +301,7 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
             ev.s = counter_blob.s + ca;
             ev.len = cb - ca;
             Py_ssize_t body = K[K_HEAD].len + lts + K[K_SEQ].len + K[K_TE].len + varint_len((uint64_t)ev.len) + ev.len;
-            if (reserve(&o, K[K_PACKET].len + varint_len((uint64_t)body) + body) < 0) goto done;
-            put(&o, K[K_PACKET].s, K[K_PACKET].len);
-            put_varint(&o, (uint64_t)body);
-            put(&o, K[K_HEAD].s, K[K_HEAD].len);
-            put_varint(&o, dts);
-            put(&o, K[K_SEQ].s, K[K_SEQ].len);
+            if (packet_start(&o, K, body, dts, K_SEQ) < 0) goto done;
             put(&o, K[K_TE].s, K[K_TE].len);
             put_varint(&o, (uint64_t)ev.len);
             put(&o, ev.s, ev.len);
@@ -314,12 +321,7 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
         if (is_end[k]) { /* end: head ts seq end_tail */
             Piece tail = end_tails[e];
             Py_ssize_t body = K[K_HEAD].len + lts + K[K_SEQ].len + tail.len;
-            if (reserve(&o, K[K_PACKET].len + varint_len((uint64_t)body) + body) < 0) goto done;
-            put(&o, K[K_PACKET].s, K[K_PACKET].len);
-            put_varint(&o, (uint64_t)body);
-            put(&o, K[K_HEAD].s, K[K_HEAD].len);
-            put_varint(&o, dts);
-            put(&o, K[K_SEQ].s, K[K_SEQ].len);
+            if (packet_start(&o, K, body, dts, K_SEQ) < 0) goto done;
             put(&o, tail.s, tail.len);
             goto next;
         }
@@ -381,12 +383,7 @@ static PyObject *write_events(PyObject *self, PyObject *args) {
         Py_ssize_t body = K[K_HEAD].len + lts + K[K_SEQ_NEEDS].len +
                           (interned ? K[K_INTERNED].len + varint_len((uint64_t)interned) + interned : 0) + K[K_TE].len +
                           varint_len((uint64_t)ev) + ev;
-        if (reserve(&o, K[K_PACKET].len + varint_len((uint64_t)body) + body) < 0) goto done;
-        put(&o, K[K_PACKET].s, K[K_PACKET].len);
-        put_varint(&o, (uint64_t)body);
-        put(&o, K[K_HEAD].s, K[K_HEAD].len);
-        put_varint(&o, dts);
-        put(&o, K[K_SEQ_NEEDS].s, K[K_SEQ_NEEDS].len);
+        if (packet_start(&o, K, body, dts, K_SEQ_NEEDS) < 0) goto done;
         if (interned) {
             put(&o, K[K_INTERNED].s, K[K_INTERNED].len);
             put_varint(&o, (uint64_t)interned);
