@@ -13,7 +13,9 @@ in each package's ``__all__`` resolves and that importing a package imports none
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 
@@ -36,3 +38,12 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
         return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__
+
+
+def native_extension(module: ModuleType | None, env_var: str) -> ModuleType | None:
+    """An optional C extension (``module``, None where ``setup.py`` could not build it), or None where the environment
+    variable ``env_var`` is ``0`` and asks for the pure-Python code it mirrors (the scheduler's event loop, the
+    Perfetto writer's packet loop)."""
+    if module is None or os.environ.get(env_var, "1") == "0":
+        return None
+    return module

@@ -73,7 +73,6 @@ import gc
 import heapq
 import logging
 import math
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,6 +81,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 
 from layerscope.errors import ScheduleError
+from layerscope.lazy import native_extension
 from layerscope.registry import Registry
 from layerscope.units import NS_PER_S
 
@@ -509,9 +509,7 @@ def _run(problem: ScheduleProblem, engines: EngineSet, share_bandwidth: bool, po
 def _native_loop() -> Any | None:
     """The C event loop (``_event_loop.c``), or None where setup.py could not build it or
     ``LAYERSCOPE_SCHEDULE_NATIVE=0`` asks for the Python loop."""
-    if _event_loop is None or os.environ.get("LAYERSCOPE_SCHEDULE_NATIVE", "1") == "0":
-        return None
-    return _event_loop
+    return native_extension(_event_loop, "LAYERSCOPE_SCHEDULE_NATIVE")
 
 
 #: What an event loop returns: engine, start and end (float ns) per op; the bandwidth step function's

@@ -27,13 +27,13 @@ for byte: tests/trace/test_perfetto_native.py).
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from layerscope.lazy import native_extension
 from layerscope.trace.chrome_writer import process_title
 from layerscope.trace.protobuf_wire import SMALL_VARINTS, f_bytes, f_double, f_string, f_varint, key, varint
 from layerscope.trace.writers import (
@@ -175,13 +175,17 @@ def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return arr, nb
 
 
+def _join_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The first ``lengths[i]`` bytes of each row of a uint8 array, concatenated, and the offsets (``n + 1``)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return rows[np.arange(rows.shape[1])[None, :] < lengths[:, None]].tobytes(), offsets
+
+
 def encode_varints(values: np.ndarray) -> tuple[bytes, list[int]]:
     """Varints of many non-negative integers at once: the concatenation and the offsets."""
-    arr, nb = _varint_rows(values)
-    mask = np.arange(10)[None, :] < nb[:, None]
-    offsets = np.zeros(len(nb) + 1, dtype=np.int64)
-    np.cumsum(nb, out=offsets[1:])
-    return arr[mask].tobytes(), offsets.tolist()
+    blob, offsets = _join_rows(*_varint_rows(values))
+    return blob, offsets.tolist()
 
 
 class _VarintTable:
@@ -272,17 +276,6 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
     n_deps_of = np.bincount(schedule.problem.indices, minlength=n) if n else np.zeros(0, np.int64)
     has_out = n_deps_of > 0
     svals = _Interner(ID_DEBUG_ANNOTATION_STRING_VALUES, first=int(has_out.sum()) + 1)
-    # Template annotations, encoded once each (their strings interned on first use).
-    tmpl_bytes: list[bytes | None] = [None] * len(meta.templates)
-
-    def template_bytes(t: int) -> bytes:
-        b = tmpl_bytes[t]
-        if b is None:
-            items = meta.templates[t]
-            b = tmpl_bytes[t] = f_varint(TE_CATEGORY_IIDS, cats.iid(str(items["kind"]))) + b"".join(
-                _annotation(anames.iid(k), v, svals) for k, v in items.items() if k != "kind")
-        return b
-
     track_field = [f_varint(TE_TRACK_UUID, THREAD_UUID_BASE + k) for k in range(schedule.engines.count)]
     end_tail = [_TE_KEY + varint(len(ev)) + ev
                 for ev in (f_varint(TE_TYPE, TYPE_SLICE_END) + tf for tf in track_field)]
@@ -332,7 +325,9 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
         begin=f_varint(TE_TYPE, TYPE_SLICE_BEGIN), name=key(TE_NAME, 2), da=key(TE_DEBUG_ANNOTATIONS, 2),
         deps=deps_key, interned=key(TP_INTERNED_DATA, 2), svals=key(ID_DEBUG_ANNOTATION_STRING_VALUES, 2),
         iid=key(1, 0), str=_STRING_FIELD)
-    tmpl_done = [template_bytes(t) for t in range(len(meta.templates))]
+    # Template annotations, encoded once each (their strings interned in template order).
+    tmpl_bytes = [f_varint(TE_CATEGORY_IIDS, cats.iid(str(items["kind"]))) + b"".join(
+        _annotation(anames.iid(k), v, svals) for k, v in items.items() if k != "kind") for items in meta.templates]
     # Every category, annotation name and template string is known now: it rides on the first begin.
     first_interned = cats.take() + anames.take() + svals.take()
     write(b"".join(buf))
@@ -349,14 +344,14 @@ def write_perfetto_protobuf(schedule: Schedule, meta: TraceMetadata, out: IO[byt
             write, np.ascontiguousarray(merged, dtype=np.int64), n_c, np.ascontiguousarray(delta, dtype=np.int64),
             c_blob, c_off, np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(is_end, dtype=np.uint8),
             np.ascontiguousarray(schedule.engine, dtype=np.int64), meta.names,
-            np.ascontiguousarray(meta.template, dtype=np.int64), tmpl_done, layer_arg, layer_pieces, module,
+            np.ascontiguousarray(meta.template, dtype=np.int64), tmpl_bytes, layer_arg, layer_pieces, module,
             module_ann, np.ascontiguousarray(p.indptr, dtype=np.int64), elem_blob,
             np.asarray(elem_off, dtype=np.int64), out_blob, out_ptr_b, in_blob, in_ptr_b, str_iid,
             first_interned, track_field, end_tail, tuple(keys))
         return
     _write_events_python(
-        write, merged, n_c, delta, c_blob, c_off, order, is_end, schedule.engine, meta.names, meta.template, tmpl_done,
-        tmpl_bytes, meta.layer, layer_ann, module, module_ann, p.indptr, out_ptr, elem_blob, elem_off,
+        write, merged, n_c, delta, c_blob, c_off, order, is_end, schedule.engine, meta.names, meta.template, tmpl_bytes,
+        meta.layer, layer_ann, module, module_ann, p.indptr, out_ptr, elem_blob, elem_off,
         out_blob, out_ptr_b, in_blob, in_ptr_b, str_iid, first_interned, track_field, end_tail, keys)
 
 
@@ -381,15 +376,13 @@ class _Keys(NamedTuple):
 def _native_writer() -> Any | None:
     """The C event loop (``_perfetto_packets.c``), or None where setup.py could not build it or
     ``LAYERSCOPE_TRACE_NATIVE=0`` asks for the Python loop."""
-    if _perfetto_packets is None or os.environ.get("LAYERSCOPE_TRACE_NATIVE", "1") == "0":
-        return None
-    return _perfetto_packets
+    return native_extension(_perfetto_packets, "LAYERSCOPE_TRACE_NATIVE")
 
 
 def _write_events_python(
     write: Callable[[bytes], Any], merged: np.ndarray, n_c: int, delta: np.ndarray, c_blob: bytes, c_off_a: np.ndarray,
     order_a: np.ndarray, is_end_a: np.ndarray, engine_a: np.ndarray, names: Sequence[str],
-    template_a: np.ndarray, tmpl_done: list[bytes], tmpl_bytes: list[bytes | None], layer_a: np.ndarray | None,
+    template_a: np.ndarray, tmpl_bytes: list[bytes], layer_a: np.ndarray | None,
     layer_ann: dict[int, bytes], module: Sequence[str] | None, module_ann: dict[str, bytes],
     indptr_a: np.ndarray, out_ptr: np.ndarray, elem_blob: bytes, elem_off: list[int], out_blob: bytes,
     out_ptr_b: np.ndarray, in_blob: bytes, in_ptr_b: np.ndarray, str_iid: np.ndarray, first_interned: bytes,
@@ -429,7 +422,7 @@ def _write_events_python(
     n = len(names)
     degree = np.diff(indptr_a) + np.diff(out_ptr) if n else np.zeros(1, np.int64)
     fast = (max((len(x) for x in names), default=0) < 2048 and int(degree.max(initial=0)) < 1000
-            and max((len(b) for b in tmpl_bytes if b is not None), default=0) < 16384)
+            and max((len(b) for b in tmpl_bytes), default=0) < 16384)
     V: Any = SMALL_VARINTS if fast else _VarintTable()
     _v = V.__getitem__
 
@@ -446,7 +439,7 @@ def _write_events_python(
             body = head + vts + seq + end_tail[engine[i]]
             buf.append(packet_key + V[len(body)] + body)
             continue
-        tb = tmpl_done[template[i]]
+        tb = tmpl_bytes[template[i]]
         nm = names[i].encode()
         a, b = indptr[i], indptr[i + 1]
         if b > a:
@@ -534,7 +527,5 @@ def _counter_events(schedule: Schedule, power: tuple[np.ndarray, np.ndarray] | N
         rows[part, :h] = np.frombuffer(head, dtype=np.uint8)
         rows[part, h : h + payload.shape[1]] = payload
         lens[part] = h + payload_len
-    rows, lens = rows[order], lens[order]
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return ts[order], rows[np.arange(width)[None, :] < lens[:, None]].tobytes(), offsets
+    blob, offsets = _join_rows(rows[order], lens[order])
+    return ts[order], blob, offsets
