@@ -45,7 +45,9 @@ RowsTable = tuple[tuple[float, float], ...]
 #: (M, N, fraction of peak) triples of a measured GEMM-efficiency table by row count M and output
 #: width N, sorted by (N, M).
 ShapesTable = tuple[tuple[float, float, float], ...]
-TableT = TypeVar("TableT", RowsTable, ShapesTable)
+#: A per-dtype figure or table, and what stands for it where a spec has none (``HardwareSpec._for_unit``).
+_V = TypeVar("_V")
+_A = TypeVar("_A")
 
 #: Largest ``efficiency.weight_stream_k`` factor accepted: a GEMV streaming 4x faster than the
 #: main-memory bandwidth means the bandwidth or the table is wrong.
@@ -758,40 +760,33 @@ class HardwareSpec(BaseModel):
             requested, "vector", None, self.engines.vector_flops_per_s, self.efficiency.vector
         )
 
-    def _dtype_figure(self, figures: Mapping[DType, float], dtype: DType | str, allow_tf32: bool) -> float:
-        """``figures``' entry for the unit that runs ``dtype`` (after the fallback rules); 0.0 when none."""
-        if not figures:
-            return 0.0
-        return figures.get(self.resolve_flops(dtype, allow_tf32=allow_tf32).dtype or DType.FP32, 0.0)
+    def _for_unit(self, values: Mapping[DType, _V], dtype: DType | str, allow_tf32: bool, absent: _A) -> _V | _A:
+        """``values``' entry for the unit that runs ``dtype`` (after the fallback rules); ``absent`` when none."""
+        if not values:
+            return absent
+        return values.get(self.resolve_flops(dtype, allow_tf32=allow_tf32).dtype or DType.FP32, absent)
 
     def matmul_half_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Hockney half-performance GEMM work (FLOPs) of the unit that runs ``dtype``; 0.0 when the
         spec has no shape-dependent efficiency for it (see ``EfficiencySpec.matmul_half_flops``)."""
-        return self._dtype_figure(self.efficiency.matmul_half_flops, dtype, allow_tf32)
+        return self._for_unit(self.efficiency.matmul_half_flops, dtype, allow_tf32, 0.0)
 
     def gemm_k_loop_s(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Seconds per unit of K of one output tile's serial K-loop on the unit that runs ``dtype``; 0.0 when
         the spec has none for it (see ``EfficiencySpec.gemm_k_loop_s``)."""
-        return self._dtype_figure(self.efficiency.gemm_k_loop_s, dtype, allow_tf32)
-
-    def _dtype_table(self, table: Mapping[DType, TableT], dtype: DType | str, allow_tf32: bool) -> TableT | tuple[()]:
-        """``table``'s entry for the unit that runs ``dtype`` (after the fallback rules); empty when none."""
-        if not table:
-            return ()
-        resolved = self.resolve_flops(dtype, allow_tf32=allow_tf32)
-        return table.get(resolved.dtype or DType.FP32, ())
+        return self._for_unit(self.efficiency.gemm_k_loop_s, dtype, allow_tf32, 0.0)
 
     def matmul_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (M, fraction) table of the unit that runs ``dtype``; empty when none."""
-        return self._dtype_table(self.efficiency.matmul_rows, dtype, allow_tf32)
+        return self._for_unit(self.efficiency.matmul_rows, dtype, allow_tf32, ())
 
     def attention_rows(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The measured (query rows, fraction) table of fused attention in ``dtype``; empty when none."""
-        return self._dtype_table(self.efficiency.attention_rows, dtype, allow_tf32)
+        return self._for_unit(self.efficiency.attention_rows, dtype, allow_tf32, ())
 
     def attention_rows_noncausal(self, dtype: DType | str, *, allow_tf32: bool = True) -> RowsTable:
         """The (query rows, fraction) table of non-causal fused attention in ``dtype``; empty when none."""
-        return self._dtype_table(self.efficiency.attention_rows_noncausal, dtype, allow_tf32)
+        return self._for_unit(self.efficiency.attention_rows_noncausal, dtype, allow_tf32, ())
 
     def weight_stream_k(self, dtype: DType | str) -> RowsTable:
         """The measured (K, bandwidth factor) table of GEMM weights in ``dtype`` (no fallback to another
@@ -800,7 +795,7 @@ class HardwareSpec(BaseModel):
 
     def matmul_shapes(self, dtype: DType | str, *, allow_tf32: bool = True) -> ShapesTable:
         """The measured (M, N, fraction) table of the unit that runs ``dtype``; empty when none."""
-        return self._dtype_table(self.efficiency.matmul_shapes, dtype, allow_tf32)
+        return self._for_unit(self.efficiency.matmul_shapes, dtype, allow_tf32, ())
 
     def peak_flops(self, dtype: DType | str, *, allow_tf32: bool = True) -> float:
         """Dense peak FLOP/s of matrix arithmetic in ``dtype``, after the fallback rules."""
