@@ -30,9 +30,10 @@ kind takes the fit of the GPU in :data:`NEAREST` and the preset says so in its s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -521,17 +522,17 @@ def _overhead_along_nearest(gpu: str, rows: Sequence[KernelRow], presets: dict[s
     """t0 for a GPU whose own rows do not pin it: that of the first GPU along :data:`NEAREST` whose own rows do
     (a100-pcie -> a100-sxm -> h100-sxm: a100-sxm's short rows are all compute-bound at M > 1), with its rows and
     the path said; (None, (), "") where no GPU along the chain pins one."""
-    chain = _nearest_chain(gpu)
-    for i, (name, why) in enumerate(chain[1:], start=1):
-        if name not in presets:
-            continue
-        own = _own_fit(name, rows, presets, excluded, cache)
-        if own.overhead_rows:
-            path = " -> ".join(n for n, _ in chain[:i + 1])
-            return (own.spec.launch_overhead_s, own.overhead_rows,
-                    f"no {gpu} row pins it: {name}'s, along NEAREST ({path}; {why}), fitted on gpu-kernels.md rows "
-                    f"{', '.join(own.overhead_rows)}")
-    return None, (), ""
+    def pinned(name: str) -> TableFit | None:
+        own = _own_fit(name, rows, presets, excluded, cache) if name in presets else None
+        return own if own is not None and own.overhead_rows else None
+
+    step = _first_along_nearest(gpu, pinned, skip_self=True)
+    if step is None:
+        return None, (), ""
+    name, why, path, own = step
+    return (own.spec.launch_overhead_s, own.overhead_rows,
+            f"no {gpu} row pins it: {name}'s, along NEAREST ({path}; {why}), fitted on gpu-kernels.md rows "
+            f"{', '.join(own.overhead_rows)}")
 
 
 def weight_only_stream(rows: Sequence[GemmRow], spec: HardwareSpec, memory_eff: float, overhead_s: float) -> float:
@@ -569,15 +570,13 @@ def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequenc
     for cls, dtype in WEIGHT_ONLY.items():
         own: list[GemmRow] = []
         where, table = "", "gpu-kernels.md"
-        chain = _nearest_chain(base.name)
-        for i, (gpu, why) in enumerate(chain):
-            own = [g for g in _gemm_rows(usable, gpu, cls) if g.m == 1]
-            if own:
-                path = " -> ".join(name for name, _ in chain[:i + 1])
-                where = f" (no {cls} rows: {gpu}'s rows along NEAREST, {path}; {why})" if i else ""
-                break
+
+        step = _first_along_nearest(base.name, partial(_gemv_rows, usable, cls=cls))
+        if step is not None:
+            gpu, why, path, own = step
+            where = f" (no {cls} rows: {gpu}'s rows along NEAREST, {path}; {why})" if gpu != base.name else ""
         if not own:
-            own = [g for g in _gemm_rows(own_kernel_rows(), None, cls) if g.m == 1]
+            own = _gemv_rows(own_kernel_rows(), None, cls=cls)
             if own:
                 gpus = ", ".join(dict.fromkeys(g.row.gpu or "" for g in own))
                 where, table = (f" (no published {cls} rows here or along the nearest GPUs: our own {gpus} measurement,"
@@ -595,6 +594,12 @@ def _fit_weight_only(eff: dict[str, object], base: HardwareSpec, usable: Sequenc
         eff["weight_stream_k_source"] = f"{eff['weight_stream_k_source']}; " + "; ".join(notes)
 
 
+def _gemv_rows(rows: Iterable[KernelRow], gpu: str | None, cls: str) -> list[GemmRow]:
+    """``gpu``'s GEMM rows of dtype class ``cls`` at M = 1 (:func:`_gemm_rows`), which a weight-only rate is fitted
+    on."""
+    return [g for g in _gemm_rows(rows, gpu, cls) if g.m == 1]
+
+
 def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
     """``gpu`` itself, then the GPUs :data:`NEAREST` leads to from it (each once), with why."""
     chain, seen = [(gpu, "")], {gpu}
@@ -602,6 +607,23 @@ def _nearest_chain(gpu: str) -> list[tuple[str, str]]:
         chain.append(step)
         seen.add(step[0])
     return chain
+
+
+_T = TypeVar("_T")
+
+
+def _first_along_nearest(gpu: str, found: Callable[[str], _T | None], *, skip_self: bool = False
+                         ) -> tuple[str, str, str, _T] | None:
+    """The first GPU along :data:`NEAREST` from ``gpu`` (``gpu`` itself first unless ``skip_self``) for which
+    ``found`` gives something (not None, not empty): ``(that GPU, why it is the next step, the path from gpu as
+    "a -> b -> c", what found gave)``; None where no GPU along the chain has it."""
+    chain = _nearest_chain(gpu)
+    for i in range(1 if skip_self else 0, len(chain)):
+        name, why = chain[i]
+        value = found(name)
+        if value:
+            return name, why, " -> ".join(n for n, _ in chain[:i + 1]), value
+    return None
 
 
 def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[KernelRow],
@@ -619,20 +641,26 @@ def _fit_attention(eff: dict[str, object], base: HardwareSpec, rows: Sequence[Ke
 
     prefill = attention_fit.prefill_rows(rows, peak, excluded, source_key)
     decode = attention_fit.decode_rows(rows, excluded, source_key)
-    chain = [(g, why) for g, why in _nearest_chain(base.name) if g in specs]
-    # each GPU's decode floor is fitted beside this preset's own fixed cost per kernel, so that the two add up
-    # to the rows' fixed time whichever GPU's rows pin it, and beside that GPU's streaming efficiency (its memory
-    # rows' fit): a decode kernel reads its KV cache once, so on long caches it streams (attention_fit docstring)
-    stream = {g: float(eff["memory"]) if g == base.name else _memory_efficiency(usable, specs[g], None)[0]  # type: ignore[arg-type]
-              for g, _ in chain}
-    fits = {g: attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s, stream[g])
-            for g, _ in chain}
+    fits: dict[str, attention_fit.AttentionFits] = {}
+
+    def fit_of(g: str) -> attention_fit.AttentionFits:
+        if g not in fits:
+            # each GPU's decode floor is fitted beside this preset's own fixed cost per kernel, so that the two add
+            # up to the rows' fixed time whichever GPU's rows pin it, and beside that GPU's streaming efficiency (its
+            # memory rows' fit): a decode kernel reads its KV cache once, so on long caches it streams
+            # (attention_fit docstring)
+            stream = float(eff["memory"]) if g == base.name else _memory_efficiency(usable, specs[g], None)[0]  # type: ignore[arg-type]
+            fits[g] = attention_fit.fit_gpu(g, prefill, decode, specs[g].memory_bandwidth_bytes_per_s, overhead_s,
+                                            stream)
+        return fits[g]
 
     def taken(has: str) -> tuple[str, str] | None:
-        for g, why in chain:
-            if (has == "prefill" and fits[g].prefill) or (has == "decode" and fits[g].decode is not None):
-                return g, ("" if g == base.name else f"no rows here: {g}'s fit ({why})")
-        return None
+        step = _first_along_nearest(base.name, lambda g: g in specs and (
+            bool(fit_of(g).prefill) if has == "prefill" else fit_of(g).decode is not None))
+        if step is None:
+            return None
+        g, why, _, _ = step
+        return g, ("" if g == base.name else f"no rows here: {g}'s fit ({why})")
 
     gemm_eff = dict(eff["matmul_per_dtype"])  # type: ignore[call-overload]
     result = AttentionTaken(None, "", None, "")
