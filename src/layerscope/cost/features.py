@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-from layerscope.graph.ops import Op, OpGraph
+from layerscope.graph.ops import Op, OpGraph, picker
 from layerscope.units import DType
 
 #: Index order of ``OpFeatures.dtype_code``.
@@ -152,9 +151,8 @@ def _extract(graph: OpGraph) -> OpFeatures:
                           dtype_code=codes, gemm_mnkb=mnkb, operand_bytes=operand, kinds=tuple(kinds), ops=ops)
     first = np.empty(n, dtype=np.intp)
     first[rep_of[::-1]] = np.arange(len(rep_of) - 1, -1, -1)  # the last write of each rep is its first op
-    per_op = itemgetter(*rep_of.tolist())
     return OpFeatures(flops=flops[rep_of], weight_bytes=wb[rep_of], act_bytes=ab[rep_of], kv_bytes=kb[rep_of],
                       uses_matrix_units=matrix[rep_of], dtype_code=codes[rep_of], gemm_mnkb=mnkb[rep_of],
                       operand_bytes=operand[rep_of],
-                      kinds=per_op(kinds) if len(rep_of) > 1 else tuple(kinds[i] for i in rep_of.tolist()),
+                      kinds=tuple(picker(rep_of.tolist())(tuple(kinds))),
                       ops=ops, reps=reps, rep_of=rep_of, rep_first=first)

@@ -263,7 +263,7 @@ def _per_op(features: OpFeatures, key: str, value: Callable[[int, Op], object], 
     if rep_of is not None and first is not None and len(rep_of) == len(features.kinds):
         # once per rep (the op every copy of it equals but for names, which no ``value`` reads), at its first op
         mask = None if only is None else np.asarray(only, dtype=bool)
-        need = range(len(first)) if mask is None else sorted(set(rep_of[mask].tolist()))
+        need = range(len(first)) if mask is None else distinct(rep_of[mask])
         per_rep: np.ndarray = np.full(len(first), absent, dtype=dtype)
         per_rep[list(need)] = [value(int(first[j]), features.reps[j]) for j in need]
         values = per_rep[rep_of]  # a copy

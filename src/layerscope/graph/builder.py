@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import repeat
-from operator import itemgetter
-from typing import TypeVar
 
 import numpy as np
 
@@ -47,14 +45,13 @@ from layerscope.graph.mlp import build_dense_mlp
 from layerscope.graph.moe import build_moe
 from layerscope.graph.naming import INPUT_IDS, layer_names, layer_prefix
 from layerscope.graph.norms import norm_op
-from layerscope.graph.ops import DeferredOps, Op, OpGraph, TensorSpec, relabel_op
+from layerscope.graph.ops import DeferredOps, Op, OpGraph, TensorSpec, picker, relabel_op
 from layerscope.model.spec import ModelSpec
 from layerscope.units import DType
 from layerscope.workload.steps import step_range
 from layerscope.workload.workload import ForwardPass, Workload, check_parallel, pipeline_stages
 
 _PLACEHOLDER = "\x00layer_input"
-_T = TypeVar("_T")
 _MLA_FORMS = ("absorbed", "naive")
 
 
@@ -159,16 +156,6 @@ def _layer_ops(ctx: BuildContext, layer: int, x: str, view: AttentionView,
     return ops, r2.outputs[0].name
 
 
-def _picker(idx: Sequence[int]) -> Callable[[Sequence[_T]], Sequence[_T]]:
-    """A getter of the items at ``idx`` of a sequence, in one C call: a tuple of them from a tuple (for one
-    index or none, a slice: ``itemgetter`` of one index gives the item itself)."""
-    if len(idx) == 1:
-        return itemgetter(slice(idx[0], idx[0] + 1))
-    if not idx:
-        return itemgetter(slice(0, 0))
-    return itemgetter(*idx)
-
-
 _Row = tuple[str, tuple[int, ...], DType, str]
 _Pick = Callable[[Sequence[TensorSpec]], Sequence[TensorSpec]]
 
@@ -261,7 +248,7 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         offsets.append(offsets[-1] + len(g))
     index = {w: offsets[w[0]] + w[1] for w in where.values()}
     trusted = all(c == 0 for c, _ in produced)
-    pickers = [_picker([index[w] for w in at]) for at in placed]
+    pickers = [picker([index[w] for w in at]) for at in placed]
 
     op_sfx = []
     mod_sfx: dict[str, int] = {}
@@ -289,11 +276,11 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
         inp=tuple((t.shape, t.dtype, t.role) for t in groups[4]),
         ops=tuple(zip(ops, pickers[::2], pickers[1::2], strict=True)),
         op_sfx=tuple(op_sfx),
-        modules=_picker([len(ops) + len(mod_sfx) if i < 0 else i for i in mod_idx]),
+        modules=picker([len(ops) + len(mod_sfx) if i < 0 else i for i in mod_idx]),
         mod_sfx=tuple(mod_sfx),
-        step_modules=_picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
+        step_modules=picker([len(step_mod_sfx) if i < 0 else i for i in step_mod_idx]),
         step_mod_sfx=tuple(step_mod_sfx),
-        produced=_picker([i for _, i in produced] if trusted else []),
+        produced=picker([i for _, i in produced] if trusted else []),
         reads=tuple((c, i, name) for (c, i), name in reads.items()),
         trusted=trusted,
     )

@@ -16,12 +16,15 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 import numpy as np
 
 from layerscope.errors import GraphError
 from layerscope.units import DType
+
+_T = TypeVar("_T")
 
 TensorRole = Literal["weight", "activation", "kv_cache"]
 
@@ -152,6 +155,16 @@ class Op:
     def arithmetic_intensity(self) -> float:
         """FLOPs per byte moved to or from memory."""
         return self.flops / self.total_bytes if self.total_bytes else float("inf")
+
+
+def picker(idx: Sequence[int]) -> Callable[[Sequence[_T]], Sequence[_T]]:
+    """A getter of the items at ``idx`` of a sequence, in one C call: a tuple of them from a tuple (for one
+    index or none, a slice: ``itemgetter`` of one index gives the item itself, and of none is an error)."""
+    if len(idx) == 1:
+        return itemgetter(slice(idx[0], idx[0] + 1))
+    if not idx:
+        return itemgetter(slice(0, 0))
+    return itemgetter(*idx)
 
 
 class DeferredOps(Sequence[Op]):
