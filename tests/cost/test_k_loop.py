@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from layerscope.cost import COST_MODELS, time_graph
 from layerscope.cost.features import op_features
-from layerscope.cost.models import compute_time_s, gemm_k_loop_time_s, gemm_tile_fraction
+from layerscope.cost.models import compute_time_s, gemm_k_loop_time_s, gemm_tile_plan
 from layerscope.errors import HardwareSpecError
 from layerscope.graph.ops import GemmShape, Op, OpGraph, TensorSpec
 from layerscope.hardware import load_hardware
@@ -83,15 +83,30 @@ def test_a_negative_figure_is_refused_naming_it(toy_hw):
 def test_tile_share_divides_the_work_not_the_fixed_cost() -> None:
     """One 64 x 16 tile of an M = 64, N = 128 fp8 GEMM on 132 SMs: q = 64·128 / (132·64·16) = 0.0606. The
     fitted h200 preset's W½ / rate is a per-kernel fixed cost; divided by q it was 16.5 of them (58 µs, where our
-    own H200 runs the GEMM in 2.7 µs)."""
+    own H200 runs the GEMM in 2.7 µs). One wave: one W½ / rate."""
     hw = load_hardware("h200")
     feats = op_features(OpGraph(ops=(_gemm_op(64, 128, 256, FP8),)))
-    q = gemm_tile_fraction(feats, hw.engines.count)[0]
+    q = gemm_tile_plan(feats, hw.engines.count)[0][0]
     assert q == pytest.approx(64 * 128 / (132 * 64 * 16))
     rate = hw.engines.peak_flops_per_s[FP8] * hw.efficiency.matmul_for(FP8)
     by_hand = max(2 * 64 * 128 * 256 / (rate * q) + hw.matmul_half_flops(FP8) / rate, 256 * hw.gemm_k_loop_s(FP8))
     assert compute_time_s(feats, hw)[0] == pytest.approx(by_hand)
     assert compute_time_s(feats, hw)[0] < 5e-6
+
+
+def test_w_half_is_paid_once_per_wave_of_fp8_tiles() -> None:
+    """DeepGEMM's M = 4096, N = 7168, K = 2048 (GX-08) on 132 SMs: 32 x 45 tiles of 128 x 160 in 11 waves,
+    q = 4096·7168 / (11·132·128·160); its fixed cost is 11 · W½ / rate. The same GEMM in bf16 (tiles unknown)
+    pays W½ / rate once."""
+    hw = load_hardware("h100-sxm")
+    for dt, waves, q in ((FP8, 11, 4096 * 7168 / (11 * 132 * 128 * 160)), (BF16, 1, 1.0)):
+        feats = op_features(OpGraph(ops=(_gemm_op(4096, 7168, 2048, dt),)))
+        share, waves_of = gemm_tile_plan(feats, hw.engines.count)
+        assert (share[0], waves_of[0]) == (pytest.approx(q), waves)
+        rate = hw.engines.peak_flops_per_s[dt] * hw.efficiency.matmul_for(dt)
+        by_hand = 2 * 4096 * 7168 * 2048 / (rate * q) + waves * hw.matmul_half_flops(dt) / rate
+        assert hw.matmul_half_flops(dt) > 0
+        assert compute_time_s(feats, hw)[0] == pytest.approx(by_hand)
 
 
 def test_the_hopper_presets_carry_the_slope_of_our_own_h200_run() -> None:

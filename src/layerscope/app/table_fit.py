@@ -49,7 +49,8 @@ class GemmFitRow(BaseModel):
     efficiency: float
     """Asymptotic fraction of the datasheet peak (``efficiency.matmul_per_dtype``)."""
     half_flops: float
-    """Hockney's half-performance work W½, FLOPs (``efficiency.matmul_half_flops``)."""
+    """Hockney's half-performance work W½, FLOPs (``efficiency.matmul_half_flops``): paid once per GEMM, or once per
+    wave of tiles for a dtype of ``hardware.gemm_tiles.TILED_DTYPES`` (fp8)."""
     weight_stream: float
     """Fraction of the datasheet bandwidth at which a skinny GEMM streams its weights."""
     overhead_s: float

@@ -164,6 +164,7 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
         print_json(result)
         return
     from layerscope.cli.common import fmt_time_s
+    from layerscope.hardware.gemm_tiles import TILED_DTYPES
 
     typer.echo(f"{result.hardware} fitted on {result.table} ({result.rows_read} rows) -> {result.out}")
     typer.echo(f"  memory efficiency {result.memory_efficiency:.3f} (rows {', '.join(result.memory_rows) or '-'}"
@@ -171,7 +172,9 @@ def _from_table(table: Path | None, hardware: str | None, out: Path, force: bool
     typer.echo(f"  fixed cost per kernel {fmt_time_s(result.launch_overhead_s)}")
     for g in result.gemm:
         borrowed = "; ".join(f"{k}: {v}" for k, v in g.taken_from.items())
-        typer.echo(f"  {g.dtype} GEMM: efficiency {g.efficiency:.3f}, W½ {g.half_flops:.3g} FLOPs, weights stream at "
+        per = "per wave of tiles" if g.dtype in TILED_DTYPES else "per GEMM"
+        typer.echo(f"  {g.dtype} GEMM: efficiency {g.efficiency:.3f}, W½ {g.half_flops:.3g} FLOPs {per}, weights "
+                   f"stream at "
                    f"{g.weight_stream:.3f} of the bandwidth, RMS error {_log_pct(g.rms_log_error)} over rows "
                    f"{', '.join(g.rows)}" + (f" ({borrowed})" if borrowed else ""))
     attn = result.attention

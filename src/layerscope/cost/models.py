@@ -28,7 +28,7 @@ from layerscope.cost.execution import (
 from layerscope.cost.features import DTYPE_ORDER, OpFeatures, distinct
 from layerscope.errors import CostModelError
 from layerscope.graph.ops import OP_KINDS, Op
-from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
+from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_plan
 from layerscope.hardware.head_dim import head_dim_factor
 from layerscope.hardware.spec import FreshPages, HardwareSpec, MemoryLevel, row_input_reads
 from layerscope.registry import Registry
@@ -64,12 +64,16 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     ``vector_flops_per_s * efficiency.vector`` (roofline, Williams et al., CACM 2009).
     With ``efficiency.matmul_half_flops`` set, a matrix op of W FLOPs runs at that rate times
     W / (W + W½), i.e. takes (W + W½) / rate (see :func:`_matmul_half_flops`). A fitted GPU's fp8 GEMMs
-    also pay their tile and wave quantization q (:func:`gemm_tile_fraction`) on the work, not on the fixed
-    cost: W / (rate · q) + W½ / rate. W½ / rate is a time per kernel (pipeline fill and drain), the same whether
-    the grid fills the chip or not; divided by q, an M = 64, N = 128, K = 256 fp8 GEMM (eight 64 x 16 tiles on
-    132 SMs, q = 0.06) paid 16.5 of them, 58 µs on the fitted h200 preset where our own H200 runs it in 2.7 µs
-    (bench/gpu/h200-2026-11-27b). With ``efficiency.gemm_k_loop_s``, no GEMM takes less than its tiles' serial
-    K-loop (:func:`gemm_k_loop_time_s`).
+    also pay their tile and wave quantization q (:func:`gemm_tile_plan`) on the work, not on the fixed
+    cost, and that fixed cost once per wave of output tiles: W / (rate · q) + waves · W½ / rate. W½ / rate is
+    the time each SM spends filling and draining its pipeline for one tile (the first K-panels loaded before any
+    MMA, the tile written back after the last), the same whether the wave fills the chip or not; divided by q,
+    an M = 64, N = 128, K = 256 fp8 GEMM (eight 64 x 16 tiles on 132 SMs, q = 0.06) paid 16.5 of them, 58 µs on
+    the fitted h200 preset where our own H200 runs it in 2.7 µs (bench/gpu/h200-2026-11-27b). Charged once per
+    kernel instead, the fit had to make it the ~24 µs that the 11-wave M = 4096 rows need in all (GX-08, GX-09)
+    and put 24 µs on a one-wave M = 64 GEMM that takes 6.4 (GX-04); per wave it is 1-2 µs
+    (bench/GPU-KERNELS.md). 16-bit GEMMs, whose tiles are not known (``gemm_tiles``), pay W½ once. With
+    ``efficiency.gemm_k_loop_s``, no GEMM takes less than its tiles' serial K-loop (:func:`gemm_k_loop_time_s`).
     """
     matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
     vector_rate: float | np.ndarray = hw.achievable_vector_flops_per_s()
@@ -80,10 +84,10 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         rate = rate * _matmul_rows_fraction(features, hw)
     if hw.efficiency.attention_rows:
         rate = rate * _attention_rows_fraction(features, hw)
-    work_rate = rate * gemm_tile_fraction(features, hw.engines.count) if gemm_tiles_apply(hw) else rate
-    compute_s = features.flops / work_rate
+    share, waves = gemm_tile_plan(features, hw.engines.count) if gemm_tiles_apply(hw) else (1.0, 1.0)
+    compute_s = features.flops / (rate * share)
     if hw.efficiency.matmul_half_flops:
-        compute_s = compute_s + _matmul_half_flops(features, hw) / rate
+        compute_s = compute_s + waves * _matmul_half_flops(features, hw) / rate
     if hw.efficiency.gemm_k_loop_s:
         compute_s = np.maximum(compute_s, gemm_k_loop_time_s(features, hw))
     return compute_s
@@ -99,7 +103,7 @@ def gemm_k_loop_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
 
 
 def gemm_tiles_apply(hw: HardwareSpec) -> bool:
-    """Whether ``hw``'s fp8 GEMMs pay tile and wave quantization by their shape (:func:`gemm_tile_fraction`): a GPU
+    """Whether ``hw``'s fp8 GEMMs pay tile and wave quantization by their shape (:func:`gemm_tile_plan`): a GPU
     whose preset carries the fitted GEMM curve (``efficiency.matmul_half_flops``, which
     :func:`~layerscope.hardware.kernel_fit.fit_preset` writes for every dtype it fits, having fitted e and W½ with
     these losses taken out). A hand-set efficiency is one measured GEMM's fraction of peak, its own tile losses
@@ -107,20 +111,19 @@ def gemm_tiles_apply(hw: HardwareSpec) -> bool:
     return hw.kind == "gpu" and bool(hw.efficiency.matmul_half_flops)
 
 
-def gemm_tile_fraction(features: OpFeatures, engines: int) -> np.ndarray:
-    """Per op: the useful share of a GPU GEMM's tiles and waves on ``engines`` SMs
-    (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`: tile and wave quantization), for matrix ops with
+def gemm_tile_plan(features: OpFeatures, engines: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: the useful share of a GPU GEMM's tiles and waves on ``engines`` SMs, and its waves
+    (:func:`~layerscope.hardware.gemm_tiles.tile_plan`: tile and wave quantization), for matrix ops with
     weights in a dtype of ``gemm_tiles.TILED_DTYPES`` (a projection's M × N outputs, per expert for an experts
-    op); 1 for every other op: 16-bit GEMMs (their library's tiles are not published) and fused attention
-    (its own tiling: :func:`attention_occupancy`)."""
+    op); share 1 and one wave for every other op: 16-bit GEMMs (their library's tiles are not published) and
+    fused attention (its own tiling: :func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0]
     applies = tiled_gemms(features)
-    if not applies.any():
-        return np.ones(len(m))
-    mnkb = features.gemm_mnkb[applies]
-    fraction = np.ones(len(m))
-    fraction[applies] = tile_efficiency(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], engines)
-    return fraction
+    share, waves = np.ones(len(m)), np.ones(len(m))
+    if applies.any():
+        mnkb = features.gemm_mnkb[applies]
+        share[applies], waves[applies] = tile_plan(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], engines)
+    return share, waves
 
 
 def gemms_with_weights(features: OpFeatures) -> np.ndarray:
@@ -132,7 +135,7 @@ def gemms_with_weights(features: OpFeatures) -> np.ndarray:
 
 
 def tiled_gemms(features: OpFeatures) -> np.ndarray:
-    """Per op: whether :func:`gemm_tile_fraction` charges it (:func:`gemms_with_weights`, weights in a dtype of
+    """Per op: whether :func:`gemm_tile_plan` charges it (:func:`gemms_with_weights`, weights in a dtype of
     ``gemm_tiles.TILED_DTYPES``), whatever its shape."""
     tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
     return gemms_with_weights(features) & tiled[features.dtype_code]

@@ -20,7 +20,7 @@ the fitted graph keeps from one sample point: the ``tiling`` and ``hierarchical`
 (tile searches), efficiency tables by row count (``efficiency.matmul_rows``/``matmul_shapes``,
 from ``layerscope calibrate``), Hockney's half-performance work (``efficiency.matmul_half_flops``, charged to
 GEMMs with more than one row: a step at M = 1; the fitted GPU presets carry it), those presets' tile and wave
-quantization of each fp8 GEMM (``cost.models.gemm_tile_fraction``) and, in prefill, fused attention's
+quantization of each fp8 GEMM (``cost.models.gemm_tile_plan``) and, in prefill, fused attention's
 efficiency by query length (``efficiency.attention_rows``) and a kernel profile other than ``fused``
 (HF eager's lm_head passes grow with the batch; ``serving-graph`` replays a prefill as a piecewise CUDA graph up
 to ``graph_max_tokens`` tokens). :func:`time_grid` refuses such hardware. :func:`sweep` times it in decode with
@@ -230,7 +230,7 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str, static: OpFea
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
     if gemm_tiles_apply(hw) and (static is None or tiled_gemms(static).any()):
-        return f"{hw.name}'s fp8 GEMMs pay tile and wave quantization by their M and N (cost.models.gemm_tile_fraction)"
+        return f"{hw.name}'s fp8 GEMMs pay tile and wave quantization by their M and N (cost.models.gemm_tile_plan)"
     if any(hw.efficiency.matmul_half_flops.values()):
         return (f"{hw.name} charges GEMMs of more than one row a half-performance work "
                 "(efficiency.matmul_half_flops), a step at M = 1")

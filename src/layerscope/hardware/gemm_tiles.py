@@ -32,9 +32,10 @@ TILED_DTYPES = frozenset({"fp8"})
 N_TILES = np.array((*range(16, 129, 8), 144, 160), dtype=np.float64)
 
 
-def tile_efficiency(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: int) -> np.ndarray:
-    """Per GEMM (arrays of one shape): the useful share ``M·N·groups / (waves · engines · min(M, BM) · BN)`` of
-    the tile the module docstring's rule picks, in (0, 1]; 1 where M or N is 0 (no GEMM)."""
+def tile_plan(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per GEMM (arrays of one shape), of the tile the module docstring's rule picks: the useful share
+    ``M·N·groups / (waves · engines · min(M, BM) · BN)`` in (0, 1], and the waves, rounds of at most ``engines``
+    tiles (at least 1). Share 1 and one wave where M or N is 0 (no GEMM)."""
     m = np.asarray(m, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     g = np.maximum(np.asarray(groups, dtype=np.float64), 1.0)
@@ -48,4 +49,11 @@ def tile_efficiency(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: i
     best = np.argmin(waves * (engines + 1) - last_wave, axis=-1)
     chosen_waves = np.take_along_axis(waves, best[..., None], axis=-1)[..., 0]
     slots = chosen_waves * engines * np.minimum(m, bm) * N_TILES[best]
-    return np.where((m > 0) & (n > 0), m * n * g / np.maximum(slots, 1.0), 1.0)
+    gemm = (m > 0) & (n > 0)
+    return (np.where(gemm, m * n * g / np.maximum(slots, 1.0), 1.0),
+            np.where(gemm, np.maximum(chosen_waves, 1.0), 1.0))
+
+
+def tile_efficiency(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: int) -> np.ndarray:
+    """The useful share of :func:`tile_plan`, in (0, 1]; 1 where M or N is 0 (no GEMM)."""
+    return tile_plan(m, n, groups, engines)[0]

@@ -5,16 +5,16 @@ dtype, memory-bound kernels, each with its source. A preset keeps its datasheet 
 part the datasheet cannot say, in the terms the cost model already uses (``cost.models.roofline``):
 
 * **GEMMs** (per GPU and dtype, 16-bit and fp8 apart):
-  ``t = t0 + max(max((F / q + W½) / (P · e), K · τ), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per group),
-  ``P`` the datasheet peak, ``q`` the useful share of an fp8 GEMM's tiles and waves on the GPU's SMs (tile
-  and wave quantization, :func:`~layerscope.hardware.gemm_tiles.tile_efficiency`: not fitted; 1 for 16-bit
-  GEMMs, whose library's tiles are not published), ``W``/``A`` the
+  ``t = t0 + max(max((F / q + v · W½) / (P · e), K · τ), W / (B · w) + A / (B · m))`` with ``F = 2·M·N·K`` (per
+  group), ``P`` the datasheet peak, ``q`` the useful share of an fp8 GEMM's tiles and waves on the GPU's SMs
+  and ``v`` its waves (tile and wave quantization, :func:`~layerscope.hardware.gemm_tiles.tile_plan`: not
+  fitted; ``q = v = 1`` for 16-bit GEMMs, whose library's tiles are not published), ``W``/``A`` the
   weight and activation bytes, ``B`` the datasheet HBM bandwidth, ``m`` the memory efficiency below.
   Fitted: ``e`` (the asymptotic fraction of peak, ``efficiency.matmul_per_dtype``), ``W½`` (Hockney &
   Jesshope's half-performance work, 1988 §1.3.3: the work at which a GEMM reaches half its asymptotic rate;
-  ``efficiency.matmul_half_flops``) and ``w`` (the rate at which a skinny GEMM streams its weights: *small M is
-  weight streaming*, the time flat in M until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``,
-  as ``w / m``).
+  ``efficiency.matmul_half_flops``; for fp8, paid once per wave of tiles: ``cost.models.compute_time_s``) and
+  ``w`` (the rate at which a skinny GEMM streams its weights: *small M is weight streaming*, the time flat in M
+  until ``F / (P·e)`` overtakes ``W / (B·w)``; ``efficiency.weight_stream_k``, as ``w / m``).
   ``t0`` is the preset's ``launch_overhead_s`` (no published row isolates it; see the module's fallbacks).
   ``τ`` is the preset's ``efficiency.gemm_k_loop_s`` (one tile's serial K-loop per unit of K), measured on our
   own H200 and not fitted here (:func:`k_loop_per_k_s`).
@@ -39,7 +39,7 @@ import numpy as np
 
 from layerscope.errors import HardwareSpecError
 from layerscope.hardware import attention_fit
-from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_efficiency
+from layerscope.hardware.gemm_tiles import TILED_DTYPES, tile_plan
 from layerscope.hardware.kernel_table import KernelRow, own_table_path, read_kernel_table
 from layerscope.hardware.spec import HardwareSpec, row_input_reads
 from layerscope.units import DType
@@ -119,8 +119,23 @@ def memory_traffic_gbps(row: KernelRow, capacity_bytes: float | None) -> float:
     return (reads + 1) * shape.nbytes / time_s / 1e9
 
 
+#: Rows whose source reprints another source's measurement unchanged, by row id: the source whose run they are,
+#: and the evidence. They are held out with that run (:func:`source_key`), or a fit on the run's other rows
+#: would score them. DeepGEMM's README at 55ab91f (T1, "Update performance") rewrote only the M = 4096 rows of
+#: its dense table and the contiguous grouped rows; ``git diff a6d97a1 55ab91f -- README.md`` leaves the M = 64
+#: and 128 dense rows and the masked grouped rows as the initial commit (S16) measured them.
+SAME_RUN: dict[str, tuple[str, str]] = {
+    row: ("S16", "T1's README carries S16's M = 64/128 and masked grouped rows unchanged (git diff a6d97a1 55ab91f)")
+    for row in ("GX-01", "GX-02", "GX-03", "GX-04", "GX-05", "GX-06", "GX-10", "GX-11")
+}
+
+
 def source_key(row: KernelRow) -> str:
-    """The row's source id (``S4``, ``T6``, ``S17a``): rows of one source are held out together."""
+    """The id of the measurement run behind the row (``S4``, ``T6``, ``S17a``): rows of one run are held out
+    together. That is the row's source, or for a row its source reprints from another, that one's
+    (:data:`SAME_RUN`)."""
+    if row.id in SAME_RUN:
+        return SAME_RUN[row.id][0]
     match = re.match(r"\s*([ST]\d+[a-z]?)", row.source)
     return match.group(1) if match else row.source.split()[0]
 
@@ -194,15 +209,16 @@ Scalar = float | np.floating | np.ndarray
 def gemm_time_s(flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray, m: np.ndarray, *,
                 peak_flops_per_s: Scalar, bandwidth_bytes_per_s: Scalar, memory_eff: Scalar, efficiency: Scalar,
                 half_flops: Scalar, weight_stream: Scalar, overhead_s: Scalar,
-                tile_eff: Scalar = 1.0, k_loop_s: Scalar = 0.0) -> np.ndarray:
+                tile_eff: Scalar = 1.0, waves: Scalar = 1.0, k_loop_s: Scalar = 0.0) -> np.ndarray:
     """The module docstring's GEMM time, as ``cost.models.roofline`` charges it (W½ only where M > 1), the
-    work over the rows' ``tile_eff`` (:func:`~layerscope.hardware.gemm_tiles.tile_efficiency`; the fixed
-    cost W½ is not scaled by it: ``cost.models.compute_time_s``), and no less than the rows' serial K-loop
+    work over the rows' ``tile_eff`` and W½ paid once per wave of ``waves``
+    (:func:`~layerscope.hardware.gemm_tiles.tile_plan`; the fixed cost is not scaled by the share:
+    ``cost.models.compute_time_s``), and no less than the rows' serial K-loop
     ``k_loop_s`` (``K · efficiency.gemm_k_loop_s``: ``cost.models.gemm_k_loop_time_s``). The
     fitted terms may be arrays that broadcast against the rows (the fit's grid search times every grid point
     at once)."""
-    compute = np.maximum((flops / tile_eff + np.where(m > 1, half_flops, 0.0)) / (peak_flops_per_s * efficiency),
-                         k_loop_s)
+    fixed = np.where(m > 1, half_flops, 0.0) * waves
+    compute = np.maximum((flops / tile_eff + fixed) / (peak_flops_per_s * efficiency), k_loop_s)
     memory = weight_bytes / (bandwidth_bytes_per_s * weight_stream) + act_bytes / (bandwidth_bytes_per_s * memory_eff)
     return overhead_s + np.maximum(compute, memory)
 
@@ -243,10 +259,11 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
     m = np.array([r.m for r in rows], dtype=float)
     t = np.array([r.time_s for r in rows])
     # the cost model charges a fitted GPU preset's fp8 GEMMs their tile and wave quantization (cost.models.
-    # gemm_tiles_apply), so e and W½ are fitted with them taken out of each row's time
+    # gemm_tiles_apply) and W½ once per wave of their tiles, so e and W½ are fitted with both taken out of each
+    # row's time
     tiled = spec.kind == "gpu" and dtype in TILED_DTYPES
-    tiles = (tile_efficiency(m, np.array([r.n for r in rows]), np.array([r.groups for r in rows]),
-                             spec.engines.count) if tiled else np.ones(len(rows)))
+    tiles, waves = (tile_plan(m, np.array([r.n for r in rows]), np.array([r.groups for r in rows]),
+                              spec.engines.count) if tiled else (np.ones(len(rows)), np.ones(len(rows))))
     # the serial K-loop floor the cost model puts under each GEMM (cost.models.gemm_k_loop_time_s): measured,
     # not fitted here, so e and W½ are fitted on what it leaves
     k_loop = np.array([r.k for r in rows], dtype=float) * spec.gemm_k_loop_s(DType(dtype))
@@ -295,7 +312,7 @@ def fit_gemm(rows: Sequence[GemmRow], spec: HardwareSpec, dtype: str, *, memory_
                        half_flops=grid_half.astype(f32)[None, :, None, None, None],
                        weight_stream=grid_w.astype(f32)[None, None, :, None, None],
                        overhead_s=grid_t0.astype(f32)[None, None, None, :, None], tile_eff=tiles.astype(f32),
-                       k_loop_s=k_loop.astype(f32))
+                       waves=waves.astype(f32), k_loop_s=k_loop.astype(f32))
     loss = (np.log(pred / t.astype(f32)) ** 2).sum(axis=-1, dtype=np.float64).ravel()
     e, h, w, t0 = (a.ravel()[:, None] for a in np.meshgrid(grid_e, grid_half, grid_w, grid_t0, indexing="ij"))
     inside = (e[:, 0] <= 1.0) & (w[:, 0] <= 1.0)
@@ -482,7 +499,9 @@ def fit_preset(base: HardwareSpec, rows: Sequence[KernelRow], presets: dict[str,
     cites = {dt: {w: _cite(fit, w) for w in ("efficiency", "half_flops", "weight_stream")} for dt, fit in gemms.items()}
     eff["matmul_source"] = cites.get("bf16", {}).get("efficiency", eff["matmul_source"])
     eff["matmul_per_dtype_source"] = "; ".join(f"{dt}: {c['efficiency']}" for dt, c in cites.items())
-    eff["matmul_half_flops_source"] = ("Hockney and Jesshope (1988) half-performance work; " +
+    tiled = sorted(TILED_DTYPES & set(cites))
+    eff["matmul_half_flops_source"] = ("Hockney and Jesshope (1988) half-performance work, paid once per GEMM" +
+                                       (f", or per wave of tiles for {'/'.join(tiled)}" if tiled else "") + "; " +
                                        "; ".join(f"{dt}: {c['half_flops']}" for dt, c in cites.items()))
     eff["weight_stream_k_source"] = ("weight streaming of skinny GEMMs, as a factor on the fitted memory bandwidth; "
                                      + "; ".join(f"{dt}: {c['weight_stream']}" for dt, c in cites.items()))
