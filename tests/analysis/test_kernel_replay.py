@@ -123,7 +123,7 @@ def test_a_grouped_gemm_is_one_kernel_over_its_groups() -> None:
     # 128-row tiles: 64 x ceil(4096 / BN) x 4 groups; BN = 160 -> 26 x 256 = 6656 tiles in 51 waves of 132,
     # the fewest (BN = 152 is not a candidate; BN = 144 needs 29 x 256 = 7424 tiles, 57 waves)
     waves = -(-64 * 26 * 4 // 132)
-    share, waves_of = gemm_tile_plan(features, 132)
+    share, waves_of = gemm_tile_plan(features, load_base_preset("h100-sxm"))
     assert share[0] == pytest.approx(8192 * 4096 * 4 / (waves * 132 * 128 * 160))
     assert waves_of[0] == waves == 51
 

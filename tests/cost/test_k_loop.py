@@ -86,7 +86,7 @@ def test_tile_share_divides_the_work_not_the_fixed_cost() -> None:
     own H200 runs the GEMM in 2.7 µs). One wave: one W½ / rate."""
     hw = load_hardware("h200")
     feats = op_features(OpGraph(ops=(_gemm_op(64, 128, 256, FP8),)))
-    q = gemm_tile_plan(feats, hw.engines.count)[0][0]
+    q = gemm_tile_plan(feats, hw)[0][0]
     assert q == pytest.approx(64 * 128 / (132 * 64 * 16))
     rate = hw.engines.peak_flops_per_s[FP8] * hw.efficiency.matmul_for(FP8)
     by_hand = max(2 * 64 * 128 * 256 / (rate * q) + hw.matmul_half_flops(FP8) / rate, 256 * hw.gemm_k_loop_s(FP8))
@@ -101,12 +101,22 @@ def test_w_half_is_paid_once_per_wave_of_fp8_tiles() -> None:
     hw = load_hardware("h100-sxm")
     for dt, waves, q in ((FP8, 11, 4096 * 7168 / (11 * 132 * 128 * 160)), (BF16, 1, 1.0)):
         feats = op_features(OpGraph(ops=(_gemm_op(4096, 7168, 2048, dt),)))
-        share, waves_of = gemm_tile_plan(feats, hw.engines.count)
+        share, waves_of = gemm_tile_plan(feats, hw)
         assert (share[0], waves_of[0]) == (pytest.approx(q), waves)
         rate = hw.engines.peak_flops_per_s[dt] * hw.efficiency.matmul_for(dt)
         by_hand = 2 * 4096 * 7168 * 2048 / (rate * q) + waves * hw.matmul_half_flops(dt) / rate
         assert hw.matmul_half_flops(dt) > 0
         assert compute_time_s(feats, hw)[0] == pytest.approx(by_hand)
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_mmas_pay_no_tile_rule() -> None:
+    """An A100 has no fp8 peak: an fp8-weight GEMM upcasts in another kernel than DeepGEMM's, so it pays neither
+    the tile share nor W½ per wave; an H100 does."""
+    feats = op_features(OpGraph(ops=(_gemm_op(4096, 7168, 2048, FP8),)))
+    a100, h100 = load_hardware("a100-sxm"), load_hardware("h100-sxm")
+    assert FP8 not in a100.engines.peak_flops_per_s and a100.efficiency.matmul_half_flops
+    assert [w[0] for w in gemm_tile_plan(feats, a100)] == [1.0, 1.0]
+    assert gemm_tile_plan(feats, h100)[1][0] == 11
 
 
 def test_the_hopper_presets_carry_the_slope_of_our_own_h200_run() -> None:

@@ -84,7 +84,7 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
         rate = rate * _matmul_rows_fraction(features, hw)
     if hw.efficiency.attention_rows:
         rate = rate * _attention_rows_fraction(features, hw)
-    share, waves = gemm_tile_plan(features, hw.engines.count) if gemm_tiles_apply(hw) else (1.0, 1.0)
+    share, waves = gemm_tile_plan(features, hw) if gemm_tiles_apply(hw) else (1.0, 1.0)
     compute_s = features.flops / (rate * share)
     if hw.efficiency.matmul_half_flops:
         compute_s = compute_s + waves * _matmul_half_flops(features, hw) / rate
@@ -111,18 +111,18 @@ def gemm_tiles_apply(hw: HardwareSpec) -> bool:
     return hw.kind == "gpu" and bool(hw.efficiency.matmul_half_flops)
 
 
-def gemm_tile_plan(features: OpFeatures, engines: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: the useful share of a GPU GEMM's tiles and waves on ``engines`` SMs, and its waves
-    (:func:`~layerscope.hardware.gemm_tiles.tile_plan`: tile and wave quantization), for matrix ops with
-    weights in a dtype of ``gemm_tiles.TILED_DTYPES`` (a projection's M × N outputs, per expert for an experts
-    op); share 1 and one wave for every other op: 16-bit GEMMs (their library's tiles are not published) and
-    fused attention (its own tiling: :func:`attention_occupancy`)."""
+def gemm_tile_plan(features: OpFeatures, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: the useful share of a GPU GEMM's tiles and waves on ``hw``'s SMs, and its waves
+    (:func:`~layerscope.hardware.gemm_tiles.tile_plan`: tile and wave quantization), for the ops of
+    :func:`tiled_gemms` (a projection's M × N outputs, per expert for an experts op); share 1 and one wave for
+    every other op: 16-bit GEMMs (their library's tiles are not published), fp8 weights on a GPU without fp8 MMAs
+    (upcast, another kernel) and fused attention (its own tiling: :func:`attention_occupancy`)."""
     m = features.gemm_mnkb[:, 0]
-    applies = tiled_gemms(features)
+    applies = tiled_gemms(features, hw)
     share, waves = np.ones(len(m)), np.ones(len(m))
     if applies.any():
         mnkb = features.gemm_mnkb[applies]
-        share[applies], waves[applies] = tile_plan(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], engines)
+        share[applies], waves[applies] = tile_plan(mnkb[:, 0], mnkb[:, 1], mnkb[:, 3], hw.engines.count)
     return share, waves
 
 
@@ -134,10 +134,12 @@ def gemms_with_weights(features: OpFeatures) -> np.ndarray:
             & ~features.kind_mask("attention"))
 
 
-def tiled_gemms(features: OpFeatures) -> np.ndarray:
-    """Per op: whether :func:`gemm_tile_plan` charges it (:func:`gemms_with_weights`, weights in a dtype of
-    ``gemm_tiles.TILED_DTYPES``), whatever its shape."""
-    tiled = np.array([dt.value in TILED_DTYPES for dt in DTYPE_ORDER])
+def tiled_gemms(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
+    """Per op: whether :func:`gemm_tile_plan` charges it, whatever its shape: :func:`gemms_with_weights` in a dtype
+    of ``gemm_tiles.TILED_DTYPES`` that ``hw`` has a peak for (its own MMAs: the tile rule is DeepGEMM's, a Hopper
+    fp8 kernel; an A100 upcasts fp8 weights in another kernel)."""
+    peaks = hw.engines.peak_flops_per_s
+    tiled = np.array([dt.value in TILED_DTYPES and dt in peaks for dt in DTYPE_ORDER])
     return gemms_with_weights(features) & tiled[features.dtype_code]
 
 

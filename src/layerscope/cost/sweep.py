@@ -229,7 +229,7 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str, static: OpFea
         return f"the {cost_model!r} cost model tiles each GEMM for its own shape"
     if hw.efficiency.matmul_rows or hw.efficiency.matmul_shapes:
         return f"{hw.name} has GEMM efficiency by row count (efficiency.matmul_rows/matmul_shapes)"
-    if gemm_tiles_apply(hw) and (static is None or tiled_gemms(static).any()):
+    if gemm_tiles_apply(hw) and (static is None or tiled_gemms(static, hw).any()):
         return f"{hw.name}'s fp8 GEMMs pay tile and wave quantization by their M and N (cost.models.gemm_tile_plan)"
     if any(hw.efficiency.matmul_half_flops.values()):
         return (f"{hw.name} charges GEMMs of more than one row a half-performance work "
