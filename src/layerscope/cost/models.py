@@ -12,8 +12,8 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import lru_cache, wraps
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -57,6 +57,68 @@ class CostArrays:
     bound: np.ndarray
 
 
+#: A spec's figures per dtype of :data:`DTYPE_ORDER`, by name (:func:`dtype_figures`).
+_DTYPE_FIGURES: dict[str, Callable[[HardwareSpec, DType], float]] = {
+    "rate": lambda hw, dt: hw.achievable_flops_per_s(dt),
+    "half_flops": lambda hw, dt: hw.matmul_half_flops(dt),
+    "k_loop_s": lambda hw, dt: hw.gemm_k_loop_s(dt),
+    # the fp8 tile rule's dtypes (gemm_tiles.TILED_DTYPES) that the chip has MMAs for (tiled_gemms)
+    "tiled": lambda hw, dt: float(dt.value in TILED_DTYPES and dt in hw.engines.peak_flops_per_s),
+}
+#: The figures of the specs timed lately, by the spec's identity: (spec, {name: figures}). A spec is frozen, so its
+#: figures are worked out once (each dtype's through the fallback rules) instead of on every cost call.
+_SPEC_FIGURES: dict[int, tuple[HardwareSpec, dict[str, np.ndarray]]] = {}
+_SPEC_FIGURES_KEPT = 64
+
+
+def dtype_figures(hw: HardwareSpec, name: str) -> np.ndarray:
+    """``hw``'s figure ``name`` (:data:`_DTYPE_FIGURES`) for each dtype of :data:`DTYPE_ORDER`, read-only."""
+    entry = _SPEC_FIGURES.get(id(hw))
+    if entry is None or entry[0] is not hw:
+        if len(_SPEC_FIGURES) >= _SPEC_FIGURES_KEPT:
+            del _SPEC_FIGURES[next(iter(_SPEC_FIGURES))]  # the oldest
+        entry = _SPEC_FIGURES[id(hw)] = (hw, {})
+    figures = entry[1]
+    values = figures.get(name)
+    if values is None:
+        values = np.array([_DTYPE_FIGURES[name](hw, dt) for dt in DTYPE_ORDER], dtype=np.float64)
+        values.flags.writeable = False
+        figures[name] = values
+    return values
+
+
+_T = TypeVar("_T")
+#: Specs whose static per-op facts one set of ops keeps (:func:`static_per_spec`): a sweep's hardware list.
+_SPECS_KEPT = 16
+
+
+def static_per_spec(fn: Callable[[OpFeatures, HardwareSpec], _T]) -> Callable[[OpFeatures, HardwareSpec], _T]:
+    """``fn(features, hw)`` computed once per set of ops and spec and kept in ``features.plans`` (the spec by
+    identity: it is frozen; the last :data:`_SPECS_KEPT` of them), its arrays read-only. For per-op facts that
+    read the ops' shapes, kinds, dtypes and which carry weights, and ``hw``, never the amount of work, which
+    :meth:`~layerscope.cost.features.OpFeatures.with_work` varies under the same ``plans``. The GEMM shapes are
+    keyed by identity too: an execution profile that reshapes them (``_prepare``'s GEMV rows) shares ``plans``."""
+    key = f"({fn.__name__} per spec)"  # parenthesized: never an execution profile name
+
+    @wraps(fn)
+    def cached(features: OpFeatures, hw: HardwareSpec) -> _T:
+        per_spec: dict[tuple[int, int], tuple[HardwareSpec, np.ndarray, _T]] = features.plans.setdefault(key, {})
+        shapes = features.gemm_mnkb
+        hit = per_spec.get((id(hw), id(shapes)))
+        if hit is not None and hit[0] is hw and hit[1] is shapes:
+            return hit[2]
+        value = fn(features, hw)
+        for array in (value if isinstance(value, tuple) else (value,)):
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+        if len(per_spec) >= _SPECS_KEPT:
+            del per_spec[next(iter(per_spec))]  # the oldest
+        per_spec[(id(hw), id(shapes))] = (hw, shapes, value)
+        return value
+
+    return cached
+
+
 def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     """Arithmetic time on the whole chip: FLOPs / achievable FLOP/s.
 
@@ -75,7 +137,7 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     (bench/GPU-KERNELS.md). 16-bit GEMMs, whose tiles are not known (``gemm_tiles``), pay W½ once. With
     ``efficiency.gemm_k_loop_s``, no GEMM takes less than its tiles' serial K-loop (:func:`gemm_k_loop_time_s`).
     """
-    matrix_rates = np.array([hw.achievable_flops_per_s(dt) for dt in DTYPE_ORDER])
+    matrix_rates = dtype_figures(hw, "rate")
     vector_rate: float | np.ndarray = hw.achievable_vector_flops_per_s()
     if hw.efficiency.vector_per_kind:
         vector_rate = _vector_rates_per_kind(features, hw)
@@ -93,11 +155,12 @@ def compute_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     return compute_s
 
 
+@static_per_spec
 def gemm_k_loop_time_s(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     """Per op: the serial K-loop of one output tile, ``K · efficiency.gemm_k_loop_s`` of its dtype, for matrix
     ops with weights (projections, experts; not fused attention, whose loop is over keys); 0 for the rest. A
     floor under the op's arithmetic time (:func:`compute_time_s`): it binds grids too small to fill the chip."""
-    per_k = np.array([hw.gemm_k_loop_s(dt) for dt in DTYPE_ORDER])
+    per_k = dtype_figures(hw, "k_loop_s")
     k = features.gemm_mnkb[:, 2].astype(np.float64)
     return np.where(gemms_with_weights(features), k * per_k[features.dtype_code], 0.0)
 
@@ -111,6 +174,7 @@ def gemm_tiles_apply(hw: HardwareSpec) -> bool:
     return hw.kind == "gpu" and bool(hw.efficiency.matmul_half_flops)
 
 
+@static_per_spec
 def gemm_tile_plan(features: OpFeatures, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
     """Per op: the useful share of a GPU GEMM's tiles and waves on ``hw``'s SMs, and its waves
     (:func:`~layerscope.hardware.gemm_tiles.tile_plan`: tile and wave quantization), for the ops of
@@ -138,8 +202,7 @@ def tiled_gemms(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     """Per op: whether :func:`gemm_tile_plan` charges it, whatever its shape: :func:`gemms_with_weights` in a dtype
     of ``gemm_tiles.TILED_DTYPES`` that ``hw`` has a peak for (its own MMAs: the tile rule is DeepGEMM's, a Hopper
     fp8 kernel; an A100 upcasts fp8 weights in another kernel)."""
-    peaks = hw.engines.peak_flops_per_s
-    tiled = np.array([dt.value in TILED_DTYPES and dt in peaks for dt in DTYPE_ORDER])
+    tiled = dtype_figures(hw, "tiled").astype(bool)
     return gemms_with_weights(features) & tiled[features.dtype_code]
 
 
@@ -367,7 +430,7 @@ def _matmul_half_flops(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     curve, so they get no W½ term: a 2048x2048 fp32 GEMV measured 0.21 ms here, where the GEMM
     curve (W½ = 117 MFLOP at 168 GFLOP/s) would charge 0.75 ms.
     """
-    halves = np.array([hw.matmul_half_flops(dt) for dt in DTYPE_ORDER])
+    halves = dtype_figures(hw, "half_flops")
     gemm = features.uses_matrix_units & (features.flops > 0) & (features.gemm_mnkb[:, 0] > 1)
     if hw.efficiency.attention_rows:
         # fused attention has its own measured curve in its query length (efficiency.attention_rows), which
@@ -543,6 +606,7 @@ EXPERT_GATE_UP_SHARE = 2.0 / 3.0
 _EXPERT_DOWN_K = "(expert_down_k)"  # parenthesized: never an execution profile name
 
 
+@static_per_spec
 def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
     """Per op: the factor on the main-memory bandwidth at which its weights stream, from the measured
     (K, factor) table of its dtype (``efficiency.weight_stream_k``) at the op's reduction width K,
@@ -687,6 +751,7 @@ def roofline(features: OpFeatures, hw: HardwareSpec) -> CostArrays:
 ROW_REDUCTION_KINDS = frozenset({"norm"})
 
 
+@static_per_spec
 def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | None:
     """Per op: the input bytes read a second time by a row reduction whose rows do not fit on chip
     (:func:`~layerscope.hardware.spec.row_input_reads`; a row is the input's last dimension, shared by the

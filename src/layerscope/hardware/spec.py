@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, Field, GetCoreSchemaHandler, ValidationError, field_validator, model_validator
@@ -556,7 +557,13 @@ class ExecutionSpec(BaseModel):
 
     @property
     def is_default(self) -> bool:
-        return self == ExecutionSpec.model_construct()  # the defaults are valid: no validator to build
+        return self == _default_execution()
+
+
+@lru_cache(maxsize=1)
+def _default_execution() -> ExecutionSpec:
+    """The default execution profile, built once (the defaults are valid: no validator to run)."""
+    return ExecutionSpec.model_construct()
 
 
 class ResolvedFlops(NamedTuple):
