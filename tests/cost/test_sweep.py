@@ -155,3 +155,37 @@ def test_decode_sweeps_on_the_fitted_gpu_presets_go_one_graph_per_batch(monkeypa
     result = sweep([spec], [hw], [1, 3, 64], [1, 700, 9000], phase="decode", template=template)
     for row in result.records():
         assert row["time_s"] == pytest.approx(expected[(row["batch"], row["length"])], rel=1e-7), row
+
+
+@pytest.mark.parametrize("kernels", ["fused", "serving-graph"])
+def test_a_decode_grid_is_timed_over_the_op_classes_as_over_the_ops(kernels):
+    """``time_by_batch`` times one template op per class (same work group, same template op, same kernel plan)
+    and weights it by its ops: equal to timing every op, to float rounding; a Llama decode step's ~500 ops are
+    a few dozen classes. Under serving-graph the plan (which reads an op's neighbours) splits classes."""
+    import layerscope.cost.sweep as sweep_module
+    from layerscope.cost.features import op_features
+    from layerscope.cost.models import roofline
+    from layerscope.graph import build_model_graph
+
+    hw = load_hardware("h100-sxm")
+    hw = hw.model_copy(update={"execution": hw.execution.model_copy(update={"kernels": kernels})})
+    spec = load_model_spec("llama-3.1-8b")
+    template = make_workload(weight_dtype="fp8", act_dtype="fp8")
+    lin = sweep_module.fit_linear_graph(spec, "decode", template)
+    batch, lengths = np.array([8, 8, 8]), np.array([16, 1000, 30000])
+    w = template.model_copy(update={"phase": "decode", "batch": 8, "prompt_len": 1, "context": 1})
+    feats = op_features(build_model_graph(spec, w.decode_pass(1), w))
+    alike, group, count = sweep_module._ops_timed_alike(feats, lin.op_group, hw)
+    assert count.sum() == len(feats.kinds) == lin.num_ops
+    assert len(count) < len(feats.kinds) / 8
+    work = (sweep_module.basis(spec, "decode", batch, lengths) @ lin.coef)[:, :, lin.op_group]
+    per_op = roofline(feats.with_work(*work), hw).time_s.sum(axis=-1)
+    work = (sweep_module.basis(spec, "decode", batch, lengths) @ lin.coef)[:, :, group]
+    by_class = roofline(alike.with_work(*work), hw).time_s @ count
+    np.testing.assert_allclose(by_class, per_op, rtol=1e-12)
+    got = sweep_module.time_by_batch(lin, template, hw, batch, lengths)
+    assert got is not None
+    for b, length, t in zip(batch, lengths, got, strict=True):
+        ww = template.model_copy(update={"phase": "decode", "batch": int(b), "prompt_len": int(length),
+                                         "context": int(length)})
+        assert t == pytest.approx(estimate(spec, hw, ww).tpot_s, rel=1e-7)

@@ -310,10 +310,55 @@ def time_by_batch(lin: LinearGraphModel, template: Workload, hw: HardwareSpec, b
         feats = op_features(build_model_graph(lin.spec, w.decode_pass(1), w))
         if len(feats.kinds) != lin.num_ops:
             return None
-        work = (basis(lin.spec, lin.phase, batch[sel], length[sel]) @ lin.coef)[:, :, lin.op_group]  # [4, P, ops]
-        cost = get_cost_model(cost_model)(feats.with_work(work[0], work[1], work[2], work[3]), hw)
-        out[sel] = _engine_pass_s(cost.time_s.sum(axis=-1), hw, lin.phase, batch[sel])
+        # the classes depend on the ops, the work groups and the execution profile: kept with the (memoized) graph
+        kept = feats.plans.get("(timed alike)")
+        if kept is None or kept[0] is not lin.op_group or kept[1] != hw.execution:
+            kept = feats.plans["(timed alike)"] = (lin.op_group, hw.execution,
+                                                   _ops_timed_alike(feats, lin.op_group, hw))
+        alike, group, count = kept[2]
+        work = (basis(lin.spec, lin.phase, batch[sel], length[sel]) @ lin.coef)[:, :, group]  # [4, P, classes]
+        cost = get_cost_model(cost_model)(alike.with_work(work[0], work[1], work[2], work[3]), hw)
+        out[sel] = _engine_pass_s(cost.time_s @ count, hw, lin.phase, batch[sel])
     return out
+
+
+def _ops_timed_alike(feats: OpFeatures, op_group: np.ndarray,
+                     hw: HardwareSpec) -> tuple[OpFeatures, np.ndarray, np.ndarray]:
+    """``feats``' ops merged into classes that a cost model times alike, in program order of their first op:
+    the same work (``op_group``, the linear model's), the same template op (``OpFeatures.rep_of``: kind, shapes,
+    dtypes and every per-op fact; each op its own class without one) and the same kernel plan under ``hw``'s
+    execution profile (a plan reads an op's neighbours). Returns the classes' features (their template ops),
+    each class's work group and its number of ops: a decode graph's ~500 ops are ~20 classes, one per layer
+    template op, so a grid is timed over those (``cost.time_s @ count``)."""
+    n = len(feats.kinds)
+    rep_of = feats.rep_of if feats.rep_of is not None and len(feats.rep_of) == n else np.arange(n)
+    # one integer per (work group, template op): a 1-D unique, not a row-wise one (a sort of void records)
+    key = np.asarray(op_group, dtype=np.int64) * (int(rep_of.max(initial=0)) + 1) + rep_of
+    kernels = hw.execution.kernels
+    plan = None
+    if not hw.execution.is_default and feats.ops:
+        plan = feats.plans.get(kernels)
+        if plan is None:
+            plan = feats.plans[kernels] = kernel_plan(kernels, feats.ops)
+        rows = np.concatenate([key[:, None].astype(np.float64)] + [
+            np.asarray(a, dtype=np.float64).reshape(n, -1) for a in
+            (plan.launches, plan.act_factor, plan.kv_factor, plan.out_share, plan.gemv_rows, plan.module_calls,
+             plan.grouped_mm_groups, plan.alloc_bytes, plan.split, plan.graph_capture) if a is not None], axis=1)
+        key = np.unique(rows, axis=0, return_inverse=True)[1].ravel()
+    _, first, count = np.unique(key, return_index=True, return_counts=True)
+    order = np.argsort(first)
+    idx, count = first[order], count[order].astype(np.float64)
+    if feats.rep_of is not None and len(feats.rep_of) == n:
+        ops: tuple = tuple(feats.reps[r] for r in rep_of[idx])
+    else:
+        ops = tuple(feats.ops[i] for i in idx) if feats.ops else ()
+    alike = OpFeatures(
+        flops=feats.flops[idx], weight_bytes=feats.weight_bytes[idx], act_bytes=feats.act_bytes[idx],
+        kv_bytes=feats.kv_bytes[idx], uses_matrix_units=feats.uses_matrix_units[idx],
+        dtype_code=feats.dtype_code[idx], gemm_mnkb=feats.gemm_mnkb[idx], operand_bytes=feats.operand_bytes[idx],
+        kinds=tuple(feats.kinds[i] for i in idx), ops=ops,
+        plans={} if plan is None else {kernels: plan.take(idx)})
+    return alike, np.asarray(op_group)[idx], count
 
 
 def _point_time_s(spec: ModelSpec, hw: HardwareSpec, template: Workload, phase: str, batch: int, length: int,
