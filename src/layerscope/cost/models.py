@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import lru_cache, wraps
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -71,12 +72,19 @@ _SPEC_FIGURES: dict[int, tuple[HardwareSpec, dict[str, np.ndarray]]] = {}
 _SPEC_FIGURES_KEPT = 64
 
 
+def _drop_oldest(kept: dict[Any, Any]) -> None:
+    """Forget ``kept``'s oldest entry; a no-op where another thread changed the dict under us (these are caches:
+    losing an entry only costs its recomputation)."""
+    with suppress(KeyError, RuntimeError, StopIteration):
+        del kept[next(iter(kept))]
+
+
 def dtype_figures(hw: HardwareSpec, name: str) -> np.ndarray:
     """``hw``'s figure ``name`` (:data:`_DTYPE_FIGURES`) for each dtype of :data:`DTYPE_ORDER`, read-only."""
     entry = _SPEC_FIGURES.get(id(hw))
     if entry is None or entry[0] is not hw:
         if len(_SPEC_FIGURES) >= _SPEC_FIGURES_KEPT:
-            del _SPEC_FIGURES[next(iter(_SPEC_FIGURES))]  # the oldest
+            _drop_oldest(_SPEC_FIGURES)
         entry = _SPEC_FIGURES[id(hw)] = (hw, {})
     figures = entry[1]
     values = figures.get(name)
@@ -112,7 +120,7 @@ def static_per_spec(fn: Callable[[OpFeatures, HardwareSpec], _T]) -> Callable[[O
             if isinstance(array, np.ndarray):
                 array.flags.writeable = False
         if len(per_spec) >= _SPECS_KEPT:
-            del per_spec[next(iter(per_spec))]  # the oldest
+            _drop_oldest(per_spec)
         per_spec[(id(hw), id(shapes))] = (hw, shapes, value)
         return value
 
