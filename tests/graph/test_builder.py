@@ -250,6 +250,48 @@ def test_graph_check_rejects_what_opgraph_rejects(ops: tuple[Op, ...]) -> None:
         _same_graph(check.graph(ops, "g"), ref)
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("parallel", [{}, {"pipeline_parallel": 2}, {"tensor_parallel": 2, "sequence_parallel": True}])
+def test_the_prefix_check_decides_as_the_name_check_does(spec, name: str, parallel: dict) -> None:
+    """A model graph's instances (one per layer) have prefixes none of which begins another: ``_by_prefix``
+    decides without making their names, and gives the graph inputs that ``_by_name`` and ``OpGraph(...)`` give
+    (pipeline sends and sequence-parallel gathers, made directly, between and after the instances)."""
+    from layerscope.graph.builder import _model_ops
+
+    s = spec(name)
+    try:
+        w = Workload(phase="decode", context=10, **parallel)
+    except Exception:  # a parallelism the model cannot take (heads not divisible)
+        pytest.skip(f"{name} {parallel}")
+    fwd = w.passes()[0]
+    check = _GraphCheck()
+    items = _model_ops(pass_context(s, fwd, w), tuple(range(s.num_layers)), "fused", None, "last", "", INPUT_IDS,
+                       check)
+    n_ops = sum(1 if isinstance(i, Op) else len(i[0].ops) for i in items)
+    by_prefix = check._by_prefix()
+    assert by_prefix is not None
+    assert by_prefix == check._by_name(n_ops)
+    g = build_model_graph(s, fwd, w)
+    assert g.graph_inputs == by_prefix == OpGraph(ops=g.ops, name=g.name).graph_inputs
+
+
+def test_the_prefix_check_leaves_to_the_name_check_what_it_cannot_decide(spec) -> None:
+    """Steps (each step's embedding instance is named by the step alone, a prefix of its layers') and a repeated
+    layer (one prefix twice) are decided name by name: the steps graph validates, the repeat is refused as
+    ``OpGraph(...)`` refuses it."""
+    from layerscope.graph.builder import _model_ops
+
+    s = spec("llama-1b")
+    w = Workload(phase="decode", context=10)
+    fwd = w.passes()[0]
+    for layers, step in (((0, 1), "decode_step_0."), ((0, 0), "")):
+        check = _GraphCheck()
+        items = _model_ops(pass_context(s, fwd, w), layers, "fused", None, "last", step, INPUT_IDS, check)
+        assert check._by_prefix() is None
+        n_ops = sum(1 if isinstance(i, Op) else len(i[0].ops) for i in items)
+        assert (check._by_name(n_ops) is None) == (layers == (0, 0))
+
+
 def test_layer_signatures(spec) -> None:
     oss = spec("gpt-oss-20b")
     assert layer_signature(oss, 0) == (True, True) and layer_signature(oss, 1) == (False, True)

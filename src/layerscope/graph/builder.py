@@ -22,10 +22,12 @@ activation name with ``decode_step_{t}.`` (weights and ``Op.module`` keep their 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from itertools import repeat
+from itertools import pairwise, repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -286,27 +288,26 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
     )
 
 
-#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input, op names, ``act`` tensor names).
-_Instance = tuple[_Plan, str, str, int | None, str, list[str], list[str]]
+#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input); its names are made with its ops.
+_Instance = tuple[_Plan, str, str, int | None, str]
 
 
 def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
     """An instance of a plan, its ops not made yet (:func:`_apply`): op/activation names ``step + prefix +
-    suffix``, weights ``prefix + suffix``; ``check`` takes the instance's names."""
+    suffix``, weights ``prefix + suffix``; ``check`` takes it (a plan that is not ``trusted`` makes the graph
+    validate tensor by tensor)."""
+    if plan.trusted:
+        check.instance(plan, step, prefix, x)
+    else:
+        check.trusted = False
+    return plan, step, prefix, layer, x
+
+
+def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str) -> list[Op]:
+    """The ops of an instance (:func:`_instance`)."""
     ap = step + prefix
     names = list(map(ap.__add__, plan.op_sfx))
     act = list(map(ap.__add__, plan.act_sfx))
-    if plan.trusted:
-        check.block(names, plan.produced(act),
-                    [act[i] if c == 0 else x if c == 4 else step + s for c, i, s in plan.reads])
-    else:
-        check.trusted = False
-    return plan, step, prefix, layer, x, names, act
-
-
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, names: list[str],
-           act: list[str]) -> list[Op]:
-    """The ops of an instance (:func:`_instance`)."""
     new = tuple.__new__
     ts = TensorSpec
     # map over zip: the specs made in C (zip re-uses its tuple), ~30% faster than a comprehension
@@ -365,6 +366,30 @@ class _Ops(DeferredOps):
         return tuple(reps), np.array(rep_of, dtype=np.intp)
 
 
+class _Direct(NamedTuple):
+    """A block of ops made directly: their names, the tensors they produce and those they read from outside."""
+
+    names: Sequence[str]
+    produced: Sequence[str]
+    reads: Sequence[str]
+
+
+class _Placed(NamedTuple):
+    """A block that is an instance of a ``trusted`` plan: names ``step + prefix + suffix``, layer input ``x``."""
+
+    plan: _Plan
+    step: str
+    prefix: str
+    x: str
+
+    def names(self) -> _Direct:
+        """Its block made out name by name."""
+        plan, step, ap = self.plan, self.step, self.step + self.prefix
+        act = [ap + sfx for sfx in plan.act_sfx]
+        return _Direct([ap + sfx for sfx in plan.op_sfx], plan.produced(act),
+                       [act[i] if c == 0 else self.x if c == 4 else step + t for c, i, t in plan.reads])
+
+
 class _GraphCheck:
     """What :meth:`OpGraph.__post_init__` checks, found block by block rather than tensor by tensor.
 
@@ -375,28 +400,27 @@ class _GraphCheck:
     names; set operations on those cover the rest. :meth:`graph` validates tensor by tensor
     (``OpGraph(...)``, which raises the error it raises today) whenever a check fails or cannot be
     made, so a graph is rejected exactly as before.
+
+    Blocks are kept in order and checked at :meth:`graph`: first from the instances' name prefixes alone
+    (:meth:`_by_prefix`), without making their names, and where that cannot decide, name by name
+    (:meth:`_by_name`).
     """
 
-    __slots__ = ("made", "missing", "n_made", "n_names", "names", "trusted")
+    __slots__ = ("blocks", "trusted")
 
     def __init__(self) -> None:
-        self.made: set[str] = set()
-        self.n_made = 0
-        self.names: set[str] = set()
-        self.n_names = 0
-        self.missing: list[str] = []
+        self.blocks: list[_Direct | _Placed] = []
         self.trusted = True
 
     def block(self, names: Sequence[str], produced: Sequence[str], reads: Sequence[str]) -> None:
         """A block of ops named ``names`` producing the tensors named ``produced`` and reading ``reads``
         from outside itself (both without weights); the reads go first, since a block's own outputs do not
         satisfy them."""
-        made = self.made
-        self.missing += [r for r in reads if r not in made]
-        made.update(produced)
-        self.n_made += len(produced)
-        self.names.update(names)
-        self.n_names += len(names)
+        self.blocks.append(_Direct(names, produced, reads))
+
+    def instance(self, plan: _Plan, step: str, prefix: str, x: str) -> None:
+        """An instance of a ``trusted`` plan (:func:`_instance`) reading the layer input ``x``."""
+        self.blocks.append(_Placed(plan, step, prefix, x))
 
     def op(self, op: Op) -> None:
         """One op built directly (a block of one)."""
@@ -406,11 +430,98 @@ class _GraphCheck:
     def graph(self, ops: tuple[Op, ...] | DeferredOps, name: str) -> OpGraph:
         """The graph of ``ops``: without a second validation if every check held (deferred ops not made),
         else ``OpGraph(...)``."""
-        if self.trusted and len(self.made) == self.n_made and len(self.names) == self.n_names == len(ops):
-            missing = frozenset(self.missing)
-            if missing.isdisjoint(self.made):
+        if self.trusted:
+            missing = self._by_prefix()
+            if missing is None:
+                missing = self._by_name(len(ops))
+            if missing is not None:
                 return OpGraph._prevalidated(ops, name, missing)
         return OpGraph(ops=ops if isinstance(ops, tuple) else ops.ops, name=name)
+
+    def _by_name(self, n_ops: int) -> frozenset[str] | None:
+        """The graph's inputs if every block checks out name by name (no op name or produced tensor twice, no read
+        before its producer), else None."""
+        made: set[str] = set()
+        names: set[str] = set()
+        missing: list[str] = []
+        n_made = n_names = 0
+        for block in self.blocks:
+            op_names, produced, reads = block if isinstance(block, _Direct) else block.names()
+            missing += [r for r in reads if r not in made]
+            made.update(produced)
+            n_made += len(produced)
+            names.update(op_names)
+            n_names += len(op_names)
+        if len(made) == n_made and len(names) == n_names == n_ops:
+            inputs = frozenset(missing)
+            if inputs.isdisjoint(made):
+                return inputs
+        return None
+
+    def _by_prefix(self) -> frozenset[str] | None:
+        """The graph's inputs, decided from the instances' prefixes: when no instance's ``step + prefix`` begins
+        another's, the names of two instances cannot meet (the prefix a name could begin with is the one before
+        it in sorted order), so a plan's own suffixes being distinct, and the few directly made ops' names meeting
+        no instance's, rule out names twice; each read is then looked up (its producer must be an earlier block).
+        None where that cannot decide (overlapping prefixes, a repeated name, a read of a later block's tensor):
+        :meth:`_by_name` then does."""
+        starts: list[tuple[str, int, _Plan]] = []  # (step + prefix, block, plan) of every instance
+        sfx: dict[int, tuple[frozenset[str], frozenset[str]]] = {}  # id(plan) -> (op suffixes, produced ones)
+        direct_names: set[str] = set()
+        direct_made: dict[str, int] = {}
+        for i, block in enumerate(self.blocks):
+            if isinstance(block, _Direct):
+                n_before = len(direct_names) + len(block.names)
+                direct_names.update(block.names)
+                if len(direct_names) != n_before:
+                    return None
+                for t in block.produced:
+                    if t in direct_made:
+                        return None
+                    direct_made[t] = i
+                continue
+            plan = block.plan
+            starts.append((block.step + block.prefix, i, plan))
+            if id(plan) not in sfx:
+                produced = plan.produced(plan.act_sfx)
+                ops_sfx, made_sfx = frozenset(plan.op_sfx), frozenset(produced)
+                if len(ops_sfx) != len(plan.op_sfx) or len(made_sfx) != len(produced):
+                    return None
+                sfx[id(plan)] = (ops_sfx, made_sfx)
+        starts.sort()
+        aps = [ap for ap, _, _ in starts]
+        if any(later.startswith(ap) for ap, later in pairwise(aps)):
+            return None  # one prefix begins another (or is repeated)
+        suffixes = [sfx[id(plan)] for _, _, plan in starts]
+        at = [i for _, i, _ in starts]
+
+        def instance_of(text: str, which: int) -> int | None:
+            """The block of the instance whose op names (``which`` 0) or produced tensors (1) hold ``text``."""
+            j = bisect_right(aps, text) - 1
+            if j >= 0 and text.startswith(aps[j]) and text[len(aps[j]):] in suffixes[j][which]:
+                return at[j]
+            return None
+
+        if any(instance_of(t, 0) is not None for t in direct_names) or any(
+                instance_of(t, 1) is not None for t in direct_made):
+            return None
+        missing: set[str] = set()
+        for i, block in enumerate(self.blocks):
+            if isinstance(block, _Direct):
+                reads: Sequence[str] = block.reads
+            else:
+                ap, act_sfx = block.step + block.prefix, block.plan.act_sfx
+                reads = [ap + act_sfx[k] if c == 0 else block.x if c == 4 else block.step + t
+                         for c, k, t in block.plan.reads]
+            for r in reads:
+                by = direct_made.get(r)
+                if by is None:
+                    by = instance_of(r, 1)
+                if by is None:
+                    missing.add(r)
+                elif by >= i:
+                    return None  # read before (or by) its producer
+        return frozenset(missing)
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
