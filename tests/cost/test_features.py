@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -77,3 +77,38 @@ def test_steps_graph_features_per_template() -> None:
     assert len(lazy.reps) == len(g) - 3 * 15 * per_layer
     assert np.array_equal(lazy.flops, eager.flops) and lazy.kinds == eager.kinds
     assert np.array_equal(lazy.dtype_code, eager.dtype_code) and np.array_equal(lazy.gemm_mnkb, eager.gemm_mnkb)
+
+
+@pytest.mark.parametrize(("name", "kw"), CASES)
+def test_weight_only_dtypes_from_the_extracted_weight_codes_equal_those_read_from_the_ops(name: str,
+                                                                                          kw: dict) -> None:
+    """``OpFeatures.weight_code`` (extracted with the other features) gives the weight-only quantized GEMMs that
+    reading each op's weights gives (int4 weights on gpt-oss, fp8 weights under bf16 activations on qwen3; none
+    elsewhere)."""
+    spec = load_model_spec(name)
+    w = make_workload(**kw)
+    f = op_features(build_model_graph(spec, w.passes()[0], w))
+    assert f.weight_code is not None
+    read = models.weight_only_dtypes(replace(f, weight_code=None, plans={}))
+    assert np.array_equal(models.weight_only_dtypes(f), read)
+    assert (read >= 0).any() == (kw.get("weight_dtype") in ("int4", "fp8"))
+
+
+@pytest.mark.parametrize("row_capacity", [1024, 4096, 1 << 20])
+def test_row_rereads_decided_from_the_templates_equal_those_of_every_op(row_capacity: int) -> None:
+    """A model graph's norms re-read their 4 KB rows (Llama-3.2-1B, bf16 hidden 2048) on engines holding
+    1 KB, not on those holding 4 KB or 1 MB: the few template ops decide it as every op does."""
+    base = load_hardware("h100-sxm").model_dump()
+    base["memory"] = [{**lvl, "capacity_bytes": row_capacity} if lvl["per_engine"] else lvl
+                      for lvl in base["memory"]]
+    hw = type(load_hardware("h100-sxm")).from_dict(base)
+    assert hw.row_capacity_bytes() == row_capacity
+    spec = load_model_spec("llama-3.2-1b")
+    w = make_workload(phase="prefill", batch=2, prompt_len=64)
+    g = build_model_graph(spec, w.passes()[0], w)
+    lazy, eager = op_features(g), op_features(OpGraph(ops=g.ops, name=g.name))
+    a, b = models.row_reread_bytes(lazy, hw), models.row_reread_bytes(eager, hw)
+    if row_capacity == 1024:
+        assert a is not None and b is not None and np.array_equal(a, b) and (a > 0).sum() == 2 * 16 + 1
+    else:
+        assert a is None and b is None

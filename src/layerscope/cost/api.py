@@ -329,11 +329,16 @@ def _per_device_weight_share(spec: ModelSpec, workload: Workload) -> float:
     ``tensor_parallel`` without expert parallelism and whole with it (they run on each device's own tokens),
     norms whole; the vocabulary-parallel embedding on the first stage and lm_head and the final norm on the last,
     divided by ``tensor_parallel``. The busiest stage's share; 1/tp of everything without a pipeline."""
-    tp, ep = workload.tensor_parallel, workload.expert_parallel
+    return _weight_share(spec, workload.tensor_parallel, workload.expert_parallel, workload.pipeline_parallel)
+
+
+@lru_cache(maxsize=256)
+def _weight_share(spec: ModelSpec, tp: int, ep: int, pp: int) -> float:
+    """:func:`_per_device_weight_share` by the plan's degrees (an estimate's fixed part: kept per plan)."""
     table, total, glob = _layer_param_table(spec)
     scale = np.array([1.0 / tp, 1.0 / (ep if ep > 1 else tp), 1.0 if ep > 1 else 1.0 / tp, 1.0])
     per_layer = table @ scale
-    stages = pipeline_stages(spec.num_layers, workload.pipeline_parallel)
+    stages = pipeline_stages(spec.num_layers, pp)
     per_stage = np.array([per_layer[r.start:r.stop].sum() for r in stages])
     per_stage[0] += (glob["embedding"] + glob["position_embedding"]) / tp
     per_stage[-1] += glob["lm_head"] / tp + glob["norms"]

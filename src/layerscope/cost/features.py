@@ -54,6 +54,9 @@ class OpFeatures:
     Per-op facts that do not depend on names are computed once per rep and gathered with it."""
     rep_first: np.ndarray | None = field(default=None, repr=False, compare=False)
     """Per rep, the index of the first op copying it."""
+    weight_code: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Per op with a GEMM shape: the :data:`DTYPE_ORDER` index of its (first) weight's dtype; -1 for the others
+    (None: not extracted; ``cost.models.weight_only_dtypes`` then reads the ops)."""
     plans: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Derived per-op facts, computed on first use and shared by :meth:`with_work`: kernel plans per
     execution profile, and the routed experts' down-projection K (``cost.models.weight_stream_factor``)."""
@@ -120,6 +123,7 @@ def _extract(graph: OpGraph) -> OpFeatures:
     matrix = np.zeros(n, dtype=bool)
     mnkb = np.zeros((n, 4), dtype=np.int64)
     operand = np.zeros((n, 3))
+    weight = np.full(n, -1, dtype=np.int8)
     dtypes: list[DType] = []
     kinds: list[str] = []
     widest: dict[tuple[DType, ...], DType] = {}  # a graph has a handful of input-type combinations
@@ -145,14 +149,18 @@ def _extract(graph: OpGraph) -> OpFeatures:
             b_t = other_in[0].dtype if other_in else (act_in[1].dtype if len(act_in) > 1 else a_t)
             c_t = op.outputs[0].dtype if op.outputs else a_t
             operand[i] = (a_t.bytes, b_t.bytes, c_t.bytes)
+            w_t = next((t.dtype for t in op.inputs if t.role == "weight"), None)
+            if w_t is not None:
+                weight[i] = _DTYPE_CODE[w_t]
     codes = np.fromiter((_DTYPE_CODE[d] for d in dtypes), dtype=np.int8, count=n)
     if rep_of is None:
         return OpFeatures(flops=flops, weight_bytes=wb, act_bytes=ab, kv_bytes=kb, uses_matrix_units=matrix,
-                          dtype_code=codes, gemm_mnkb=mnkb, operand_bytes=operand, kinds=tuple(kinds), ops=ops)
+                          dtype_code=codes, gemm_mnkb=mnkb, operand_bytes=operand, kinds=tuple(kinds), ops=ops,
+                          weight_code=weight)
     first = np.empty(n, dtype=np.intp)
     first[rep_of[::-1]] = np.arange(len(rep_of) - 1, -1, -1)  # the last write of each rep is its first op
     return OpFeatures(flops=flops[rep_of], weight_bytes=wb[rep_of], act_bytes=ab[rep_of], kv_bytes=kb[rep_of],
                       uses_matrix_units=matrix[rep_of], dtype_code=codes[rep_of], gemm_mnkb=mnkb[rep_of],
                       operand_bytes=operand[rep_of],
                       kinds=tuple(picker(rep_of.tolist())(tuple(kinds))),
-                      ops=ops, reps=reps, rep_of=rep_of, rep_first=first)
+                      ops=ops, reps=reps, rep_of=rep_of, rep_first=first, weight_code=weight[rep_of])

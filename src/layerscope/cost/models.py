@@ -648,6 +648,8 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     return factor
 
 
+#: Bits per element of each dtype of :data:`DTYPE_ORDER`.
+_DTYPE_BITS = np.array([dt.bits for dt in DTYPE_ORDER])
 #: Key of the weight-only quantized ops' weight dtype codes in ``OpFeatures.plans``.
 _WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
 
@@ -655,6 +657,14 @@ _WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
 def weight_only_dtypes(features: OpFeatures) -> np.ndarray:
     """Per op: the :data:`DTYPE_ORDER` code of its weights where they are narrower than the type its arithmetic
     runs in (a weight-only quantized GEMM: W4A16, W8A16), else -1."""
+    if features.weight_code is not None and len(features.weight_code) == len(features.kinds):
+        cached = features.plans.get(_WEIGHT_ONLY)
+        if cached is None:
+            weights = features.weight_code.astype(np.int64)
+            narrower = (weights >= 0) & (_DTYPE_BITS[np.maximum(weights, 0)] < _DTYPE_BITS[features.dtype_code])
+            cached = features.plans[_WEIGHT_ONLY] = np.where(narrower & features.gemm_mnkb.any(axis=1), weights, -1)
+        return np.asarray(cached)
+
     def code(i: int, op: Op) -> int:
         weights = [t.dtype for t in op.inputs if t.role == "weight"]
         narrower = weights and op.gemm is not None and weights[0].bits < DTYPE_ORDER[features.dtype_code[i]].bits
@@ -769,13 +779,20 @@ def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | Non
     if capacity is None:
         return None
     rows = np.any([features.kind_mask(kind) for kind in ROW_REDUCTION_KINDS], axis=0)
-    row_bytes = _per_op(features, _ROW_BYTES, lambda _, op: float(op.inputs[0].shape[-1] * op.inputs[0].dtype.bytes),
-                        np.float64, 0.0, only=rows)
+    if not rows.any():
+        return None
+    rep_of = features.rep_of
+    if rep_of is not None and len(rep_of) == len(rows) and len(features.ops) == len(rows):
+        # the row reductions' few template ops decide first: most graphs have none that re-reads
+        reps = features.reps
+        if all(row_input_reads(_row_bytes(reps[j]), capacity, _row_cluster(reps[j])) == 1
+               for j in distinct(rep_of[rows])):
+            return None
+    row_bytes = _per_op(features, _ROW_BYTES, lambda _, op: _row_bytes(op), np.float64, 0.0, only=rows)
     rows &= row_bytes > 0  # none where the features carry no ops
     if not rows.any():
         return None
-    cluster = _per_op(features, _ROW_CLUSTER, lambda _, op: int(op.attr("row_cluster", 1)),  # type: ignore[call-overload]
-                      np.int64, 1, only=rows)
+    cluster = _per_op(features, _ROW_CLUSTER, lambda _, op: _row_cluster(op), np.int64, 1, only=rows)
     # one call of the rule per distinct (row bytes, cluster) of the graph's row reductions (a model has one or two)
     again = np.zeros(len(rows), dtype=bool)
     for b, c in set(zip(row_bytes[rows].tolist(), cluster[rows].tolist(), strict=True)):
@@ -785,6 +802,16 @@ def row_reread_bytes(features: OpFeatures, hw: HardwareSpec) -> np.ndarray | Non
         return None
     return np.where(again, _per_op(features, _ROW_INPUT_BYTES, lambda _, op: float(op.inputs[0].nbytes), np.float64,
                                    0.0, only=rows), 0.0)
+
+
+def _row_bytes(op: Op) -> float:
+    """Bytes of one row of a row reduction: its input's last dimension."""
+    return float(op.inputs[0].shape[-1] * op.inputs[0].dtype.bytes)
+
+
+def _row_cluster(op: Op) -> int:
+    """Engines sharing one row of a row reduction (its attribute ``row_cluster``, default 1)."""
+    return int(op.attr("row_cluster", 1))  # type: ignore[call-overload]
 
 
 #: Keys of the row reductions' per-op facts in ``OpFeatures.plans`` (parenthesized: never an execution profile).
