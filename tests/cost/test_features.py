@@ -80,16 +80,16 @@ def test_steps_graph_features_per_template() -> None:
 
 
 @pytest.mark.parametrize(("name", "kw"), CASES)
-def test_weight_only_dtypes_from_the_extracted_weight_codes_equal_those_read_from_the_ops(name: str,
+def test_weight_only_dtypes_extracted_with_the_features_equal_those_read_from_the_ops(name: str,
                                                                                           kw: dict) -> None:
-    """``OpFeatures.weight_code`` (extracted with the other features) gives the weight-only quantized GEMMs that
+    """``OpFeatures.weight_only_code`` (extracted with the other features) gives the weight-only quantized GEMMs that
     reading each op's weights gives (int4 weights on gpt-oss, fp8 weights under bf16 activations on qwen3; none
     elsewhere)."""
     spec = load_model_spec(name)
     w = make_workload(**kw)
     f = op_features(build_model_graph(spec, w.passes()[0], w))
-    assert f.weight_code is not None
-    read = models.weight_only_dtypes(replace(f, weight_code=None, plans={}))
+    assert f.weight_only_code is not None
+    read = models.weight_only_dtypes(replace(f, weight_only_code=None, plans={}))
     assert np.array_equal(models.weight_only_dtypes(f), read)
     assert (read >= 0).any() == (kw.get("weight_dtype") in ("int4", "fp8"))
 

@@ -54,9 +54,10 @@ class OpFeatures:
     Per-op facts that do not depend on names are computed once per rep and gathered with it."""
     rep_first: np.ndarray | None = field(default=None, repr=False, compare=False)
     """Per rep, the index of the first op copying it."""
-    weight_code: np.ndarray | None = field(default=None, repr=False, compare=False)
-    """Per op with a GEMM shape: the :data:`DTYPE_ORDER` index of its (first) weight's dtype; -1 for the others
-    (None: not extracted; ``cost.models.weight_only_dtypes`` then reads the ops)."""
+    weight_only_code: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Per op with a GEMM shape whose (first) weight is narrower than the type its arithmetic runs in (a weight-only
+    quantized GEMM: W4A16, W8A16): the :data:`DTYPE_ORDER` index of the weight's dtype; -1 for the others (None:
+    not extracted; ``cost.models.weight_only_dtypes`` then reads the ops)."""
     plans: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Derived per-op facts, computed on first use and shared by :meth:`with_work`: kernel plans per
     execution profile, and the routed experts' down-projection K (``cost.models.weight_stream_factor``)."""
@@ -123,7 +124,7 @@ def _extract(graph: OpGraph) -> OpFeatures:
     matrix = np.zeros(n, dtype=bool)
     mnkb = np.zeros((n, 4), dtype=np.int64)
     operand = np.zeros((n, 3))
-    weight = np.full(n, -1, dtype=np.int8)
+    weight = np.full(n, -1, dtype=np.int64)
     dtypes: list[DType] = []
     kinds: list[str] = []
     widest: dict[tuple[DType, ...], DType] = {}  # a graph has a handful of input-type combinations
@@ -150,17 +151,17 @@ def _extract(graph: OpGraph) -> OpFeatures:
             c_t = op.outputs[0].dtype if op.outputs else a_t
             operand[i] = (a_t.bytes, b_t.bytes, c_t.bytes)
             w_t = next((t.dtype for t in op.inputs if t.role == "weight"), None)
-            if w_t is not None:
+            if w_t is not None and w_t.bits < wide.bits and mnkb[i].any():
                 weight[i] = _DTYPE_CODE[w_t]
     codes = np.fromiter((_DTYPE_CODE[d] for d in dtypes), dtype=np.int8, count=n)
     if rep_of is None:
         return OpFeatures(flops=flops, weight_bytes=wb, act_bytes=ab, kv_bytes=kb, uses_matrix_units=matrix,
                           dtype_code=codes, gemm_mnkb=mnkb, operand_bytes=operand, kinds=tuple(kinds), ops=ops,
-                          weight_code=weight)
+                          weight_only_code=weight)
     first = np.empty(n, dtype=np.intp)
     first[rep_of[::-1]] = np.arange(len(rep_of) - 1, -1, -1)  # the last write of each rep is its first op
     return OpFeatures(flops=flops[rep_of], weight_bytes=wb[rep_of], act_bytes=ab[rep_of], kv_bytes=kb[rep_of],
                       uses_matrix_units=matrix[rep_of], dtype_code=codes[rep_of], gemm_mnkb=mnkb[rep_of],
                       operand_bytes=operand[rep_of],
                       kinds=tuple(picker(rep_of.tolist())(tuple(kinds))),
-                      ops=ops, reps=reps, rep_of=rep_of, rep_first=first, weight_code=weight[rep_of])
+                      ops=ops, reps=reps, rep_of=rep_of, rep_first=first, weight_only_code=weight[rep_of])

@@ -210,8 +210,8 @@ def tiled_gemms(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
     """Per op: whether :func:`gemm_tile_plan` charges it, whatever its shape: :func:`gemms_with_weights` in a dtype
     of ``gemm_tiles.TILED_DTYPES`` that ``hw`` has a peak for (its own MMAs: the tile rule is DeepGEMM's, a Hopper
     fp8 kernel; an A100 upcasts fp8 weights in another kernel)."""
-    tiled = dtype_figures(hw, "tiled").astype(bool)
-    return gemms_with_weights(features) & tiled[features.dtype_code]
+    tiled = dtype_figures(hw, "tiled").astype(bool)[features.dtype_code]
+    return gemms_with_weights(features) & tiled if tiled.any() else tiled
 
 
 def _vector_rates_per_kind(features: OpFeatures, hw: HardwareSpec) -> np.ndarray:
@@ -648,8 +648,6 @@ def weight_stream_factor(features: OpFeatures, hw: HardwareSpec) -> np.ndarray |
     return factor
 
 
-#: Bits per element of each dtype of :data:`DTYPE_ORDER`.
-_DTYPE_BITS = np.array([dt.bits for dt in DTYPE_ORDER])
 #: Key of the weight-only quantized ops' weight dtype codes in ``OpFeatures.plans``.
 _WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
 
@@ -657,13 +655,8 @@ _WEIGHT_ONLY = "(weight_only)"  # parenthesized: never an execution profile name
 def weight_only_dtypes(features: OpFeatures) -> np.ndarray:
     """Per op: the :data:`DTYPE_ORDER` code of its weights where they are narrower than the type its arithmetic
     runs in (a weight-only quantized GEMM: W4A16, W8A16), else -1."""
-    if features.weight_code is not None and len(features.weight_code) == len(features.kinds):
-        cached = features.plans.get(_WEIGHT_ONLY)
-        if cached is None:
-            weights = features.weight_code.astype(np.int64)
-            narrower = (weights >= 0) & (_DTYPE_BITS[np.maximum(weights, 0)] < _DTYPE_BITS[features.dtype_code])
-            cached = features.plans[_WEIGHT_ONLY] = np.where(narrower & features.gemm_mnkb.any(axis=1), weights, -1)
-        return np.asarray(cached)
+    if features.weight_only_code is not None and len(features.weight_only_code) == len(features.kinds):
+        return features.weight_only_code  # extracted with the features
 
     def code(i: int, op: Op) -> int:
         weights = [t.dtype for t in op.inputs if t.role == "weight"]

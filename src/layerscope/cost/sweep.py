@@ -181,7 +181,7 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
         gemm_mnkb=static.gemm_mnkb[groups], operand_bytes=static.operand_bytes[groups],
         kinds=tuple(static.kinds[g] for g in groups),
         ops=tuple(static.ops[g] for g in groups) if static.ops else (),
-        weight_code=None if static.weight_code is None else static.weight_code[groups],
+        weight_only_code=None if static.weight_only_code is None else static.weight_only_code[groups],
         plans={name: plan.take(groups) for name, plan in plans.items()},
     )
     return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
@@ -358,7 +358,7 @@ def _ops_timed_alike(feats: OpFeatures, op_group: np.ndarray,
         kv_bytes=feats.kv_bytes[idx], uses_matrix_units=feats.uses_matrix_units[idx],
         dtype_code=feats.dtype_code[idx], gemm_mnkb=feats.gemm_mnkb[idx], operand_bytes=feats.operand_bytes[idx],
         kinds=tuple(feats.kinds[i] for i in idx), ops=ops,
-        weight_code=None if feats.weight_code is None else feats.weight_code[idx],
+        weight_only_code=None if feats.weight_only_code is None else feats.weight_only_code[idx],
         plans={} if plan is None else {kernels: plan.take(idx)})
     return alike, np.asarray(op_group)[idx], count
 
