@@ -330,8 +330,12 @@ def _ops_timed_alike(feats: OpFeatures, op_group: np.ndarray,
     dtypes and every per-op fact; each op its own class without one) and the same kernel plan under ``hw``'s
     execution profile (a plan reads an op's neighbours). Returns the classes' features (their template ops),
     each class's work group and its number of ops: a decode graph's ~500 ops are ~20 classes, one per layer
-    template op, so a grid is timed over those (``cost.time_s @ count``)."""
+    template op, so a grid is timed over those (``cost.time_s @ count``). Not with ``execution.cold_by_reuse``: an
+    op's fixed cost there reads the bytes every op between it and its previous run moves (its neighbours, all of
+    them), so each op is its own class."""
     n = len(feats.kinds)
+    if hw.execution.cold_by_reuse:
+        return feats, np.asarray(op_group), np.ones(n)
     rep_of = feats.rep_of if feats.rep_of is not None and len(feats.rep_of) == n else np.arange(n)
     # one integer per (work group, template op): a 1-D unique, not a row-wise one (a sort of void records)
     key = np.asarray(op_group, dtype=np.int64) * (int(rep_of.max(initial=0)) + 1) + rep_of
