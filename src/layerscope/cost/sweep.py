@@ -237,6 +237,9 @@ def shape_dependent(hw: HardwareSpec, cost_model: str, phase: str, static: OpFea
                 "(efficiency.matmul_half_flops), a step at M = 1")
     if hw.efficiency.attention_rows and phase == "prefill":
         return f"{hw.name} has attention efficiency by query length (efficiency.attention_rows)"
+    if hw.execution.cold_by_reuse:
+        return (f"{hw.name} charges each op's kernels by the bytes moved since its code last ran "
+                "(execution.cold_by_reuse), which merged layers do not keep")
     if hw.execution.fresh_pages is not None:
         return (f"{hw.name} charges page faults on tensors of at least {hw.execution.fresh_pages.min_bytes:.4g} B "
                 "(execution.fresh_pages), a step in the shapes")
