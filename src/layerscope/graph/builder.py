@@ -640,7 +640,7 @@ def build_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload,
     return _cached_model_graph(spec, fwd, workload, attention, chosen, logits, mla_form)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
 def _cached_model_graph(spec: ModelSpec, fwd: ForwardPass, workload: Workload, attention: AttentionView,
                         layers: tuple[int, ...], logits: LogitsMode, mla_form: MLAForm | None) -> OpGraph:
     ctx = pass_context(spec, fwd, workload)
