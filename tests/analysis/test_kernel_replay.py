@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from layerscope.analysis.kernel_replay import headline, replay
@@ -57,6 +59,8 @@ def test_rows_a_source_reprints_are_held_out_with_the_run_that_measured_them(rep
     for row in reprinted:
         assert by_id[row].source.startswith("T1") and source_key(by_id[row]) == "S16"
     assert {source_key(by_id[r]) for r in ("GX-07", "GX-08", "GX-09")} == {"T1"}
+    # another table's row under one of these ids, from another source, keeps its own
+    assert source_key(replace(by_id["GX-04"], source="T9 someone else's table")) == "T9"
     scored = {r.id: r.held_out for r in done}
     assert {scored[r] for r in reprinted | {"G-23", "G-24", "G-25", "G-26", "G-27", "G-28"}} == {"S16"}
     # a fit with S16 held out has none of that run's rows, whatever source id the table gives them

@@ -119,13 +119,15 @@ def memory_traffic_gbps(row: KernelRow, capacity_bytes: float | None) -> float:
     return (reads + 1) * shape.nbytes / time_s / 1e9
 
 
-#: Rows whose source reprints another source's measurement unchanged, by row id: the source whose run they are,
-#: and the evidence. They are held out with that run (:func:`source_key`), or a fit on the run's other rows
-#: would score them. DeepGEMM's README at 55ab91f (T1, "Update performance") rewrote only the M = 4096 rows of
-#: its dense table and the contiguous grouped rows; ``git diff a6d97a1 55ab91f -- README.md`` leaves the M = 64
-#: and 128 dense rows and the masked grouped rows as the initial commit (S16) measured them.
-SAME_RUN: dict[str, tuple[str, str]] = {
-    row: ("S16", "T1's README carries S16's M = 64/128 and masked grouped rows unchanged (git diff a6d97a1 55ab91f)")
+#: Rows whose source reprints another source's measurement unchanged, by row id: (the row's own source, the
+#: source whose run it is, the evidence). They are held out with that run (:func:`source_key`), or a fit on the
+#: run's other rows would score them. DeepGEMM's README at 55ab91f (T1, "Update performance") rewrote only the
+#: M = 4096 rows of its dense table and the contiguous grouped rows; ``git diff a6d97a1 55ab91f -- README.md``
+#: leaves the M = 64 and 128 dense rows and the masked grouped rows as the initial commit (S16) measured them.
+#: The row's own source is part of the entry: a row of another table under the same id is not this one.
+SAME_RUN: dict[str, tuple[str, str, str]] = {
+    row: ("T1", "S16", "T1's README carries S16's M = 64/128 and masked grouped rows unchanged "
+                       "(git diff a6d97a1 55ab91f)")
     for row in ("GX-01", "GX-02", "GX-03", "GX-04", "GX-05", "GX-06", "GX-10", "GX-11")
 }
 
@@ -134,10 +136,10 @@ def source_key(row: KernelRow) -> str:
     """The id of the measurement run behind the row (``S4``, ``T6``, ``S17a``): rows of one run are held out
     together. That is the row's source, or for a row its source reprints from another, that one's
     (:data:`SAME_RUN`)."""
-    if row.id in SAME_RUN:
-        return SAME_RUN[row.id][0]
     match = re.match(r"\s*([ST]\d+[a-z]?)", row.source)
-    return match.group(1) if match else row.source.split()[0]
+    own = match.group(1) if match else row.source.split()[0]
+    reprint = SAME_RUN.get(row.id)
+    return reprint[1] if reprint is not None and reprint[0] == own else own
 
 
 def dtype_class(row: KernelRow) -> str | None:
