@@ -192,12 +192,14 @@ def test_a_decode_grid_is_timed_over_the_op_classes_as_over_the_ops(kernels):
     work = (sweep_module.basis(spec, "decode", batch, lengths) @ lin.coef)[:, :, group]
     by_class = roofline(alike.with_work(*work), hw).time_s @ count
     np.testing.assert_allclose(by_class, per_op, rtol=1e-12)
-    got = sweep_module.time_by_batch(lin, template, hw, batch, lengths)
-    assert got is not None
-    for b, length, t in zip(batch, lengths, got, strict=True):
-        ww = template.model_copy(update={"phase": "decode", "batch": int(b), "prompt_len": int(length),
-                                         "context": int(length)})
-        assert t == pytest.approx(estimate(spec, hw, ww).tpot_s, rel=1e-7)
+    # the classes' work is kept for the next GPU of a sweep at the same lengths, and made again at others
+    for grid in (lengths, lengths, np.array([7, 70, 7000])):
+        got = sweep_module.time_by_batch(lin, template, hw, batch, grid)
+        assert got is not None
+        for b, length, t in zip(batch, grid, got, strict=True):
+            ww = template.model_copy(update={"phase": "decode", "batch": int(b), "prompt_len": int(length),
+                                             "context": int(length)})
+            assert t == pytest.approx(estimate(spec, hw, ww).tpot_s, rel=1e-7)
 
 
 def test_a_spec_costing_kernels_by_reuse_distance_sweeps_as_estimate_does():
