@@ -487,6 +487,8 @@ class _GraphCheck:
                 ops_sfx, made_sfx = frozenset(plan.op_sfx), frozenset(produced)
                 if len(ops_sfx) != len(plan.op_sfx) or len(made_sfx) != len(produced):
                     return None
+                if any(c == 0 and plan.act_sfx[k] in made_sfx for c, k, _ in plan.reads):
+                    return None  # the block reads one of its own outputs before making it
                 sfx[id(plan)] = (ops_sfx, made_sfx)
         starts.sort()
         aps = [ap for ap, _, _ in starts]
@@ -509,10 +511,19 @@ class _GraphCheck:
         for i, block in enumerate(self.blocks):
             if isinstance(block, _Direct):
                 reads: Sequence[str] = block.reads
+                own: Sequence[str] = ()
             else:
-                ap, act_sfx = block.step + block.prefix, block.plan.act_sfx
-                reads = [ap + act_sfx[k] if c == 0 else block.x if c == 4 else block.step + t
-                         for c, k, t in block.plan.reads]
+                ap, act_sfx, plan_reads = block.step + block.prefix, block.plan.act_sfx, block.plan.reads
+                reads = [block.x if c == 4 else block.step + t for c, _, t in plan_reads if c != 0]
+                # a read under the block's own prefix: no other instance's names can hold it (prefixes begin none
+                # of each other) and the block makes it not (checked per plan above): a direct op's, or an input
+                own = [ap + act_sfx[k] for c, k, _ in plan_reads if c == 0]
+            for r in own:
+                by = direct_made.get(r)
+                if by is None:
+                    missing.add(r)
+                elif by >= i:
+                    return None
             for r in reads:
                 by = direct_made.get(r)
                 if by is None:
