@@ -80,10 +80,15 @@ class KernelPlan:
                           None if self.graph_capture is None else self.graph_capture[index])
 
     def key_rows(self) -> np.ndarray:
-        """[ops, 4]: what sets each op's time beyond its work (launches, byte factors, graph capture; -1 without
-        graphs), for merging ops a sweep may time as one group."""
-        capture = np.full(len(self.launches), -1.0) if self.graph_capture is None else self.graph_capture
-        return np.stack([self.launches, self.act_factor, self.kv_factor, capture.astype(np.float64)], axis=1)
+        """[ops, columns]: every fact of the plan per op (launches, byte factors, output share, GEMV rows, module
+        calls, expert groups, allocations, kernels in sequence; graph capture, -1 without graphs): what sets each
+        op's time beyond its work, for merging ops a sweep may time as one group."""
+        n = len(self.launches)
+        capture = np.full(n, -1.0) if self.graph_capture is None else self.graph_capture
+        return np.concatenate([np.asarray(a, dtype=np.float64).reshape(n, -1) for a in
+                               (self.launches, self.act_factor, self.kv_factor, capture, self.out_share,
+                                self.gemv_rows, self.module_calls, self.grouped_mm_groups, self.alloc_bytes,
+                                self.split) if a is not None], axis=1)
 
     @classmethod
     def identity(cls, ops: Sequence[Op]) -> KernelPlan:

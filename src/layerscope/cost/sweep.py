@@ -353,10 +353,7 @@ def _ops_timed_alike(feats: OpFeatures, op_group: np.ndarray,
         plan = feats.plans.get(kernels)
         if plan is None:
             plan = feats.plans[kernels] = kernel_plan(kernels, feats.ops)
-        rows = np.concatenate([key[:, None].astype(np.float64)] + [
-            np.asarray(a, dtype=np.float64).reshape(n, -1) for a in
-            (plan.launches, plan.act_factor, plan.kv_factor, plan.out_share, plan.gemv_rows, plan.module_calls,
-             plan.grouped_mm_groups, plan.alloc_bytes, plan.split, plan.graph_capture) if a is not None], axis=1)
+        rows = np.concatenate([key[:, None].astype(np.float64), plan.key_rows()], axis=1)
         key = np.unique(rows, axis=0, return_inverse=True)[1].ravel()
     _, first, count = np.unique(key, return_index=True, return_counts=True)
     order = np.argsort(first)
