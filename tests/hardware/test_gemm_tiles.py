@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from layerscope.hardware.gemm_tiles import tile_efficiency
+from layerscope.hardware.gemm_tiles import tile_plan
 
 
 def _q(m: int, n: int, engines: int, groups: int = 1) -> float:
-    return float(tile_efficiency(np.array([m]), np.array([n]), np.array([groups]), engines)[0])
+    return float(tile_plan(np.array([m]), np.array([n]), np.array([groups]), engines)[0][0])
 
 
 def _deepgemm_choice(m: int, n: int, groups: int, engines: int) -> tuple[int, int]:
@@ -60,7 +60,7 @@ def test_the_vectorized_choice_is_deepgemms_loop():
     for engines in (4, 108, 132, 148):
         for groups in (1, 3):
             m, n = np.meshgrid(ms, ns, indexing="ij")
-            got = tile_efficiency(m, n, np.full(m.shape, groups), engines)
+            got = tile_plan(m, n, np.full(m.shape, groups), engines)[0]
             for (i, j), q in np.ndenumerate(got):
                 mm, nn = int(ms[i]), int(ns[j])
                 bm, bn = _deepgemm_choice(mm, nn, groups, engines)

@@ -52,8 +52,3 @@ def tile_plan(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: int) ->
     gemm = (m > 0) & (n > 0)
     return (np.where(gemm, m * n * g / np.maximum(slots, 1.0), 1.0),
             np.where(gemm, np.maximum(chosen_waves, 1.0), 1.0))
-
-
-def tile_efficiency(m: np.ndarray, n: np.ndarray, groups: np.ndarray, engines: int) -> np.ndarray:
-    """The useful share of :func:`tile_plan`, in (0, 1]; 1 where M or N is 0 (no GEMM)."""
-    return tile_plan(m, n, groups, engines)[0]
