@@ -86,6 +86,17 @@ class OpFeatures:
             self.plans[key] = mask
         return mask
 
+    def take(self, index: np.ndarray, ops: Sequence[Op], plans: dict[str, Any]) -> OpFeatures:
+        """The ops at ``index`` alone (a sweep's merged groups), each standing for itself: their arrays, ``ops``
+        (the ops or template ops they are) and ``plans`` (the kernel plans taken as they were planned among the
+        whole pass's ops)."""
+        return OpFeatures(
+            flops=self.flops[index], weight_bytes=self.weight_bytes[index], act_bytes=self.act_bytes[index],
+            kv_bytes=self.kv_bytes[index], uses_matrix_units=self.uses_matrix_units[index],
+            dtype_code=self.dtype_code[index], gemm_mnkb=self.gemm_mnkb[index],
+            operand_bytes=self.operand_bytes[index], kinds=tuple(self.kinds[i] for i in index), ops=ops,
+            weight_only_code=None if self.weight_only_code is None else self.weight_only_code[index], plans=plans)
+
     def with_work(self, flops: np.ndarray, weight_bytes: np.ndarray, act_bytes: np.ndarray,
                   kv_bytes: np.ndarray) -> OpFeatures:
         """The same ops with other work arrays (e.g. stacked over decode steps)."""

@@ -174,16 +174,8 @@ def fit_linear_graph(spec: ModelSpec, phase: str, template: Workload) -> LinearG
     count = counts[order]
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
-    group_static = OpFeatures(
-        flops=static.flops[groups], weight_bytes=static.weight_bytes[groups],
-        act_bytes=static.act_bytes[groups], kv_bytes=static.kv_bytes[groups],
-        uses_matrix_units=static.uses_matrix_units[groups], dtype_code=static.dtype_code[groups],
-        gemm_mnkb=static.gemm_mnkb[groups], operand_bytes=static.operand_bytes[groups],
-        kinds=tuple(static.kinds[g] for g in groups),
-        ops=tuple(static.ops[g] for g in groups) if static.ops else (),
-        weight_only_code=None if static.weight_only_code is None else static.weight_only_code[groups],
-        plans={name: plan.take(groups) for name, plan in plans.items()},
-    )
+    group_static = static.take(groups, tuple(static.ops[g] for g in groups) if static.ops else (),
+                               {name: plan.take(groups) for name, plan in plans.items()})
     return LinearGraphModel(spec=spec, phase=phase, coef=coef[:, :, groups], count=count.astype(np.float64),
                             static=group_static, num_ops=n_ops, op_group=position[np.ravel(inverse)])
 
@@ -362,13 +354,7 @@ def _ops_timed_alike(feats: OpFeatures, op_group: np.ndarray,
         ops: tuple = tuple(feats.reps[r] for r in rep_of[idx])
     else:
         ops = tuple(feats.ops[i] for i in idx) if feats.ops else ()
-    alike = OpFeatures(
-        flops=feats.flops[idx], weight_bytes=feats.weight_bytes[idx], act_bytes=feats.act_bytes[idx],
-        kv_bytes=feats.kv_bytes[idx], uses_matrix_units=feats.uses_matrix_units[idx],
-        dtype_code=feats.dtype_code[idx], gemm_mnkb=feats.gemm_mnkb[idx], operand_bytes=feats.operand_bytes[idx],
-        kinds=tuple(feats.kinds[i] for i in idx), ops=ops,
-        weight_only_code=None if feats.weight_only_code is None else feats.weight_only_code[idx],
-        plans={} if plan is None else {kernels: plan.take(idx)})
+    alike = feats.take(idx, ops, {} if plan is None else {kernels: plan.take(idx)})
     return alike, np.asarray(op_group)[idx], count
 
 
