@@ -288,23 +288,53 @@ def _plan(ops: Sequence[Op], prefix: str, input_name: str) -> _Plan:
     )
 
 
-#: One instance of a plan in a graph: (plan, step, prefix, layer, layer input); its names are made with its ops.
-_Instance = tuple[_Plan, str, str, int | None, str]
+class _Direct(NamedTuple):
+    """A block of ops made directly: their names, the tensors they produce and those they read from outside."""
+
+    names: Sequence[str]
+    produced: Sequence[str]
+    reads: Sequence[str]
+
+
+class _Instance(NamedTuple):
+    """One instance of a plan in a graph, its ops not made yet (:func:`_apply`): op and activation names
+    ``step + prefix + suffix``, weights ``prefix + suffix``, the layer input ``x``."""
+
+    plan: _Plan
+    step: str
+    prefix: str
+    layer: int | None
+    x: str
+
+    def reads(self) -> tuple[list[str], list[str]]:
+        """The tensors it reads from outside itself: those under its own prefix (``act`` ones), and the others
+        (the layer input, the step's tensors)."""
+        plan, step, ap = self.plan, self.step, self.step + self.prefix
+        return ([ap + plan.act_sfx[k] for c, k, _ in plan.reads if c == 0],
+                [self.x if c == 4 else step + t for c, _, t in plan.reads if c != 0])
+
+    def names(self) -> _Direct:
+        """Its block made out name by name."""
+        ap = self.step + self.prefix
+        own, other = self.reads()
+        return _Direct([ap + sfx for sfx in self.plan.op_sfx], self.plan.produced([ap + s for s in self.plan.act_sfx]),
+                       own + other)
 
 
 def _instance(plan: _Plan, step: str, prefix: str, layer: int | None, x: str, check: _GraphCheck) -> _Instance:
-    """An instance of a plan, its ops not made yet (:func:`_apply`): op/activation names ``step + prefix +
-    suffix``, weights ``prefix + suffix``; ``check`` takes it (a plan that is not ``trusted`` makes the graph
-    validate tensor by tensor)."""
+    """An instance of a plan; ``check`` takes it (a plan that is not ``trusted`` makes the graph validate tensor
+    by tensor)."""
+    inst = _Instance(plan, step, prefix, layer, x)
     if plan.trusted:
-        check.instance(plan, step, prefix, x)
+        check.blocks.append(inst)
     else:
         check.trusted = False
-    return plan, step, prefix, layer, x
+    return inst
 
 
-def _apply(plan: _Plan, step: str, prefix: str, layer: int | None, x: str) -> list[Op]:
+def _apply(inst: _Instance) -> list[Op]:
     """The ops of an instance (:func:`_instance`)."""
+    plan, step, prefix, layer, x = inst
     ap = step + prefix
     names = list(map(ap.__add__, plan.op_sfx))
     act = list(map(ap.__add__, plan.act_sfx))
@@ -335,7 +365,7 @@ class _Ops(DeferredOps):
     __slots__ = ("items",)
 
     def __init__(self, items: list[Op | _Instance]) -> None:
-        super().__init__(sum(1 if isinstance(item, Op) else len(item[0].ops) for item in items))
+        super().__init__(sum(1 if isinstance(item, Op) else len(item.plan.ops) for item in items))
         self.items = items
 
     def _make(self) -> tuple[Op, ...]:
@@ -344,7 +374,7 @@ class _Ops(DeferredOps):
             if isinstance(item, Op):
                 ops.append(item)
             else:
-                ops += _apply(*item)
+                ops += _apply(item)
         return tuple(ops)
 
     def layout(self) -> tuple[tuple[Op, ...], np.ndarray]:
@@ -357,37 +387,13 @@ class _Ops(DeferredOps):
                 rep_of.append(len(reps))
                 reps.append(item)
                 continue
-            plan = item[0]
+            plan = item.plan
             first = start.get(id(plan))
             if first is None:
                 first = start[id(plan)] = len(reps)
                 reps += (op for op, _, _ in plan.ops)
             rep_of += range(first, first + len(plan.ops))
         return tuple(reps), np.array(rep_of, dtype=np.intp)
-
-
-class _Direct(NamedTuple):
-    """A block of ops made directly: their names, the tensors they produce and those they read from outside."""
-
-    names: Sequence[str]
-    produced: Sequence[str]
-    reads: Sequence[str]
-
-
-class _Placed(NamedTuple):
-    """A block that is an instance of a ``trusted`` plan: names ``step + prefix + suffix``, layer input ``x``."""
-
-    plan: _Plan
-    step: str
-    prefix: str
-    x: str
-
-    def names(self) -> _Direct:
-        """Its block made out name by name."""
-        plan, step, ap = self.plan, self.step, self.step + self.prefix
-        act = [ap + sfx for sfx in plan.act_sfx]
-        return _Direct([ap + sfx for sfx in plan.op_sfx], plan.produced(act),
-                       [act[i] if c == 0 else self.x if c == 4 else step + t for c, i, t in plan.reads])
 
 
 class _GraphCheck:
@@ -409,7 +415,7 @@ class _GraphCheck:
     __slots__ = ("blocks", "trusted")
 
     def __init__(self) -> None:
-        self.blocks: list[_Direct | _Placed] = []
+        self.blocks: list[_Direct | _Instance] = []
         self.trusted = True
 
     def block(self, names: Sequence[str], produced: Sequence[str], reads: Sequence[str]) -> None:
@@ -417,10 +423,6 @@ class _GraphCheck:
         from outside itself (both without weights); the reads go first, since a block's own outputs do not
         satisfy them."""
         self.blocks.append(_Direct(names, produced, reads))
-
-    def instance(self, plan: _Plan, step: str, prefix: str, x: str) -> None:
-        """An instance of a ``trusted`` plan (:func:`_instance`) reading the layer input ``x``."""
-        self.blocks.append(_Placed(plan, step, prefix, x))
 
     def op(self, op: Op) -> None:
         """One op built directly (a block of one)."""
@@ -509,15 +511,13 @@ class _GraphCheck:
             return None
         missing: set[str] = set()
         for i, block in enumerate(self.blocks):
+            own: Sequence[str]
             if isinstance(block, _Direct):
-                reads: Sequence[str] = block.reads
-                own: Sequence[str] = ()
+                own, reads = (), block.reads
             else:
-                ap, act_sfx, plan_reads = block.step + block.prefix, block.plan.act_sfx, block.plan.reads
-                reads = [block.x if c == 4 else block.step + t for c, _, t in plan_reads if c != 0]
                 # a read under the block's own prefix: no other instance's names can hold it (prefixes begin none
                 # of each other) and the block makes it not (checked per plan above): a direct op's, or an input
-                own = [ap + act_sfx[k] for c, k, _ in plan_reads if c == 0]
+                own, reads = block.reads()
             for r in own:
                 by = direct_made.get(r)
                 if by is None:
